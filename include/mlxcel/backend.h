@@ -1,0 +1,131 @@
+/* mlxcel/backend.h: the op set a model's forward pass is written in, behind a vtable
+ * (mx_backend_i) with one implementation per device (backend/cpu, backend/cuda). It knows nothing
+ * of model families, requests or HTTP.
+ *
+ * Memory: activations are `float` buffers allocated by the backend (device memory on a GPU);
+ * ops take and return backend pointers and may run asynchronously on the backend's stream until
+ * `sync` or a `read` to the host. Weights (mx_weight) point at host memory (mmap'ed checkpoint);
+ * `weight_prepare` lets a backend copy them to the device once at load.
+ *
+ * Quantized weights use MLX affine quantization: each row of `cols` values is split in groups
+ * of `group_size`; value = scale[g] * q + bias[g], q an unsigned `bits`-bit integer packed low bits
+ * first into little-endian u32 words (a row occupies cols*bits/32 words; bits in {2,3,4,5,6,8}).
+ *
+ * Thread safety: a backend instance is used by one thread at a time. */
+#ifndef MLXCEL_BACKEND_H
+#define MLXCEL_BACKEND_H
+
+#include "mlxcel/core.h"
+
+/* A linear layer weight, y = x W^T (+ bias), W: [rows = out features, cols = in features]. */
+typedef struct mx_weight {
+    int64_t rows, cols;
+    mx_dtype dtype;         /* F32, F16, BF16 for dense; U32 when quantized (bits > 0) */
+    int bits, group_size;   /* 0, 0 for dense */
+    const void *w;          /* dense: [rows, cols] of dtype; quantized: u32 [rows, cols*bits/32] */
+    const void *scales;     /* quantized: [rows, cols/group_size] of scale_dtype */
+    const void *biases;     /* quantized: [rows, cols/group_size] of scale_dtype */
+    mx_dtype scale_dtype;   /* F32, F16 or BF16 */
+    const void *bias;       /* optional linear bias [rows] of bias_dtype, NULL if none */
+    mx_dtype bias_dtype;
+    void *dev;              /* backend-private copy/handle set by weight_prepare, or NULL */
+} mx_weight;
+
+/* A 1-D vector parameter (norm gamma): [n] of dtype F32/F16/BF16. */
+typedef struct mx_vec {
+    int64_t n;
+    mx_dtype dtype;
+    const void *data;
+    void *dev;
+} mx_vec;
+
+/* Paged KV cache geometry for one model. Each layer owns K and V pools of
+ * n_blocks * block_size slots; a slot holds n_kv_heads * head_dim values (K) and the same (V).
+ * A sequence's slots are listed by its block table: position p lives in slot
+ * block_table[p / block_size] * block_size + p % block_size. */
+typedef struct mx_kv_desc {
+    int n_layers, n_kv_heads, head_dim, block_size, n_blocks;
+    mx_dtype dtype;         /* storage type chosen by the backend (F32 on CPU) */
+} mx_kv_desc;
+
+/* Per-token attention metadata for one forward call (host arrays; the backend copies them). */
+typedef struct mx_attn_meta {
+    int n_tokens;
+    const int32_t *pos;         /* [n_tokens] absolute position of each token */
+    const int32_t *slot;        /* [n_tokens] KV slot to write each token's K/V to */
+    const int32_t *seq;         /* [n_tokens] sequence index (row of block_tables) */
+    int n_seqs, max_blocks;     /* block_tables: [n_seqs, max_blocks] */
+    const int32_t *block_tables;
+} mx_attn_meta;
+
+/* Attention parameters shared by all tokens of one layer call. */
+typedef struct mx_attn_params {
+    int n_heads, n_kv_heads, head_dim;
+    float scale;                /* usually 1/sqrt(head_dim) */
+    int sliding_window;         /* 0: full attention; else attend to the last `sliding_window` positions */
+    float softcap;              /* 0: none; else logits = softcap * tanh(logits / softcap) */
+} mx_attn_params;
+
+/* RoPE: rotate pairs (x[i], x[i + rot_dim/2]) (the "NeoX"/HF half-split layout) for
+ * i < rot_dim/2, by angle pos * inv_freq[i]. Dims past rot_dim are left as they are. */
+typedef struct mx_rope {
+    int rot_dim;
+    const float *inv_freq;      /* [rot_dim/2] host array, already scaled (llama3 etc.) */
+    float attn_factor;          /* multiply cos/sin by this (YaRN), 1.0 otherwise */
+} mx_rope;
+
+typedef enum { MX_ACT_SILU = 0, MX_ACT_GELU_TANH, MX_ACT_GELU, MX_ACT_RELU } mx_act;
+
+typedef struct mx_backend_i {
+    const char *name;
+    /* --- memory ------------------------------------------------------------------------- */
+    void *(*alloc)(void *ctx, size_t bytes);                 /* NULL on failure */
+    void (*free)(void *ctx, void *p);
+    void (*write)(void *ctx, void *dst, const void *src_host, size_t bytes);
+    void (*read)(void *ctx, void *dst_host, const void *src, size_t bytes); /* waits for ops */
+    void (*sync)(void *ctx);
+    mx_status (*weight_prepare)(void *ctx, mx_weight *w);    /* may set w->dev */
+    mx_status (*vec_prepare)(void *ctx, mx_vec *v);
+    /* --- KV cache ----------------------------------------------------------------------- */
+    mx_status (*kv_init)(void *ctx, mx_kv_desc *desc);       /* allocate pools; sets desc->dtype */
+    void (*kv_free)(void *ctx);
+    /* --- ops (all buffers are backend pointers; n = number of tokens/rows) ---------------- */
+    /* y[n, w.rows] = x[n, w.cols] W^T (+ bias) */
+    void (*matmul)(void *ctx, const mx_weight *w, const float *x, float *y, int n);
+    /* out[n, w.cols] = row ids[i] of an embedding table stored like a weight ([vocab, dim]) */
+    void (*embed)(void *ctx, const mx_weight *w, const int32_t *ids_host, int n, float *out);
+    /* y[n, d] = x / rms(x) * (g + add_one); g may be NULL (no scale). y may equal x. */
+    void (*rmsnorm)(void *ctx, const float *x, const mx_vec *g, float eps, float add_one, float *y, int n, int d);
+    /* layernorm with optional gamma/beta */
+    void (*layernorm)(void *ctx, const float *x, const mx_vec *g, const mx_vec *b, float eps, float *y, int n, int d);
+    /* In-place RoPE on x[n, n_heads, head_dim] at positions meta->pos. */
+    void (*rope)(void *ctx, float *x, int n, int n_heads, int head_dim, const mx_rope *rope, const mx_attn_meta *meta);
+    /* Write k, v [n, n_kv_heads*head_dim] to layer's cache at meta->slot, then
+     * out[n, n_heads*head_dim] = causal attention of q [n, n_heads*head_dim] over each token's
+     * sequence positions 0..pos (GQA: head h uses kv head h / (n_heads/n_kv_heads)). */
+    void (*attention)(void *ctx, int layer, const float *q, const float *k, const float *v, float *out,
+                      const mx_attn_params *p, const mx_attn_meta *meta);
+    /* y[n, d] = act(gate[n, d]) * up[n, d]; gate/up may be the two halves of one [n, 2d] buffer
+     * via strides: gate row i at gate + i*stride, up row i at up + i*stride. */
+    void (*act_mul)(void *ctx, mx_act act, const float *gate, const float *up, int64_t stride, float *y, int n, int d);
+    void (*act)(void *ctx, mx_act act, const float *x, float *y, int64_t count);
+    /* y = a + b (count elements); y may equal a */
+    void (*add)(void *ctx, const float *a, const float *b, float *y, int64_t count);
+    /* y = x * s */
+    void (*scale)(void *ctx, const float *x, float s, float *y, int64_t count);
+    /* copy rows: dst[i, :] = src[rows[i], :] for i < n (row length d); rows host array */
+    void (*gather_rows)(void *ctx, const float *src, const int32_t *rows_host, int n, int d, float *dst);
+    /* y = softcap * tanh(x / softcap) */
+    void (*softcap)(void *ctx, float *x, float cap, int64_t count);
+} mx_backend_i;
+
+typedef struct mx_backend {
+    const mx_backend_i *i;
+    void *ctx;
+} mx_backend;
+
+/* CPU backend: uses the global thread pool (mx_pool_global). */
+mx_status mx_backend_cpu_init(mx_backend *out);
+void mx_backend_cpu_free(mx_backend *b);
+
+#endif

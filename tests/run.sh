@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# tests/run.sh [all|release|asan]: builds and runs the suite. Every test program (build/tests/test_*)
+# and script (tests/cli/*.sh) prints one line per case, "PASS name" or "FAIL name: why"; a program
+# that exits non-zero or times out without a FAIL line counts as one failure. Last line:
+# "N passed, N failed".
+set -u
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+MODE=${1:-all}
+PASS=0
+FAIL=0
+FAILED_NAMES=()
+
+run_one() { # $1 label, rest: command
+  local label=$1; shift
+  local out rc
+  out=$(timeout 900 "$@" 2>&1); rc=$?
+  local p f
+  p=$(printf '%s\n' "$out" | grep -c '^PASS ' || true)
+  f=$(printf '%s\n' "$out" | grep -c '^FAIL ' || true)
+  printf '%s\n' "$out" | grep -E '^(FAIL |PASS )' | sed "s|^|[$label] |"
+  if [ "$rc" != 0 ] && [ "$f" = 0 ]; then
+    f=1
+    echo "[$label] FAIL $label: exit status $rc"
+    printf '%s\n' "$out" | tail -n 15 | sed "s|^|[$label]   |"
+  elif [ "$f" != 0 ]; then
+    printf '%s\n' "$out" | grep -v -E '^(PASS )' | tail -n 30 | sed "s|^|[$label]   |"
+  fi
+  PASS=$((PASS + p)); FAIL=$((FAIL + f))
+  if [ "$f" != 0 ]; then FAILED_NAMES+=("$label"); fi
+}
+
+run_suite() { # $1 build dir, $2 tag
+  local bdir=$1 tag=$2
+  export MLXCEL_ROOT=$ROOT MLXCEL_BUILD=$ROOT/$bdir MLXCEL_BIN=$ROOT/$bdir/mlxcel
+  export MLXCEL_SERVER_BIN=$ROOT/$bdir/mlxcel-server MLXCEL_TEST_TAG=$tag
+  for t in "$bdir"/tests/test_*; do
+    [ -x "$t" ] || continue
+    run_one "$tag:$(basename "$t")" "$t"
+  done
+  for s in tests/cli/*.sh; do
+    [ -f "$s" ] || continue
+    run_one "$tag:$(basename "$s")" bash "$s"
+  done
+}
+
+JOBS=$(nproc)
+if [ "$MODE" = all ] || [ "$MODE" = release ]; then
+  cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null && cmake --build build -j "$JOBS" >/tmp/mlxcel-build.log 2>&1 \
+    || { cat /tmp/mlxcel-build.log | tail -40; echo "0 passed, 1 failed"; exit 1; }
+  run_suite build release
+fi
+if [ "$MODE" = all ] || [ "$MODE" = asan ]; then
+  cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DMLXCEL_SANITIZE=ON >/dev/null && cmake --build build-asan -j "$JOBS" >/tmp/mlxcel-build-asan.log 2>&1 \
+    || { tail -40 /tmp/mlxcel-build-asan.log; echo "$PASS passed, $((FAIL + 1)) failed"; exit 1; }
+  export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+  run_suite build-asan asan
+fi
+if [ ${#FAILED_NAMES[@]} -gt 0 ]; then echo "failing: ${FAILED_NAMES[*]}"; fi
+echo "$PASS passed, $FAIL failed"
+[ "$FAIL" = 0 ]

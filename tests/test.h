@@ -1,0 +1,33 @@
+/* tests/test.h: a tiny test harness. Each case prints "PASS name" or "FAIL name: why" on stdout,
+ * which tests/run.sh counts. Use TCHECK inside a case; RUN(case) runs it. */
+#ifndef MLXCEL_TEST_H
+#define MLXCEL_TEST_H
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int t_case_failed;
+static int t_total_failed;
+static char t_why[512];
+
+#define TCHECK(cond, ...) do { if (!(cond)) { if (!t_case_failed) { \
+    int _n = snprintf(t_why, sizeof t_why, "%s:%d: ", __FILE__, __LINE__); \
+    snprintf(t_why + _n, sizeof t_why - (size_t)_n, __VA_ARGS__); } t_case_failed = 1; } } while (0)
+#define TREQUIRE(cond, ...) do { TCHECK(cond, __VA_ARGS__); if (!(cond)) return; } while (0)
+
+#define RUN(fn) do { t_case_failed = 0; t_why[0] = 0; fn(); \
+    if (t_case_failed) { printf("FAIL %s: %s\n", #fn, t_why); t_total_failed++; } \
+    else printf("PASS %s\n", #fn); fflush(stdout); } while (0)
+/* Like RUN but with a runtime name (for table-driven cases). */
+#define RUN_NAMED(name, fn, arg) do { t_case_failed = 0; t_why[0] = 0; fn(arg); \
+    if (t_case_failed) { printf("FAIL %s: %s\n", name, t_why); t_total_failed++; } \
+    else printf("PASS %s\n", name); fflush(stdout); } while (0)
+
+#define TEST_EXIT() return t_total_failed ? 1 : 0
+
+/* Repository root (MLXCEL_ROOT, set by tests/run.sh), for fixture paths. */
+static inline const char *t_root(void) { const char *r = getenv("MLXCEL_ROOT"); return r ? r : "."; }
+static inline const char *t_path(char *buf, size_t n, const char *rel) {
+    snprintf(buf, n, "%s/%s", t_root(), rel); return buf;
+}
+#endif
