@@ -36,26 +36,35 @@ run_suite() { # $1 build dir, $2 tag
   export MLXCEL_SERVER_BIN=$ROOT/$bdir/mlxcel-server MLXCEL_TEST_TAG=$tag
   for t in "$bdir"/tests/test_*; do
     [ -x "$t" ] || continue
+    basename "$t" | grep -qE "$FILTER" || continue
     run_one "$tag:$(basename "$t")" "$t"
   done
   for s in tests/cli/*.sh; do
     [ -f "$s" ] || continue
+    basename "$s" | grep -qE "$FILTER" || continue
     run_one "$tag:$(basename "$s")" bash "$s"
   done
 }
 
 JOBS=$(nproc)
+# MLXCEL_BUILD_DIR / MLXCEL_ASAN_BUILD_DIR choose other build folders (helpers working side by side).
+BDIR=${MLXCEL_BUILD_DIR:-build}
+ADIR=${MLXCEL_ASAN_BUILD_DIR:-build-asan}
+# MLXCEL_TEST_FILTER: a grep -E pattern; only test programs/scripts whose name matches run.
+FILTER=${MLXCEL_TEST_FILTER:-.}
+LOG=$(mktemp)
 if [ "$MODE" = all ] || [ "$MODE" = release ]; then
-  cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null && cmake --build build -j "$JOBS" >/tmp/mlxcel-build.log 2>&1 \
-    || { cat /tmp/mlxcel-build.log | tail -40; echo "0 passed, 1 failed"; exit 1; }
-  run_suite build release
+  cmake -S . -B "$BDIR" -DCMAKE_BUILD_TYPE=Release >/dev/null && cmake --build "$BDIR" -j "$JOBS" >"$LOG" 2>&1 \
+    || { tail -40 "$LOG"; echo "0 passed, 1 failed"; exit 1; }
+  run_suite "$BDIR" release
 fi
 if [ "$MODE" = all ] || [ "$MODE" = asan ]; then
-  cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DMLXCEL_SANITIZE=ON >/dev/null && cmake --build build-asan -j "$JOBS" >/tmp/mlxcel-build-asan.log 2>&1 \
-    || { tail -40 /tmp/mlxcel-build-asan.log; echo "$PASS passed, $((FAIL + 1)) failed"; exit 1; }
+  cmake -S . -B "$ADIR" -DCMAKE_BUILD_TYPE=Debug -DMLXCEL_SANITIZE=ON >/dev/null && cmake --build "$ADIR" -j "$JOBS" >"$LOG" 2>&1 \
+    || { tail -40 "$LOG"; echo "$PASS passed, $((FAIL + 1)) failed"; exit 1; }
   export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-  run_suite build-asan asan
+  run_suite "$ADIR" asan
 fi
+rm -f "$LOG"
 if [ ${#FAILED_NAMES[@]} -gt 0 ]; then echo "failing: ${FAILED_NAMES[*]}"; fi
 echo "$PASS passed, $FAIL failed"
 [ "$FAIL" = 0 ]
