@@ -15,13 +15,14 @@ static char t_why[512];
     snprintf(t_why + _n, sizeof t_why - (size_t)_n, __VA_ARGS__); } t_case_failed = 1; } } while (0)
 #define TREQUIRE(cond, ...) do { TCHECK(cond, __VA_ARGS__); if (!(cond)) return; } while (0)
 
-#define RUN(fn) do { t_case_failed = 0; t_why[0] = 0; fn(); \
-    if (t_case_failed) { printf("FAIL %s: %s\n", #fn, t_why); t_total_failed++; } \
-    else printf("PASS %s\n", #fn); fflush(stdout); } while (0)
+static inline void t_report(const char *name) {
+    if (t_case_failed) { printf("FAIL %s: %s\n", name, t_why); t_total_failed++; }
+    else printf("PASS %s\n", name);
+    fflush(stdout);
+}
+#define RUN(fn) do { t_case_failed = 0; t_why[0] = 0; fn(); t_report(#fn); } while (0)
 /* Like RUN but with a runtime name (for table-driven cases). */
-#define RUN_NAMED(name, fn, arg) do { t_case_failed = 0; t_why[0] = 0; fn(arg); \
-    if (t_case_failed) { printf("FAIL %s: %s\n", name, t_why); t_total_failed++; } \
-    else printf("PASS %s\n", name); fflush(stdout); } while (0)
+#define RUN_NAMED(name, fn, arg) do { t_case_failed = 0; t_why[0] = 0; fn(arg); t_report(name); } while (0)
 
 #define TEST_EXIT() return t_total_failed ? 1 : 0
 

@@ -1,6 +1,6 @@
 /* core.c: status strings, thread-local error messages, logging, dtypes, half floats, clocks,
  * checked allocation and the growable buffer. Not the thread pool (pool.c). */
-#define _GNU_SOURCE
+
 #include "mlxcel/core.h"
 
 #include <errno.h>

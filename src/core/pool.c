@@ -1,7 +1,7 @@
 /* pool.c: a fixed-size pthread pool for data-parallel loops (mx_pool_run). Workers spin briefly
  * then sleep on a condition variable, so per-token kernels pay little wake-up latency. It is not
  * a general task queue. */
-#define _GNU_SOURCE
+
 #include "mlxcel/core.h"
 
 #include <pthread.h>

@@ -1,0 +1,75 @@
+/* mlxcel/model.h: load a checkpoint into a model of a supported family and run its forward pass
+ * over a batch of tokens (mixed prefill and decode of several sequences, each with a KV block
+ * table: the vLLM shape). It knows which tensors a family has and how they connect; it does not
+ * know which device runs the ops (mx_backend), nor requests, sampling or HTTP.
+ *
+ * Ownership: the model keeps the checkpoint open (weights stay mmap'ed, never expanded).
+ * Thread safety: one forward at a time per model. */
+#ifndef MLXCEL_MODEL_H
+#define MLXCEL_MODEL_H
+
+#include "mlxcel/backend.h"
+#include "mlxcel/core.h"
+#include <jansson.h>
+
+#define MX_MAX_EOS 8
+
+typedef struct mx_model_config {
+    char model_type[32];
+    int vocab_size, hidden_size, n_layers, n_heads, n_kv_heads, head_dim, intermediate_size;
+    float norm_eps;
+    int max_position_embeddings;
+    bool tie_word_embeddings;
+    int32_t bos_id;                 /* -1 if none */
+    int32_t eos_ids[MX_MAX_EOS];    /* from config.json and generation_config.json */
+    int n_eos;
+    int q_bits, q_group_size;       /* default quantization (0 if not quantized) */
+} mx_model_config;
+
+typedef struct mx_model mx_model;
+
+/* One supported architecture, for `mlxcel arch` and error messages. */
+typedef struct mx_arch_info {
+    const char *model_type;         /* config.json "model_type" */
+    const char *hf_class;           /* e.g. "LlamaForCausalLM" */
+    const char *notes;
+} mx_arch_info;
+const mx_arch_info *mx_model_archs(int *n);
+/* "llama, qwen2, ..." (static buffer) */
+const char *mx_model_arch_names(void);
+
+/* Load DIR (config.json + safetensors) onto backend `be` (borrowed; must outlive the model). */
+mx_status mx_model_load(const char *dir, mx_backend *be, mx_model **out);
+/* Build a model of config.json's shape with random weights in memory (for `bench --random`):
+ * q_bits 0 -> dense `dtype` (BF16/F16/F32), else MLX affine q_bits/q_group_size. */
+mx_status mx_model_load_random(json_t *config, int q_bits, int q_group_size, mx_dtype dtype,
+                               uint64_t seed, mx_backend *be, mx_model **out);
+void mx_model_free(mx_model *m);
+const mx_model_config *mx_model_cfg(const mx_model *m);
+mx_backend *mx_model_backend(mx_model *m);
+/* Bytes of weight data the forward pass reads per token (for bandwidth figures). */
+size_t mx_model_weight_bytes(const mx_model *m);
+
+/* Allocate the paged KV cache (n_blocks of block_size positions per layer) and the compute
+ * arena for batches of up to max_tokens tokens. Call once before forward. */
+mx_status mx_model_prepare(mx_model *m, int n_blocks, int block_size, int max_tokens);
+int mx_model_block_size(const mx_model *m);
+int mx_model_n_blocks(const mx_model *m);
+int mx_model_max_tokens(const mx_model *m);   /* batch size limit set by prepare */
+
+typedef struct mx_batch {
+    int n_tokens;
+    const int32_t *tokens;      /* [n_tokens] */
+    const int32_t *pos;         /* [n_tokens] */
+    const int32_t *seq;         /* [n_tokens] row of block_tables */
+    int n_seqs, max_blocks;
+    const int32_t *block_tables;/* [n_seqs, max_blocks] */
+    int n_logits;
+    const int32_t *logit_rows;  /* [n_logits] token rows whose logits are wanted */
+} mx_batch;
+
+/* Run the batch; write logits [n_logits, vocab] (f32, host) to `logits`. KV slots follow from
+ * pos and the block tables. */
+mx_status mx_model_forward(mx_model *m, const mx_batch *b, float *logits);
+
+#endif

@@ -1,0 +1,187 @@
+/* engine/sampler.c: the sampler chain: logit bias, repetition/presence/frequency penalties,
+ * temperature, top-k, top-p, min-p, then a seeded draw (or argmax when greedy). Log-probabilities
+ * are reported under the model's unmodified distribution. Not thread-safe per sampler. */
+#include "mlxcel/engine.h"
+
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct mx_sampler {
+    mx_sampling p;
+    mx_logit_bias *bias;
+    int vocab;
+    uint64_t rng[4];
+    int32_t *idx;       /* [vocab] candidate ids */
+    float *prob;        /* [vocab] */
+    uint16_t *count;    /* [vocab] occurrences in the penalty window */
+    float *raw;         /* [vocab] unmodified logits, kept when logprobs are wanted */
+};
+
+void mx_sampling_default(mx_sampling *s) {
+    memset(s, 0, sizeof *s);
+    s->temperature = 0.8f;
+    s->top_k = 40;
+    s->top_p = 0.95f;
+    s->min_p = 0.05f;
+    s->repeat_penalty = 1.0f;
+    s->repeat_last_n = 64;
+    s->seed = 0xC0FFEEu;
+}
+
+static uint64_t splitmix64(uint64_t *x) {
+    uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+static uint64_t xoshiro(uint64_t *s) {   /* xoshiro256** */
+    uint64_t r = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
+    s[2] ^= s[0]; s[3] ^= s[1]; s[1] ^= s[2]; s[0] ^= s[3]; s[2] ^= t; s[3] = rotl(s[3], 45);
+    return r;
+}
+static double uniform01(uint64_t *s) { return (double)(xoshiro(s) >> 11) * (1.0 / 9007199254740992.0); }
+
+mx_sampler *mx_sampler_new(const mx_sampling *params, int vocab_size) {
+    if (vocab_size <= 0) return NULL;
+    mx_sampler *s = calloc(1, sizeof *s);
+    if (!s) return NULL;
+    s->p = *params;
+    s->vocab = vocab_size;
+    if (params->n_logit_bias > 0) {
+        s->bias = malloc((size_t)params->n_logit_bias * sizeof *s->bias);
+        if (!s->bias) goto fail;
+        memcpy(s->bias, params->logit_bias, (size_t)params->n_logit_bias * sizeof *s->bias);
+    }
+    s->p.logit_bias = s->bias;
+    s->idx = malloc((size_t)vocab_size * sizeof *s->idx);
+    s->prob = malloc((size_t)vocab_size * sizeof *s->prob);
+    s->count = calloc((size_t)vocab_size, sizeof *s->count);
+    s->raw = malloc((size_t)vocab_size * sizeof *s->raw);
+    if (!s->idx || !s->prob || !s->count || !s->raw) goto fail;
+    uint64_t x = params->seed;
+    for (int i = 0; i < 4; i++) s->rng[i] = splitmix64(&x);
+    return s;
+fail:
+    mx_sampler_free(s);
+    return NULL;
+}
+
+void mx_sampler_free(mx_sampler *s) {
+    if (!s) return;
+    free(s->bias); free(s->idx); free(s->prob); free(s->count); free(s->raw);
+    free(s);
+}
+
+static int cmp_desc(const void *a, const void *b, void *ctx) {
+    const float *l = ctx;
+    float x = l[*(const int32_t *)a], y = l[*(const int32_t *)b];
+    if (x > y) return -1;
+    if (x < y) return 1;
+    return *(const int32_t *)a - *(const int32_t *)b;   /* lower id first on ties */
+}
+
+/* Partial selection: move the k largest (by logits) to the front of idx[0..n), sorted. */
+static void top_sorted(int32_t *idx, int n, int k, const float *logits) {
+    if (k > n) k = n;
+    /* simple approach: threshold via nth-element style quickselect, then sort k */
+    int lo = 0, hi = n - 1;
+    while (lo < hi && k < n) {
+        float pivot = logits[idx[(lo + hi) / 2]];
+        int i = lo, j = hi;
+        while (i <= j) {
+            while (logits[idx[i]] > pivot) i++;
+            while (logits[idx[j]] < pivot) j--;
+            if (i <= j) { int32_t t = idx[i]; idx[i] = idx[j]; idx[j] = t; i++; j--; }
+        }
+        if (k - 1 <= j) hi = j;
+        else if (k - 1 >= i) lo = i;
+        else break;
+    }
+    qsort_r(idx, (size_t)k, sizeof *idx, cmp_desc, (void *)logits);
+}
+
+int32_t mx_sampler_sample(mx_sampler *s, float *logits, const int32_t *history, int n_history,
+                          float *chosen_logprob, mx_token_logprob *top) {
+    const int V = s->vocab;
+    const mx_sampling *p = &s->p;
+    /* log-softmax normalizer of the unmodified distribution, if logprobs are wanted */
+    double lse = 0;
+    bool want_lp = chosen_logprob || (top && p->n_logprobs > 0);
+    if (want_lp) {
+        memcpy(s->raw, logits, (size_t)V * sizeof *logits);
+        float mx = -FLT_MAX;
+        for (int i = 0; i < V; i++) if (logits[i] > mx) mx = logits[i];
+        double sum = 0;
+        for (int i = 0; i < V; i++) sum += exp((double)(logits[i] - mx));
+        lse = mx + log(sum);
+        if (top && p->n_logprobs > 0) {
+            int k = p->n_logprobs < V ? p->n_logprobs : V;
+            for (int i = 0; i < V; i++) s->idx[i] = i;
+            top_sorted(s->idx, V, k, logits);
+            for (int i = 0; i < k; i++) { top[i].id = s->idx[i]; top[i].logprob = (float)(logits[s->idx[i]] - lse); }
+        }
+    }
+    /* logit bias */
+    for (int i = 0; i < p->n_logit_bias; i++) {
+        int32_t id = p->logit_bias[i].id;
+        if (id >= 0 && id < V) logits[id] += p->logit_bias[i].bias;
+    }
+    /* penalties over the window */
+    bool rep = p->repeat_penalty != 1.0f && p->repeat_penalty > 0;
+    bool pf = p->presence_penalty != 0 || p->frequency_penalty != 0;
+    if ((rep || pf) && n_history > 0) {
+        int start = 0;
+        if (p->repeat_last_n >= 0 && n_history > p->repeat_last_n) start = n_history - p->repeat_last_n;
+        for (int i = start; i < n_history; i++)
+            if (history[i] >= 0 && history[i] < V && s->count[history[i]] < UINT16_MAX) s->count[history[i]]++;
+        for (int i = start; i < n_history; i++) {
+            int32_t id = history[i];
+            if (id < 0 || id >= V || !s->count[id]) continue;
+            if (rep) logits[id] = logits[id] > 0 ? logits[id] / p->repeat_penalty : logits[id] * p->repeat_penalty;
+            if (pf) logits[id] -= p->frequency_penalty * (float)s->count[id] + p->presence_penalty;
+            s->count[id] = 0;   /* apply once per distinct id; also resets for next call */
+        }
+    }
+    int32_t chosen;
+    if (p->temperature <= 0.0f) {
+        chosen = 0;
+        for (int i = 1; i < V; i++) if (logits[i] > logits[chosen]) chosen = i;
+    } else {
+        int n = V;
+        for (int i = 0; i < V; i++) s->idx[i] = i;
+        int k = (p->top_k > 0 && p->top_k < V) ? p->top_k : V;
+        /* sort candidates (only the top k when top-k is on; else all, needed for top-p) */
+        bool need_sort = k < V || (p->top_p > 0 && p->top_p < 1.0f) || p->min_p > 0;
+        if (need_sort) top_sorted(s->idx, V, k, logits);
+        n = k;
+        float mx = logits[s->idx[0]];
+        if (!need_sort) for (int i = 1; i < n; i++) if (logits[s->idx[i]] > mx) mx = logits[s->idx[i]];
+        double sum = 0;
+        for (int i = 0; i < n; i++) { double e = exp((double)(logits[s->idx[i]] - mx) / p->temperature); s->prob[i] = (float)e; sum += e; }
+        for (int i = 0; i < n; i++) s->prob[i] = (float)(s->prob[i] / sum);
+        if (p->min_p > 0 && p->min_p <= 1.0f) {   /* sorted: prob[0] is the max */
+            float thr = p->min_p * s->prob[0];
+            int m = 1;
+            while (m < n && s->prob[m] >= thr) m++;
+            n = m;
+        }
+        if (p->top_p > 0 && p->top_p < 1.0f) {
+            double c = 0; int m = 0;
+            double tot = 0; for (int i = 0; i < n; i++) tot += s->prob[i];
+            while (m < n) { c += s->prob[m] / tot; m++; if (c >= p->top_p) break; }
+            n = m;
+        }
+        double tot = 0;
+        for (int i = 0; i < n; i++) tot += s->prob[i];
+        double r = uniform01(s->rng) * tot, c = 0;
+        chosen = s->idx[n - 1];
+        for (int i = 0; i < n; i++) { c += s->prob[i]; if (r < c) { chosen = s->idx[i]; break; } }
+    }
+    if (chosen_logprob) {
+        *chosen_logprob = (float)(s->raw[chosen] - lse);
+    }
+    return chosen;
+}

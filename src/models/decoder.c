@@ -1,0 +1,269 @@
+/* models/decoder.c: the pre-norm transformer decoder shared by the Llama-like families, written
+ * once in terms of backend ops, over a batch of tokens from several sequences (each with its own
+ * positions and KV block table). Also mx_model_load / mx_model_load_random, which pick the family
+ * from config.json. Not device code (backend/) and not sampling (engine/). */
+#include "models/decoder.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct layer {
+    mx_weight q, k, v, o, gate, up, down;
+    mx_vec ln1, ln2, q_norm, k_norm;
+} layer;
+
+struct mx_model {
+    mx_model_config cfg;
+    mx_decoder_opts opts;
+    mx_backend *be;
+    mx_checkpoint *ck;          /* NULL for random weights */
+    mx_wsrc src;                /* owns random buffers */
+    mx_weight embed, lm_head;   /* lm_head aliases embed when tied */
+    mx_vec final_norm;
+    layer *layers;
+    float *inv_freq;            /* [rot_dim/2] */
+    mx_rope rope;
+    mx_attn_params attn;
+    size_t weight_bytes;
+    /* set by prepare */
+    int n_blocks, block_size, max_tokens;
+    float *x, *h, *q, *k, *v, *att, *g, *u, *rows, *logits; /* backend buffers */
+    int32_t *slot;              /* host [max_tokens] */
+};
+
+const mx_model_config *mx_model_cfg(const mx_model *m) { return &m->cfg; }
+mx_backend *mx_model_backend(mx_model *m) { return m->be; }
+size_t mx_model_weight_bytes(const mx_model *m) { return m->weight_bytes; }
+int mx_model_block_size(const mx_model *m) { return m->block_size; }
+int mx_model_n_blocks(const mx_model *m) { return m->n_blocks; }
+int mx_model_max_tokens(const mx_model *m) { return m->max_tokens; }
+
+static size_t weight_bytes(const mx_weight *w) {
+    if (w->bits) return (size_t)w->rows * (size_t)(w->cols * w->bits / 32) * 4 + 2 * (size_t)w->rows * (size_t)(w->cols / w->group_size) * mx_dtype_size(w->scale_dtype);
+    return (size_t)w->rows * (size_t)w->cols * mx_dtype_size(w->dtype);
+}
+
+static mx_status prep_w(mx_model *m, mx_weight *w) {
+    m->weight_bytes += weight_bytes(w);
+    return m->be->i->weight_prepare ? m->be->i->weight_prepare(m->be->ctx, w) : MX_OK;
+}
+static mx_status prep_v(mx_model *m, mx_vec *v) {
+    return m->be->i->vec_prepare ? m->be->i->vec_prepare(m->be->ctx, v) : MX_OK;
+}
+
+static void free_buffers(mx_model *m) {
+    const mx_backend_i *bi = m->be->i;
+    float **bufs[] = {&m->x, &m->h, &m->q, &m->k, &m->v, &m->att, &m->g, &m->u, &m->rows, &m->logits};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        if (*bufs[i]) { bi->free(m->be->ctx, *bufs[i]); *bufs[i] = NULL; }
+    free(m->slot);
+    m->slot = NULL;
+}
+
+void mx_model_free(mx_model *m) {
+    if (!m) return;
+    if (m->be) {
+        free_buffers(m);
+        if (m->n_blocks && m->be->i->kv_free) m->be->i->kv_free(m->be->ctx);
+    }
+    free(m->layers);
+    free(m->inv_freq);
+    mx_wsrc_free(&m->src);
+    if (m->ck) mx_ckpt_close(m->ck);
+    free(m);
+}
+
+mx_status mx_decoder_build(json_t *config, const char *dir, mx_wsrc *src, mx_backend *be, mx_model **out) {
+    mx_status st;
+    mx_model *m = calloc(1, sizeof *m);
+    if (!m) return mx_errorf(MX_ERR_NOMEM, "out of memory");
+    m->be = be;
+    m->src = *src;
+    memset(src, 0, sizeof *src);
+    m->ck = m->src.ck;
+    const char *where = dir ? dir : "config";
+    if ((st = mx_parse_common_config(config, dir, &m->cfg))) goto fail;
+    const mx_family *fam = mx_family_find(m->cfg.model_type);
+    if (!fam) {
+        st = mx_errorf(MX_ERR_UNSUPPORTED, "%s: model_type \"%s\" is not supported (supported: %s)", where, m->cfg.model_type, mx_model_arch_names());
+        goto fail;
+    }
+    m->opts.act = MX_ACT_SILU;
+    if ((st = fam->configure(config, where, &m->cfg, &m->opts))) goto fail;
+    const mx_model_config *c = &m->cfg;
+    int H = c->hidden_size, hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads, I = c->intermediate_size;
+    mx_wsrc *s = &m->src;
+    char name[256];
+    if ((st = mx_wsrc_linear(s, "model.embed_tokens", c->vocab_size, H, 0, &m->embed))) goto fail;
+    m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
+    if (!m->layers) { st = mx_errorf(MX_ERR_NOMEM, "out of memory"); goto fail; }
+    int qb = m->opts.qkv_bias ? 1 : 0, ob = m->opts.o_bias ? 1 : 0, mb = m->opts.mlp_bias ? 1 : 0;
+    for (int l = 0; l < c->n_layers; l++) {
+        layer *L = &m->layers[l];
+#define LIN(field, sub, rows, cols, bias) \
+        snprintf(name, sizeof name, "model.layers.%d.%s", l, sub); \
+        if ((st = mx_wsrc_linear(s, name, rows, cols, bias, &L->field))) goto fail; \
+        if ((st = prep_w(m, &L->field))) goto fail;
+#define VEC(field, sub, n) \
+        snprintf(name, sizeof name, "model.layers.%d.%s.weight", l, sub); \
+        if ((st = mx_wsrc_vec(s, name, n, 1.0f, &L->field))) goto fail; \
+        if ((st = prep_v(m, &L->field))) goto fail;
+        LIN(q, "self_attn.q_proj", (int64_t)nh * hd, H, qb)
+        LIN(k, "self_attn.k_proj", (int64_t)nkv * hd, H, qb)
+        LIN(v, "self_attn.v_proj", (int64_t)nkv * hd, H, qb)
+        LIN(o, "self_attn.o_proj", H, (int64_t)nh * hd, ob)
+        LIN(gate, "mlp.gate_proj", I, H, mb)
+        LIN(up, "mlp.up_proj", I, H, mb)
+        LIN(down, "mlp.down_proj", H, I, mb)
+        VEC(ln1, "input_layernorm", H)
+        VEC(ln2, "post_attention_layernorm", H)
+        if (m->opts.qk_norm) {
+            VEC(q_norm, "self_attn.q_norm", hd)
+            VEC(k_norm, "self_attn.k_norm", hd)
+        }
+#undef LIN
+#undef VEC
+    }
+    if ((st = mx_wsrc_vec(s, "model.norm.weight", H, 1.0f, &m->final_norm))) goto fail;
+    if ((st = prep_v(m, &m->final_norm))) goto fail;
+    bool tied = c->tie_word_embeddings;
+    if (m->ck && !tied && !mx_ckpt_find(m->ck, "lm_head.weight")) tied = true;   /* as mlx-lm: no head -> tied */
+    if (tied) {
+        if ((st = prep_w(m, &m->embed))) goto fail;
+        m->lm_head = m->embed;   /* shares the prepared device copy */
+    } else {
+        if ((st = mx_wsrc_linear(s, "lm_head", c->vocab_size, H, 0, &m->lm_head))) goto fail;
+        if ((st = prep_w(m, &m->lm_head))) goto fail;
+        /* the embedding table is only gathered from, not streamed per token */
+        size_t before = m->weight_bytes;
+        if ((st = prep_w(m, &m->embed))) goto fail;
+        m->weight_bytes = before;
+    }
+    if ((st = mx_rope_inv_freq(config, hd, &m->inv_freq))) goto fail;
+    m->rope.rot_dim = hd;
+    m->rope.inv_freq = m->inv_freq;
+    m->rope.attn_factor = 1.0f;
+    m->attn.n_heads = nh;
+    m->attn.n_kv_heads = nkv;
+    m->attn.head_dim = hd;
+    m->attn.scale = 1.0f / sqrtf((float)hd);
+    m->attn.sliding_window = m->opts.sliding_window;
+    *out = m;
+    return MX_OK;
+fail:
+    mx_model_free(m);
+    return st;
+}
+
+mx_status mx_model_load(const char *dir, mx_backend *be, mx_model **out) {
+    mx_checkpoint *ck = NULL;
+    mx_status st = mx_ckpt_open(dir, &ck);
+    if (st) return st;
+    mx_wsrc src = {0};
+    src.ck = ck;
+    return mx_decoder_build(mx_ckpt_config(ck), dir, &src, be, out);
+}
+
+mx_status mx_model_load_random(json_t *config, int q_bits, int q_group_size, mx_dtype dtype,
+                               uint64_t seed, mx_backend *be, mx_model **out) {
+    mx_wsrc src = {0};
+    if (q_bits && !((q_bits >= 2 && q_bits <= 6) || q_bits == 8))
+        return mx_errorf(MX_ERR_UNSUPPORTED, "--q-bits %d is not supported (2, 3, 4, 5, 6, 8)", q_bits);
+    if (q_bits && q_group_size != 32 && q_group_size != 64 && q_group_size != 128)
+        return mx_errorf(MX_ERR_UNSUPPORTED, "--q-group-size %d is not supported (32, 64, 128)", q_group_size);
+    src.q_bits = q_bits;
+    src.q_group = q_group_size;
+    src.dtype = dtype;
+    src.rng = seed ? seed : 1;
+    mx_status st = mx_decoder_build(config, NULL, &src, be, out);
+    if (st == MX_OK) {
+        (*out)->cfg.q_bits = q_bits;
+        (*out)->cfg.q_group_size = q_bits ? q_group_size : 0;
+    }
+    return st;
+}
+
+mx_status mx_model_prepare(mx_model *m, int n_blocks, int block_size, int max_tokens) {
+    const mx_backend_i *bi = m->be->i;
+    void *bc = m->be->ctx;
+    const mx_model_config *c = &m->cfg;
+    if (n_blocks <= 0 || block_size <= 0 || max_tokens <= 0) return mx_errorf(MX_ERR_INVALID_ARG, "bad KV cache geometry");
+    if (m->n_blocks) return mx_errorf(MX_ERR_INVALID_ARG, "model already prepared");
+    mx_kv_desc kd = {c->n_layers, c->n_kv_heads, c->head_dim, block_size, n_blocks, MX_DTYPE_F32};
+    mx_status st = bi->kv_init(bc, &kd);
+    if (st) return st;
+    m->n_blocks = n_blocks;
+    m->block_size = block_size;
+    m->max_tokens = max_tokens;
+    size_t T = (size_t)max_tokens, H = (size_t)c->hidden_size;
+    size_t qd = (size_t)c->n_heads * c->head_dim, kvd = (size_t)c->n_kv_heads * c->head_dim;
+    size_t I = (size_t)c->intermediate_size;
+    size_t att = qd > H ? qd : H;
+#define ALLOC(f, n) if (!(m->f = bi->alloc(bc, (n) * sizeof(float)))) goto nomem;
+    ALLOC(x, T * H) ALLOC(h, T * att) ALLOC(q, T * qd) ALLOC(k, T * kvd) ALLOC(v, T * kvd)
+    ALLOC(att, T * att) ALLOC(g, T * I) ALLOC(u, T * I) ALLOC(rows, T * H)
+    ALLOC(logits, T * (size_t)c->vocab_size)
+#undef ALLOC
+    m->slot = malloc(T * sizeof *m->slot);
+    if (!m->slot) goto nomem;
+    return MX_OK;
+nomem:
+    free_buffers(m);
+    return mx_errorf(MX_ERR_NOMEM, "out of memory allocating activations for %d tokens", max_tokens);
+}
+
+mx_status mx_model_forward(mx_model *m, const mx_batch *b, float *logits_host) {
+    const mx_backend_i *bi = m->be->i;
+    void *bc = m->be->ctx;
+    const mx_model_config *c = &m->cfg;
+    const int n = b->n_tokens;
+    if (!m->n_blocks) return mx_errorf(MX_ERR_INVALID_ARG, "model not prepared");
+    if (n <= 0 || n > m->max_tokens) return mx_errorf(MX_ERR_RANGE, "batch of %d tokens (limit %d)", n, m->max_tokens);
+    if (b->n_logits < 0 || b->n_logits > n) return mx_errorf(MX_ERR_RANGE, "bad logit row count");
+    for (int i = 0; i < n; i++) {
+        int32_t t = b->tokens[i], p = b->pos[i], s = b->seq[i];
+        if (t < 0 || t >= c->vocab_size) return mx_errorf(MX_ERR_RANGE, "token id %d is outside the vocabulary (%d)", t, c->vocab_size);
+        if (s < 0 || s >= b->n_seqs) return mx_errorf(MX_ERR_RANGE, "bad sequence index %d", s);
+        if (p < 0 || p / m->block_size >= b->max_blocks) return mx_errorf(MX_ERR_RANGE, "position %d outside the sequence's blocks", p);
+        int32_t blk = b->block_tables[(size_t)s * b->max_blocks + p / m->block_size];
+        if (blk < 0 || blk >= m->n_blocks) return mx_errorf(MX_ERR_RANGE, "bad KV block %d", blk);
+        m->slot[i] = blk * m->block_size + p % m->block_size;
+    }
+    for (int i = 0; i < b->n_logits; i++)
+        if (b->logit_rows[i] < 0 || b->logit_rows[i] >= n) return mx_errorf(MX_ERR_RANGE, "bad logit row");
+    mx_attn_meta meta = {n, b->pos, m->slot, b->seq, b->n_seqs, b->max_blocks, b->block_tables};
+    const int H = c->hidden_size, hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads, I = c->intermediate_size;
+    const float eps = c->norm_eps;
+
+    bi->embed(bc, &m->embed, b->tokens, n, m->x);
+    for (int l = 0; l < c->n_layers; l++) {
+        layer *L = &m->layers[l];
+        bi->rmsnorm(bc, m->x, &L->ln1, eps, 0.0f, m->h, n, H);
+        bi->matmul(bc, &L->q, m->h, m->q, n);
+        bi->matmul(bc, &L->k, m->h, m->k, n);
+        bi->matmul(bc, &L->v, m->h, m->v, n);
+        if (m->opts.qk_norm) {
+            bi->rmsnorm(bc, m->q, &L->q_norm, eps, 0.0f, m->q, n * nh, hd);
+            bi->rmsnorm(bc, m->k, &L->k_norm, eps, 0.0f, m->k, n * nkv, hd);
+        }
+        bi->rope(bc, m->q, n, nh, hd, &m->rope, &meta);
+        bi->rope(bc, m->k, n, nkv, hd, &m->rope, &meta);
+        bi->attention(bc, l, m->q, m->k, m->v, m->att, &m->attn, &meta);
+        bi->matmul(bc, &L->o, m->att, m->h, n);
+        bi->add(bc, m->x, m->h, m->x, (int64_t)n * H);
+        bi->rmsnorm(bc, m->x, &L->ln2, eps, 0.0f, m->h, n, H);
+        bi->matmul(bc, &L->gate, m->h, m->g, n);
+        bi->matmul(bc, &L->up, m->h, m->u, n);
+        bi->act_mul(bc, m->opts.act, m->g, m->u, I, m->g, n, I);
+        bi->matmul(bc, &L->down, m->g, m->h, n);
+        bi->add(bc, m->x, m->h, m->x, (int64_t)n * H);
+    }
+    if (b->n_logits == 0) { bi->sync(bc); return MX_OK; }
+    bi->gather_rows(bc, m->x, b->logit_rows, b->n_logits, H, m->rows);
+    bi->rmsnorm(bc, m->rows, &m->final_norm, eps, 0.0f, m->rows, b->n_logits, H);
+    bi->matmul(bc, &m->lm_head, m->rows, m->logits, b->n_logits);
+    bi->read(bc, logits_host, m->logits, (size_t)b->n_logits * c->vocab_size * sizeof(float));
+    return MX_OK;
+}
