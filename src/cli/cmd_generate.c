@@ -91,6 +91,8 @@ int cmd_generate(int argc, char **argv) {
     char *text = NULL;
     mx_status st;
     if ((st = cli_resolve_model(model_arg, &dir))) { rc = cli_fail("generate", NULL); goto done; }
+    if ((st = cli_backend_init(&be))) { rc = cli_fail("generate", "backend"); goto done; }
+    if ((st = mx_model_load(dir, &be, &m))) { rc = cli_fail("generate", NULL); goto done; }
     if ((st = mx_tokenizer_load(dir, &tok))) { rc = cli_fail("generate", "tokenizer"); goto done; }
     if (prompt_ids_s) {
         if (!cli_parse_ids("--prompt-ids", prompt_ids_s, &ids, &n_ids)) { rc = 2; goto done; }
@@ -99,8 +101,6 @@ int cmd_generate(int argc, char **argv) {
         if ((st = cli_prompt_ids(tok, dir, prompt, !no_tmpl, &ids, &n_ids, &templated))) { rc = cli_fail("generate", "prompt"); goto done; }
         if (n_ids == 0) { fprintf(stderr, "mlxcel generate: the prompt encodes to no tokens\n"); rc = 2; goto done; }
     }
-    if ((st = cli_backend_init(&be))) { rc = cli_fail("generate", "backend"); goto done; }
-    if ((st = mx_model_load(dir, &be, &m))) { rc = cli_fail("generate", NULL); goto done; }
     const mx_model_config *c = mx_model_cfg(m);
     for (int i = 0; i < n_ids; i++)
         if (ids[i] < 0 || ids[i] >= c->vocab_size) { fprintf(stderr, "mlxcel generate: prompt token id %d is outside the vocabulary (%d)\n", ids[i], c->vocab_size); rc = 2; goto done; }

@@ -1,0 +1,200 @@
+/* cli/cmd_bench.c: `mlxcel bench`, in the spirit of llama-bench: prompt processing (ppN: one
+ * forward of N tokens) and token generation (tgN: N single-token steps from an empty context,
+ * optionally for B sequences at once) in tokens per second, mean and deviation over repetitions.
+ * Takes a model directory, or a config.json with --random to time a shape without its weights. */
+#include "cli/cli.h"
+#include "cli/model_open.h"
+
+#include "mlxcel/model.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void usage(FILE *f) {
+    fprintf(f,
+        "usage: mlxcel bench (-m MODEL | --config CONFIG.json --random [--q-bits B --q-group-size G | --dtype D])\n"
+        "                    [-p N] [-n N] [-b B] [-t THREADS] [-r REPS] [--json]\n\n"
+        "  -m, --model MODEL      model directory\n"
+        "      --config FILE      config.json of the shape to time (with --random)\n"
+        "      --random           random weights built in memory (no checkpoint needed)\n"
+        "      --q-bits B         random weights: MLX affine bits (2,3,4,5,6,8); default dense\n"
+        "      --q-group-size G   random weights: group size (32, 64, 128; default 64)\n"
+        "      --dtype D          random dense weights: bf16 (default), f16, f32\n"
+        "  -p, --n-prompt N       prompt tokens for the pp test (default 512; 0 skips it)\n"
+        "  -n, --n-gen N          generated tokens for the tg test (default 128; 0 skips it)\n"
+        "  -b, --batch B          sequences decoded together in the tg test (default 1)\n"
+        "  -t, --threads N        CPU threads (default: all cores)\n"
+        "  -r, --repetitions N    repetitions (default 3)\n"
+        "      --json             print results as JSON\n");
+}
+
+typedef struct result { char test[32]; double mean, sd; int n_tokens; } result;
+
+static void stats(const double *v, int n, double *mean, double *sd) {
+    double s = 0, q = 0;
+    for (int i = 0; i < n; i++) s += v[i];
+    *mean = s / n;
+    for (int i = 0; i < n; i++) q += (v[i] - *mean) * (v[i] - *mean);
+    *sd = n > 1 ? sqrt(q / (n - 1)) : 0;
+}
+
+int cmd_bench(int argc, char **argv) {
+    const char *model_arg = NULL, *config_path = NULL, *dtype_s = "bf16";
+    bool random = false, json = false;
+    long long q_bits = 0, q_group = 64, n_prompt = 512, n_gen = 128, batch = 1, threads = 0, reps = 3;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+#define NEED() do { if (!v) { fprintf(stderr, "mlxcel bench: %s needs a value\n", a); return 2; } i++; } while (0)
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
+        else if (!strcmp(a, "-m") || !strcmp(a, "--model")) { NEED(); model_arg = v; }
+        else if (!strcmp(a, "--config")) { NEED(); config_path = v; }
+        else if (!strcmp(a, "--random")) random = true;
+        else if (!strcmp(a, "--q-bits")) { NEED(); if (!cli_parse_int(a, v, 2, 8, &q_bits)) return 2; }
+        else if (!strcmp(a, "--q-group-size")) { NEED(); if (!cli_parse_int(a, v, 32, 128, &q_group)) return 2; }
+        else if (!strcmp(a, "--dtype")) { NEED(); dtype_s = v; }
+        else if (!strcmp(a, "-p") || !strcmp(a, "--n-prompt")) { NEED(); if (!cli_parse_int(a, v, 0, 65536, &n_prompt)) return 2; }
+        else if (!strcmp(a, "-n") || !strcmp(a, "--n-gen")) { NEED(); if (!cli_parse_int(a, v, 0, 65536, &n_gen)) return 2; }
+        else if (!strcmp(a, "-b") || !strcmp(a, "--batch")) { NEED(); if (!cli_parse_int(a, v, 1, 4096, &batch)) return 2; }
+        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { NEED(); if (!cli_parse_int(a, v, 1, 1024, &threads)) return 2; }
+        else if (!strcmp(a, "-r") || !strcmp(a, "--repetitions")) { NEED(); if (!cli_parse_int(a, v, 1, 1000, &reps)) return 2; }
+        else if (!strcmp(a, "--json")) json = true;
+        else { fprintf(stderr, "mlxcel bench: unknown option '%s' (see mlxcel bench --help)\n", a); return 2; }
+#undef NEED
+    }
+    if (!model_arg == !config_path) { fprintf(stderr, "mlxcel bench: give -m MODEL or --config CONFIG.json --random\n"); return 2; }
+    if (config_path && !random) { fprintf(stderr, "mlxcel bench: --config needs --random (weights are generated)\n"); return 2; }
+    if (random && !config_path) { fprintf(stderr, "mlxcel bench: --random needs --config CONFIG.json\n"); return 2; }
+    if (n_prompt == 0 && n_gen == 0) { fprintf(stderr, "mlxcel bench: nothing to do (-p 0 -n 0)\n"); return 2; }
+    mx_dtype dtype;
+    if (!strcmp(dtype_s, "bf16")) dtype = MX_DTYPE_BF16;
+    else if (!strcmp(dtype_s, "f16")) dtype = MX_DTYPE_F16;
+    else if (!strcmp(dtype_s, "f32")) dtype = MX_DTYPE_F32;
+    else { fprintf(stderr, "mlxcel bench: --dtype must be bf16, f16 or f32\n"); return 2; }
+    if (threads > 0) mx_pool_global_set_threads((int)threads);
+
+    int rc = 1;
+    char *dir = NULL;
+    json_t *cfg = NULL;
+    mx_backend be = {0};
+    mx_model *m = NULL;
+    int32_t *tok = NULL, *pos = NULL, *seq = NULL, *tables = NULL, *rows = NULL;
+    float *logits = NULL;
+    double *samples = NULL;
+    result res[2];
+    int n_res = 0;
+    char label[256];
+    if (cli_backend_init(&be)) { rc = cli_fail("bench", "backend"); goto done; }
+    if (random) {
+        json_error_t err;
+        cfg = json_load_file(config_path, 0, &err);
+        if (!cfg) { fprintf(stderr, "mlxcel bench: %s: %s (line %d)\n", config_path, err.text, err.line); rc = 2; goto done; }
+        if (mx_model_load_random(cfg, (int)q_bits, (int)q_group, dtype, 1234, &be, &m)) { rc = cli_fail("bench", NULL); goto done; }
+        if (q_bits) snprintf(label, sizeof label, "%s random q%lld/g%lld", mx_model_cfg(m)->model_type, q_bits, q_group);
+        else snprintf(label, sizeof label, "%s random %s", mx_model_cfg(m)->model_type, dtype_s);
+    } else {
+        if (cli_resolve_model(model_arg, &dir)) { rc = cli_fail("bench", NULL); goto done; }
+        if (mx_model_load(dir, &be, &m)) { rc = cli_fail("bench", NULL); goto done; }
+        const mx_model_config *c = mx_model_cfg(m);
+        const char *base = strrchr(dir, '/');
+        base = base && base[1] ? base + 1 : dir;
+        if (c->q_bits) snprintf(label, sizeof label, "%s (%s q%d/g%d)", base, c->model_type, c->q_bits, c->q_group_size);
+        else snprintf(label, sizeof label, "%s (%s)", base, c->model_type);
+    }
+    const mx_model_config *c = mx_model_cfg(m);
+    const int V = c->vocab_size;
+    int B = (int)batch;
+    int ctx = (int)(n_prompt > n_gen ? n_prompt : n_gen);
+    if (ctx < 1) ctx = 1;
+    const int bs = 16;
+    int blocks_per_seq = (ctx + bs - 1) / bs;
+    int max_tokens = (int)(n_prompt > B ? n_prompt : B);
+    if (max_tokens > 2048) max_tokens = 2048;
+    if (mx_model_prepare(m, blocks_per_seq * B, bs, max_tokens)) { rc = cli_fail("bench", NULL); goto done; }
+    tok = malloc((size_t)max_tokens * sizeof *tok);
+    pos = malloc((size_t)max_tokens * sizeof *pos);
+    seq = malloc((size_t)max_tokens * sizeof *seq);
+    rows = malloc((size_t)max_tokens * sizeof *rows);
+    tables = malloc((size_t)B * blocks_per_seq * sizeof *tables);
+    logits = malloc((size_t)(B > 1 ? B : 1) * V * sizeof *logits);
+    samples = malloc((size_t)reps * sizeof *samples);
+    if (!tok || !pos || !seq || !rows || !tables || !logits || !samples) { fprintf(stderr, "mlxcel bench: out of memory\n"); goto done; }
+    for (int i = 0; i < B * blocks_per_seq; i++) tables[i] = i;
+    uint64_t rng = 42;
+#define RAND_TOK() ((int32_t)((rng = rng * 6364136223846793005ull + 1442695040888963407ull) >> 33) % V)
+    /* warm-up: a short prefill and two decode steps */
+    for (int w = 0; w < 1; w++) {
+        int k = max_tokens < 16 ? max_tokens : 16;
+        for (int i = 0; i < k; i++) { tok[i] = RAND_TOK(); pos[i] = i; seq[i] = 0; }
+        rows[0] = k - 1;
+        mx_batch b = {k, tok, pos, seq, B, blocks_per_seq, tables, 1, rows};
+        if (mx_model_forward(m, &b, logits)) { rc = cli_fail("bench", NULL); goto done; }
+    }
+    if (n_prompt > 0) {
+        for (int r = 0; r < reps; r++) {
+            double t0 = mx_time_s();
+            for (int off = 0; off < n_prompt; off += max_tokens) {
+                int k = (int)(n_prompt - off < max_tokens ? n_prompt - off : max_tokens);
+                for (int i = 0; i < k; i++) { tok[i] = RAND_TOK(); pos[i] = off + i; seq[i] = 0; }
+                rows[0] = k - 1;
+                mx_batch b = {k, tok, pos, seq, B, blocks_per_seq, tables, off + k == n_prompt ? 1 : 0, rows};
+                if (mx_model_forward(m, &b, logits)) { rc = cli_fail("bench", NULL); goto done; }
+            }
+            samples[r] = (double)n_prompt / (mx_time_s() - t0);
+        }
+        snprintf(res[n_res].test, sizeof res[n_res].test, "pp%lld", n_prompt);
+        res[n_res].n_tokens = (int)n_prompt;
+        stats(samples, (int)reps, &res[n_res].mean, &res[n_res].sd);
+        n_res++;
+    }
+    if (n_gen > 0) {
+        for (int r = 0; r < reps; r++) {
+            for (int s = 0; s < B; s++) tok[s] = RAND_TOK();
+            double t0 = mx_time_s();
+            for (int step = 0; step < n_gen; step++) {
+                for (int s = 0; s < B; s++) { pos[s] = step; seq[s] = s; rows[s] = s; }
+                mx_batch b = {B, tok, pos, seq, B, blocks_per_seq, tables, B, rows};
+                if (mx_model_forward(m, &b, logits)) { rc = cli_fail("bench", NULL); goto done; }
+                for (int s = 0; s < B; s++) {   /* greedy next token */
+                    const float *l = logits + (size_t)s * V;
+                    int best = 0;
+                    for (int j = 1; j < V; j++) if (l[j] > l[best]) best = j;
+                    tok[s] = best;
+                }
+            }
+            samples[r] = (double)n_gen * B / (mx_time_s() - t0);
+        }
+        if (B > 1) snprintf(res[n_res].test, sizeof res[n_res].test, "tg%lld x%d", n_gen, B);
+        else snprintf(res[n_res].test, sizeof res[n_res].test, "tg%lld", n_gen);
+        res[n_res].n_tokens = (int)n_gen * B;
+        stats(samples, (int)reps, &res[n_res].mean, &res[n_res].sd);
+        n_res++;
+    }
+    double mib = (double)mx_model_weight_bytes(m) / (1024.0 * 1024.0);
+    int nthreads = mx_pool_size(mx_pool_global());
+    if (json) {
+        json_t *arr = json_array();
+        for (int i = 0; i < n_res; i++)
+            json_array_append_new(arr, json_pack("{s:s, s:f, s:f, s:i}", "test", res[i].test, "tps", res[i].mean, "tps_sd", res[i].sd, "tokens", res[i].n_tokens));
+        json_t *o = json_pack("{s:s, s:f, s:s, s:i, s:i, s:i, s:o}", "model", label, "size_mib", mib,
+                              "backend", be.i->name, "threads", nthreads, "batch", B, "repetitions", (int)reps, "results", arr);
+        char *s = json_dumps(o, JSON_INDENT(2));
+        printf("%s\n", s);
+        free(s);
+        json_decref(o);
+    } else {
+        printf("| %-40s | %10s | %7s | %7s | %12s | %18s |\n", "model", "size", "backend", "threads", "test", "t/s");
+        printf("| %-40s | %10s | %7s | %7s | %12s | %18s |\n", "----------------------------------------", "---------:", "------", "------:", "-----------:", "-----------------:");
+        for (int i = 0; i < n_res; i++)
+            printf("| %-40s | %6.1f MiB | %7s | %7d | %12s | %10.2f ± %5.2f |\n", label, mib, be.i->name, nthreads, res[i].test, res[i].mean, res[i].sd);
+    }
+    rc = 0;
+done:
+    free(tok); free(pos); free(seq); free(rows); free(tables); free(logits); free(samples);
+    mx_model_free(m);
+    if (be.i) cli_backend_free(&be);
+    json_decref(cfg);
+    free(dir);
+    return rc;
+}
