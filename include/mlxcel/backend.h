@@ -117,7 +117,15 @@ typedef struct mx_backend_i {
     void (*gather_rows)(void *ctx, const float *src, const int32_t *rows_host, int n, int d, float *dst);
     /* y = softcap * tanh(x / softcap) */
     void (*softcap)(void *ctx, float *x, float cap, int64_t count);
+    /* Precision of the following matmuls (optional, may be NULL): MX_PREC_EXACT for decode rows
+     * (f32 math, results independent of the batch), MX_PREC_FAST for prompt rows (a backend may
+     * round activations, e.g. int8/bf16, but each row's result must not depend on the other rows
+     * of the call), MX_PREC_AUTO to go back to the backend's default. A backend told to be exact
+     * everywhere (MLXCEL_PRECISE=1, mx_backend_cpu_set_precise) ignores MX_PREC_FAST. */
+    void (*set_precision)(void *ctx, int mode);
 } mx_backend_i;
+
+enum { MX_PREC_AUTO = 0, MX_PREC_EXACT = 1, MX_PREC_FAST = 2 };
 
 typedef struct mx_backend {
     const mx_backend_i *i;
@@ -127,5 +135,9 @@ typedef struct mx_backend {
 /* CPU backend: uses the global thread pool (mx_pool_global). */
 mx_status mx_backend_cpu_init(mx_backend *out);
 void mx_backend_cpu_free(mx_backend *b);
+/* Precise mode: every op uses exact f32 arithmetic (for logits parity tests). Off by default,
+ * where matmuls over many tokens may round activations to int8/bf16 for speed. The environment
+ * variable MLXCEL_PRECISE=1 turns it on at init. No-op on a non-CPU backend. */
+void mx_backend_cpu_set_precise(mx_backend *b, bool precise);
 
 #endif

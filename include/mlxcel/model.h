@@ -66,6 +66,10 @@ typedef struct mx_batch {
     const int32_t *block_tables;/* [n_seqs, max_blocks] */
     int n_logits;
     const int32_t *logit_rows;  /* [n_logits] token rows whose logits are wanted */
+    int n_decode;               /* the first n_decode tokens are decode steps (one per sequence):
+                                 * their matmuls run exact; the other (prompt) rows may take the
+                                 * backend's fast path. Either way a row's result never depends on
+                                 * the rest of the batch, so greedy output is batch-independent. */
 } mx_batch;
 
 /* Run the batch; write logits [n_logits, vocab] (f32, host) to `logits`. KV slots follow from

@@ -154,7 +154,7 @@ int cmd_bench(int argc, char **argv) {
             double t0 = mx_time_s();
             for (int step = 0; step < n_gen; step++) {
                 for (int s = 0; s < B; s++) { pos[s] = step; seq[s] = s; rows[s] = s; }
-                mx_batch b = {B, tok, pos, seq, B, blocks_per_seq, tables, B, rows};
+                mx_batch b = {B, tok, pos, seq, B, blocks_per_seq, tables, B, rows, B};
                 if (mx_model_forward(m, &b, logits)) { rc = cli_fail("bench", NULL); goto done; }
                 for (int s = 0; s < B; s++) {   /* greedy next token */
                     const float *l = logits + (size_t)s * V;

@@ -40,7 +40,7 @@ static void seq_free(seq_state *s) { free(s->table); free(s->tok); free(s->pos);
 
 /* Forward ids[0..n) at positions start..; logits for the last token (or all when all_logits). */
 static mx_status run_chunked(mx_model *m, seq_state *s, const int32_t *ids, int n, int start,
-                             int chunk, float *logits, bool all_logits) {
+                             int chunk, float *logits, bool all_logits, bool decode) {
     const int V = mx_model_cfg(m)->vocab_size;
     for (int off = 0; off < n; off += chunk) {
         int k = n - off < chunk ? n - off : chunk;
@@ -57,7 +57,8 @@ static mx_status run_chunked(mx_model *m, seq_state *s, const int32_t *ids, int 
         } else if (off + k == n) {
             rows[0] = k - 1; n_logits = 1;
         }
-        mx_batch b = {k, s->tok, s->pos, s->seq, 1, s->max_blocks, s->table, n_logits, rowp};
+        /* a lone token after the prompt is a decode step */
+        mx_batch b = {k, s->tok, s->pos, s->seq, 1, s->max_blocks, s->table, n_logits, rowp, decode ? 1 : 0};
         mx_status st = mx_model_forward(m, &b, all_logits ? logits + (size_t)off * V : logits);
         free(all);
         if (st) return st;
@@ -87,7 +88,7 @@ mx_status mx_generate(mx_model *m, const int32_t *prompt, int n_prompt, const mx
     if (chunk > s.cap) chunk = s.cap;
     if (chunk > mx_model_max_tokens(m)) chunk = mx_model_max_tokens(m);
     double t0 = mx_time_s();
-    if ((st = run_chunked(m, &s, prompt, n_prompt, 0, chunk, logits, false))) goto done;
+    if ((st = run_chunked(m, &s, prompt, n_prompt, 0, chunk, logits, false, false))) goto done;
     double t1 = mx_time_s();
     stats->prompt_tokens = n_prompt;
     stats->prompt_s = t1 - t0;
@@ -101,7 +102,7 @@ mx_status mx_generate(mx_model *m, const int32_t *prompt, int n_prompt, const mx
         if (cb && !cb(ud, id)) break;
         if (eos && !o->ignore_eos) { stats->hit_eos = true; break; }
         if (i + 1 == o->n_predict) break;
-        if ((st = run_chunked(m, &s, &id, 1, n_hist - 1, 1, logits, false))) goto done;
+        if ((st = run_chunked(m, &s, &id, 1, n_hist - 1, 1, logits, false, true))) goto done;
     }
     stats->decode_s = mx_time_s() - t1;
     *n_out = n_hist - n_prompt;
@@ -128,7 +129,7 @@ mx_status mx_teacher_logits(mx_model *m, const int32_t *ids, int n, int chunk, f
     mx_status st = seq_init(m, &s, cap);
     float *l = malloc((size_t)n * V * sizeof *l);
     if (!st && !l) st = mx_errorf(MX_ERR_NOMEM, "out of memory");
-    if (!st) st = run_chunked(m, &s, ids, n, 0, cap, l, true);
+    if (!st) st = run_chunked(m, &s, ids, n, 0, cap, l, true, false);
     seq_free(&s);
     if (st) { free(l); return st; }
     *logits = l;

@@ -214,6 +214,22 @@ nomem:
     return mx_errorf(MX_ERR_NOMEM, "out of memory allocating activations for %d tokens", max_tokens);
 }
 
+/* y = x W^T with decode rows [0, nd) exact and prompt rows [nd, n) on the fast path. */
+static void mm(mx_model *m, const mx_weight *w, const float *x, float *y, int n, int nd) {
+    const mx_backend_i *bi = m->be->i;
+    void *bc = m->be->ctx;
+    if (!bi->set_precision) { bi->matmul(bc, w, x, y, n); return; }
+    if (nd > 0) {
+        bi->set_precision(bc, MX_PREC_EXACT);
+        bi->matmul(bc, w, x, y, nd);
+    }
+    if (n > nd) {
+        bi->set_precision(bc, MX_PREC_FAST);
+        bi->matmul(bc, w, x + (size_t)nd * w->cols, y + (size_t)nd * w->rows, n - nd);
+    }
+    bi->set_precision(bc, MX_PREC_AUTO);
+}
+
 mx_status mx_model_forward(mx_model *m, const mx_batch *b, float *logits_host) {
     const mx_backend_i *bi = m->be->i;
     void *bc = m->be->ctx;
@@ -222,6 +238,8 @@ mx_status mx_model_forward(mx_model *m, const mx_batch *b, float *logits_host) {
     if (!m->n_blocks) return mx_errorf(MX_ERR_INVALID_ARG, "model not prepared");
     if (n <= 0 || n > m->max_tokens) return mx_errorf(MX_ERR_RANGE, "batch of %d tokens (limit %d)", n, m->max_tokens);
     if (b->n_logits < 0 || b->n_logits > n) return mx_errorf(MX_ERR_RANGE, "bad logit row count");
+    if (b->n_decode < 0 || b->n_decode > n) return mx_errorf(MX_ERR_RANGE, "bad decode row count");
+    const int nd = b->n_decode;
     for (int i = 0; i < n; i++) {
         int32_t t = b->tokens[i], p = b->pos[i], s = b->seq[i];
         if (t < 0 || t >= c->vocab_size) return mx_errorf(MX_ERR_RANGE, "token id %d is outside the vocabulary (%d)", t, c->vocab_size);
@@ -241,9 +259,9 @@ mx_status mx_model_forward(mx_model *m, const mx_batch *b, float *logits_host) {
     for (int l = 0; l < c->n_layers; l++) {
         layer *L = &m->layers[l];
         bi->rmsnorm(bc, m->x, &L->ln1, eps, 0.0f, m->h, n, H);
-        bi->matmul(bc, &L->q, m->h, m->q, n);
-        bi->matmul(bc, &L->k, m->h, m->k, n);
-        bi->matmul(bc, &L->v, m->h, m->v, n);
+        mm(m, &L->q, m->h, m->q, n, nd);
+        mm(m, &L->k, m->h, m->k, n, nd);
+        mm(m, &L->v, m->h, m->v, n, nd);
         if (m->opts.qk_norm) {
             bi->rmsnorm(bc, m->q, &L->q_norm, eps, 0.0f, m->q, n * nh, hd);
             bi->rmsnorm(bc, m->k, &L->k_norm, eps, 0.0f, m->k, n * nkv, hd);
@@ -251,19 +269,19 @@ mx_status mx_model_forward(mx_model *m, const mx_batch *b, float *logits_host) {
         bi->rope(bc, m->q, n, nh, hd, &m->rope, &meta);
         bi->rope(bc, m->k, n, nkv, hd, &m->rope, &meta);
         bi->attention(bc, l, m->q, m->k, m->v, m->att, &m->attn, &meta);
-        bi->matmul(bc, &L->o, m->att, m->h, n);
+        mm(m, &L->o, m->att, m->h, n, nd);
         bi->add(bc, m->x, m->h, m->x, (int64_t)n * H);
         bi->rmsnorm(bc, m->x, &L->ln2, eps, 0.0f, m->h, n, H);
-        bi->matmul(bc, &L->gate, m->h, m->g, n);
-        bi->matmul(bc, &L->up, m->h, m->u, n);
+        mm(m, &L->gate, m->h, m->g, n, nd);
+        mm(m, &L->up, m->h, m->u, n, nd);
         bi->act_mul(bc, m->opts.act, m->g, m->u, I, m->g, n, I);
-        bi->matmul(bc, &L->down, m->g, m->h, n);
+        mm(m, &L->down, m->g, m->h, n, nd);
         bi->add(bc, m->x, m->h, m->x, (int64_t)n * H);
     }
     if (b->n_logits == 0) { bi->sync(bc); return MX_OK; }
     bi->gather_rows(bc, m->x, b->logit_rows, b->n_logits, H, m->rows);
     bi->rmsnorm(bc, m->rows, &m->final_norm, eps, 0.0f, m->rows, b->n_logits, H);
-    bi->matmul(bc, &m->lm_head, m->rows, m->logits, b->n_logits);
+    mm(m, &m->lm_head, m->rows, m->logits, b->n_logits, b->n_logits);  /* logits: exact */
     bi->read(bc, logits_host, m->logits, (size_t)b->n_logits * c->vocab_size * sizeof(float));
     return MX_OK;
 }

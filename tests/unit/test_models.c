@@ -57,7 +57,9 @@ static void check_logits(mx_model *m, const mx_st_tensor *ids, const mx_st_tenso
     int n = (int)ids->shape[0], V = (int)gold->shape[1];
     TREQUIRE(V == mx_model_cfg(m)->vocab_size && gold->shape[0] == n, "%s: golden shape", what);
     float *l = NULL;
+    mx_backend_cpu_set_precise(&g_be, true);   /* parity of the exact path, as `mlxcel logits` */
     mx_status st = mx_teacher_logits(m, ids->data, n, 0, &l);
+    mx_backend_cpu_set_precise(&g_be, false);
     TREQUIRE(st == MX_OK, "%s: logits: %s", what, mx_last_error());
     double e = rel_err(l, gold->data, n, V);
     if (getenv("MLXCEL_TEST_VERBOSE")) fprintf(stderr, "%s: rel err %.3g\n", what, e);
