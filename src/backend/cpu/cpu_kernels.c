@@ -1,0 +1,557 @@
+/* cpu_kernels.c: SIMD matmul kernels of the CPU backend (AVX-512; the portable path is the exact
+ * reference in cpu_matmul.c).
+ *
+ *  - gemv (any n, used for n < fast_min_n or in precise mode): exact f32. Per row and group the
+ *    packed weights are unpacked to floats in a small L1 buffer (in a format-friendly order; the
+ *    activations are permuted the same way once per call), dotted with every token in f32 FMA,
+ *    scaled by the group scale; the group bias term is bias[g] * sum(x in group).
+ *  - int8 GEMM (quantized weights, n >= fast_min_n, not precise): activations are quantized to
+ *    int8 per token and group (absmax/127), the unsigned q values of a 16-row tile are unpacked
+ *    once into a VNNI layout ([k/4][16 rows][4]) and reused for every token with vpdpbusd.
+ *  - f32 GEMM (dense weights, n >= 8, any mode; exact): 16-row tiles converted to f32 in a
+ *    [k][16] layout, reused for every token with broadcast FMAs.
+ * It does not allocate per call once the scratch buffers have grown. */
+#include "cpu_kernels.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+#include <immintrin.h>
+#define MX_HAVE_AVX512 1
+#endif
+
+#ifdef MX_HAVE_AVX512
+
+/* Activation order inside each 32-value block: NAT = natural, EO = evens then odds (q4: low
+ * nibbles then high nibbles of 16 bytes; bf16: low then high halves of 16 dwords). */
+enum { ORD_NAT = 0, ORD_EO = 1 };
+
+static int fmt_order(const mx_weight *w) {
+    if (w->bits == 4) return ORD_EO;
+    if (w->bits == 0 && w->dtype == MX_DTYPE_BF16) return ORD_EO;
+    return ORD_NAT;
+}
+
+static void permute_eo(const float *x, float *out, int64_t K) {
+    int64_t k = 0;
+    for (; k + 32 <= K; k += 32)
+        for (int i = 0; i < 16; i++) { out[k + i] = x[k + 2 * i]; out[k + 16 + i] = x[k + 2 * i + 1]; }
+    for (; k < K; k++) out[k] = x[k];
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* unpackers: a block of `cnt` values (multiple of 32) starting at value k0 (multiple of 32)   */
+
+#ifdef __AVX512VBMI__
+/* any bits in 2..8: 16 values occupy 2*bits bytes; lane i takes the 4 bytes from bit i*bits */
+typedef struct { __m512i idx, sh, mask; __mmask64 lm; } genq;
+static inline genq genq_make(int bits) {
+    genq g;
+    uint8_t idx[64];
+    uint32_t sh[16];
+    for (int i = 0; i < 16; i++) {
+        int bit = i * bits;
+        for (int k = 0; k < 4; k++) idx[4 * i + k] = (uint8_t)(bit / 8 + k);
+        sh[i] = (uint32_t)(bit % 8);
+    }
+    g.idx = _mm512_loadu_si512(idx);
+    g.sh = _mm512_loadu_si512(sh);
+    g.mask = _mm512_set1_epi32((1 << bits) - 1);
+    g.lm = (__mmask64)((1ull << (2 * bits)) - 1);
+    return g;
+}
+static inline __m512i genq_16(const genq *g, const uint8_t *p) {
+    __m512i src = _mm512_maskz_loadu_epi8(g->lm, p);
+    __m512i v = _mm512_permutexvar_epi8(g->idx, src);
+    return _mm512_and_si512(_mm512_srlv_epi32(v, g->sh), g->mask);
+}
+#endif
+
+/* ---------------------------------------------------------------------------------------- */
+/* exact gemv                                                                               */
+
+#define GEMV_T 8         /* tokens per pass */
+#define TILE_R 16        /* rows per GEMM tile */
+
+enum { F_Q4 = 0, F_Q8, F_QGEN, F_BF16, F_F16, F_F32 };
+
+typedef struct {
+    mx_cpu_ctx *c;
+    const mx_weight *w;
+    const float *xp;     /* [n, K] activations in the format's order */
+    const float *xsum;   /* [n, ng] group sums (quantized) */
+    float *y;
+    int n, fmt;
+} gemv_job;
+
+static inline float hsum(__m512 v) { return _mm512_reduce_add_ps(v); }
+
+/* 32 weights at value k of a row as two float vectors (in the format's order). */
+static inline __attribute__((always_inline)) void load32(int FMT, const void *row, int64_t k, int bits,
+                                                         const void *gq, __m512 *w0, __m512 *w1) {
+    if (FMT == F_Q4) {
+        const __m512 tbl = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+        __m512i d = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)((const uint8_t *)row + k / 2)));
+        *w0 = _mm512_permutexvar_ps(d, tbl);
+        *w1 = _mm512_permutexvar_ps(_mm512_srli_epi32(d, 4), tbl);
+    } else if (FMT == F_Q8) {
+        const uint8_t *p = (const uint8_t *)row + k;
+        *w0 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p)));
+        *w1 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p + 16))));
+    } else if (FMT == F_QGEN) {
+#ifdef __AVX512VBMI__
+        const uint8_t *p = (const uint8_t *)row + k * bits / 8;
+        *w0 = _mm512_cvtepi32_ps(genq_16((const genq *)gq, p));
+        *w1 = _mm512_cvtepi32_ps(genq_16((const genq *)gq, p + 2 * bits));
+#else
+        (void)gq; (void)bits;
+        *w0 = *w1 = _mm512_setzero_ps();
+#endif
+    } else if (FMT == F_BF16) {
+        __m512i v = _mm512_loadu_si512((const uint16_t *)row + k);
+        *w0 = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+        *w1 = _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32((int)0xffff0000u)));
+    } else if (FMT == F_F16) {
+        const uint16_t *p = (const uint16_t *)row + k;
+        *w0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+        *w1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 16)));
+    } else {
+        const float *p = (const float *)row + k;
+        *w0 = _mm512_loadu_ps(p);
+        *w1 = _mm512_loadu_ps(p + 16);
+    }
+}
+
+/* y[t, r] for rows [rb, re) and NT tokens starting at x. */
+static inline __attribute__((always_inline)) void gemv_rows(int FMT, int NT, const gemv_job *j, int64_t rb, int64_t re,
+                                                            int t0, float *sf, float *bf) {
+    const mx_weight *w = j->w;
+    const int64_t K = w->cols, N = w->rows;
+    const int bits = w->bits;
+    const bool quant = FMT <= F_QGEN;
+    const int gs = quant ? w->group_size : 32;
+    const int64_t ng = quant ? K / gs : 0;
+    const int64_t K32 = K & ~(int64_t)31;
+    const size_t rowbytes = quant ? (size_t)(K * bits / 8) : (size_t)K * mx_dtype_size(w->dtype);
+#ifdef __AVX512VBMI__
+    genq gq;
+    if (FMT == F_QGEN) gq = genq_make(bits);
+    const void *gqp = &gq;
+#else
+    const void *gqp = NULL;
+#endif
+    const float *xs[GEMV_T];
+    for (int t = 0; t < NT; t++) xs[t] = j->xp + (int64_t)(t0 + t) * K;
+    for (int64_t r = rb; r < re; r++) {
+        const char *row = (const char *)w->w + (size_t)r * rowbytes;
+        if (quant) {
+            mx_cpu_to_f32(w->scale_dtype, w->scales, r * ng, ng, sf);
+            mx_cpu_to_f32(w->scale_dtype, w->biases, r * ng, ng, bf);
+        }
+        __m512 acc[GEMV_T], acc2 = _mm512_setzero_ps();
+#pragma GCC unroll 8
+        for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_ps();
+        if (quant) {
+            for (int64_t g = 0; g < ng; g++) {
+                __m512 d[GEMV_T], d2 = _mm512_setzero_ps();
+#pragma GCC unroll 8
+                for (int t = 0; t < NT; t++) d[t] = _mm512_setzero_ps();
+                const int64_t kb = g * gs, ke = kb + gs;
+                for (int64_t k = kb; k < ke; k += 32) {
+                    _mm_prefetch(row + (k + 1024) * bits / 8, _MM_HINT_T0);
+                    __m512 w0, w1;
+                    load32(FMT, row, k, bits, gqp, &w0, &w1);
+                    if (NT == 1) {
+                        d[0] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(xs[0] + k), d[0]);
+                        d2 = _mm512_fmadd_ps(w1, _mm512_loadu_ps(xs[0] + k + 16), d2);
+                    } else {
+#pragma GCC unroll 8
+                        for (int t = 0; t < NT; t++) {
+                            d[t] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(xs[t] + k), d[t]);
+                            d[t] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(xs[t] + k + 16), d[t]);
+                        }
+                    }
+                }
+                __m512 s = _mm512_set1_ps(sf[g]);
+                if (NT == 1) d[0] = _mm512_add_ps(d[0], d2);
+#pragma GCC unroll 8
+                for (int t = 0; t < NT; t++) acc[t] = _mm512_fmadd_ps(d[t], s, acc[t]);
+            }
+        } else {
+            for (int64_t k = 0; k < K32; k += 32) {
+                _mm_prefetch(row + (size_t)(k + 512) * mx_dtype_size(w->dtype), _MM_HINT_T0);
+                __m512 w0, w1;
+                load32(FMT, row, k, 0, gqp, &w0, &w1);
+                if (NT == 1) {
+                    acc[0] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(xs[0] + k), acc[0]);
+                    acc2 = _mm512_fmadd_ps(w1, _mm512_loadu_ps(xs[0] + k + 16), acc2);
+                } else {
+#pragma GCC unroll 8
+                    for (int t = 0; t < NT; t++) {
+                        acc[t] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(xs[t] + k), acc[t]);
+                        acc[t] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(xs[t] + k + 16), acc[t]);
+                    }
+                }
+            }
+            if (NT == 1) acc[0] = _mm512_add_ps(acc[0], acc2);
+        }
+        for (int t = 0; t < NT; t++) {
+            float s = hsum(acc[t]);
+            if (quant) {
+                const float *xsum = j->xsum + (int64_t)(t0 + t) * ng;
+                __m512 b = _mm512_setzero_ps();
+                int64_t g = 0;
+                for (; g + 16 <= ng; g += 16) b = _mm512_fmadd_ps(_mm512_loadu_ps(bf + g), _mm512_loadu_ps(xsum + g), b);
+                if (g < ng) {
+                    __mmask16 m = (__mmask16)((1u << (ng - g)) - 1);
+                    b = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, bf + g), _mm512_maskz_loadu_ps(m, xsum + g), b);
+                }
+                s += hsum(b);
+            } else if (K32 < K) { /* dense tail, natural order */
+                for (int64_t k = K32; k < K; k++) s += mx_cpu_elem(w->dtype, w->w, r * K + k) * xs[t][k];
+            }
+            j->y[(int64_t)(t0 + t) * N + r] = s;
+        }
+    }
+}
+
+#define GEMV_FMT(FMT)                                                                                     \
+    static void gemv_rows_##FMT(const gemv_job *j, int64_t rb, int64_t re, int t0, int nt, float *sf, float *bf) { \
+        switch (nt) {                                                                                     \
+        case 1: gemv_rows(FMT, 1, j, rb, re, t0, sf, bf); break;                                          \
+        case 2: gemv_rows(FMT, 2, j, rb, re, t0, sf, bf); break;                                          \
+        case 3: gemv_rows(FMT, 3, j, rb, re, t0, sf, bf); break;                                          \
+        case 4: gemv_rows(FMT, 4, j, rb, re, t0, sf, bf); break;                                          \
+        case 5: gemv_rows(FMT, 5, j, rb, re, t0, sf, bf); break;                                          \
+        case 6: gemv_rows(FMT, 6, j, rb, re, t0, sf, bf); break;                                          \
+        case 7: gemv_rows(FMT, 7, j, rb, re, t0, sf, bf); break;                                          \
+        default: gemv_rows(FMT, 8, j, rb, re, t0, sf, bf); break;                                         \
+        }                                                                                                 \
+    }
+GEMV_FMT(F_Q4)
+GEMV_FMT(F_Q8)
+GEMV_FMT(F_QGEN)
+GEMV_FMT(F_BF16)
+GEMV_FMT(F_F16)
+GEMV_FMT(F_F32)
+
+static void gemv_fn(void *arg, int64_t rb, int64_t re, int tid) {
+    gemv_job *j = arg;
+    const mx_weight *w = j->w;
+    const int64_t ng = w->bits ? w->cols / w->group_size : 0;
+    float *scr = mx_cpu_tscratch(j->c, tid, (size_t)(2 * ng + 32) * sizeof(float));
+    if (!scr) { MX_LOGE("cpu matmul: out of memory"); return; }
+    float *sf = scr, *bf = scr + ng + 16;
+    /* row blocks keep the weights of a few rows in L1/L2 while all token passes run */
+    const int64_t RB = j->n > GEMV_T ? 16 : re - rb;
+    for (int64_t r0 = rb; r0 < re; r0 += RB) {
+        int64_t r1 = r0 + RB < re ? r0 + RB : re;
+        for (int t0 = 0; t0 < j->n; t0 += GEMV_T) {
+            int nt = j->n - t0 < GEMV_T ? j->n - t0 : GEMV_T;
+            switch (j->fmt) {
+            case F_Q4: gemv_rows_F_Q4(j, r0, r1, t0, nt, sf, bf); break;
+            case F_Q8: gemv_rows_F_Q8(j, r0, r1, t0, nt, sf, bf); break;
+            case F_QGEN: gemv_rows_F_QGEN(j, r0, r1, t0, nt, sf, bf); break;
+            case F_BF16: gemv_rows_F_BF16(j, r0, r1, t0, nt, sf, bf); break;
+            case F_F16: gemv_rows_F_F16(j, r0, r1, t0, nt, sf, bf); break;
+            default: gemv_rows_F_F32(j, r0, r1, t0, nt, sf, bf); break;
+            }
+        }
+    }
+}
+
+typedef struct { const float *x; float *xp, *xsum; int64_t K; int gs, ord; } prep_job;
+static void prep_fn(void *arg, int64_t b, int64_t e, int tid) {
+    prep_job *p = arg;
+    for (int64_t t = b; t < e; t++) {
+        const float *x = p->x + t * p->K;
+        if (p->xp) {
+            if (p->ord == ORD_EO) permute_eo(x, p->xp + t * p->K, p->K);
+            else memcpy(p->xp + t * p->K, x, (size_t)p->K * sizeof(float));
+        }
+        if (p->xsum) {
+            int64_t ng = p->K / p->gs;
+            for (int64_t g = 0; g < ng; g++) {
+                const float *v = x + g * p->gs;
+                __m512 s = _mm512_setzero_ps();
+                for (int i = 0; i < p->gs; i += 16) s = _mm512_add_ps(s, _mm512_loadu_ps(v + i));
+                p->xsum[t * ng + g] = hsum(s);
+            }
+        }
+    }
+}
+
+static bool gemv(mx_cpu_ctx *c, const mx_weight *w, const float *x, float *y, int n) {
+    const int64_t K = w->cols;
+    if (w->bits && (w->group_size % 32)) return false;
+    if (w->bits && w->bits != 4 && w->bits != 8) {
+#ifndef __AVX512VBMI__
+        return false;
+#endif
+    }
+    int ord = fmt_order(w);
+    int64_t ng = w->bits ? K / w->group_size : 0;
+    bool copy = ord != ORD_NAT;
+    size_t need = ((copy ? (size_t)(n * K) : 0) + (size_t)(n * ng) + 32) * sizeof(float);
+    float *sh = mx_cpu_shared(c, need);
+    if (!sh) return false;
+    float *xp = copy ? sh : NULL;
+    float *xsum = w->bits ? sh + (copy ? (size_t)(n * K) : 0) : NULL;
+    if (xp || xsum) {
+        prep_job p = {x, xp, xsum, K, w->group_size, ord};
+        mx_pool_run(c->pool, n, 4, prep_fn, &p);
+    }
+    int fmt = w->bits == 4 ? F_Q4 : w->bits == 8 ? F_Q8 : w->bits ? F_QGEN
+            : w->dtype == MX_DTYPE_BF16 ? F_BF16 : w->dtype == MX_DTYPE_F16 ? F_F16 : F_F32;
+    gemv_job j = {c, w, xp ? xp : x, xsum, y, n, fmt};
+    mx_pool_run(c->pool, w->rows, 4, gemv_fn, &j);
+    mx_cpu_add_bias(w, y, n);
+    return true;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* int8 VNNI GEMM for quantized weights                                                     */
+
+#if defined(__AVX512VNNI__)
+#define GEMM_T 8
+
+typedef struct {
+    mx_cpu_ctx *c;
+    const mx_weight *w;
+    const int8_t *xq;       /* [n, K] in the format's order */
+    const float *dx, *xsum; /* [n, ng] */
+    float *y;
+    int n;
+} q8_job;
+
+/* Unpack row r's q values to bytes in the format's order. */
+static inline void row_to_u8(const mx_weight *w, int64_t r, uint8_t *out) {
+    const int64_t K = w->cols;
+    const int bits = w->bits;
+    const uint8_t *p = (const uint8_t *)((const uint32_t *)w->w + r * (K * bits / 32));
+    if (bits == 8) { memcpy(out, p, (size_t)K); return; }
+    if (bits == 4) {
+        const __m128i m = _mm_set1_epi8(0x0f);
+        for (int64_t k = 0; k < K; k += 32) {
+            __m128i b = _mm_loadu_si128((const __m128i *)(p + k / 2));
+            _mm_storeu_si128((__m128i *)(out + k), _mm_and_si128(b, m));
+            _mm_storeu_si128((__m128i *)(out + k + 16), _mm_and_si128(_mm_srli_epi16(b, 4), m));
+        }
+        return;
+    }
+#ifdef __AVX512VBMI__
+    genq g = genq_make(bits);
+    for (int64_t k = 0; k < K; k += 16) _mm_storeu_si128((__m128i *)(out + k), _mm512_cvtepi32_epi8(genq_16(&g, p + k * bits / 8)));
+#else
+    for (int64_t k = 0; k < K; k++) {
+        uint64_t off = (uint64_t)k * (uint64_t)bits, wi = off >> 5;
+        unsigned sh = (unsigned)(off & 31);
+        const uint32_t *row = (const uint32_t *)p;
+        uint32_t v = row[wi] >> sh;
+        if (sh + (unsigned)bits > 32) v |= row[wi + 1] << (32 - sh);
+        out[k] = (uint8_t)(v & ((1u << bits) - 1));
+    }
+#endif
+}
+
+static inline __attribute__((always_inline)) void q8_block(const uint32_t *tile, const float *sv, const float *bv,
+                                                           const int8_t *xq, const float *dx, const float *xs,
+                                                           int64_t K, int gs, int64_t ng, int T, float *y, int64_t N,
+                                                           int64_t r0, __mmask16 rm) {
+    __m512 facc[GEMM_T];
+#pragma GCC unroll 8
+    for (int t = 0; t < T; t++) facc[t] = _mm512_setzero_ps();
+    const int64_t K4 = K / 4;
+    for (int64_t g = 0; g < ng; g++) {
+        __m512i iacc[GEMM_T];
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++) iacc[t] = _mm512_setzero_si512();
+        const int64_t kb = g * (gs / 4), ke = kb + gs / 4;
+        for (int64_t k4 = kb; k4 < ke; k4++) {
+            __m512i wv = _mm512_load_si512(tile + k4 * 16);
+#pragma GCC unroll 8
+            for (int t = 0; t < T; t++)
+                iacc[t] = _mm512_dpbusd_epi32(iacc[t], wv, _mm512_set1_epi32(((const int32_t *)(xq + t * K))[k4]));
+        }
+        __m512 s = _mm512_load_ps(sv + g * 16), b = _mm512_load_ps(bv + g * 16);
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++) {
+            __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(iacc[t]), _mm512_set1_ps(dx[t * ng + g]));
+            facc[t] = _mm512_fmadd_ps(f, s, facc[t]);
+            facc[t] = _mm512_fmadd_ps(b, _mm512_set1_ps(xs[t * ng + g]), facc[t]);
+        }
+    }
+    (void)K4;
+#pragma GCC unroll 8
+    for (int t = 0; t < T; t++) _mm512_mask_storeu_ps(y + t * N + r0, rm, facc[t]);
+}
+
+static void q8_fn(void *arg, int64_t tb, int64_t te, int tid) {
+    q8_job *j = arg;
+    const mx_weight *w = j->w;
+    const int64_t K = w->cols, N = w->rows;
+    const int gs = w->group_size;
+    const int64_t ng = K / gs;
+    size_t need = (size_t)K * TILE_R * 2 + (size_t)ng * TILE_R * 2 * sizeof(float) + 128;
+    uint8_t *scr = mx_cpu_tscratch(j->c, tid, need);
+    if (!scr) { MX_LOGE("cpu matmul: out of memory"); return; }
+    uint32_t *tile = (uint32_t *)scr;                       /* [K/4][16] */
+    uint8_t *rows = scr + (size_t)K * TILE_R;               /* [16][K] */
+    float *sv = (float *)(rows + (size_t)K * TILE_R);       /* [ng][16] */
+    float *bv = sv + ng * TILE_R;
+    float tmp[2][4096 > 0 ? 1 : 1];
+    (void)tmp;
+    for (int64_t tile_i = tb; tile_i < te; tile_i++) {
+        int64_t r0 = tile_i * TILE_R;
+        int nr = (int)(N - r0 < TILE_R ? N - r0 : TILE_R);
+        for (int i = 0; i < TILE_R; i++) {
+            if (i < nr) row_to_u8(w, r0 + i, rows + (size_t)i * K);
+            else memset(rows + (size_t)i * K, 0, (size_t)K);
+        }
+        /* transpose to [K/4][16] dwords */
+        const int64_t K4 = K / 4;
+        for (int64_t k4 = 0; k4 < K4; k4++)
+            for (int i = 0; i < TILE_R; i++) tile[k4 * 16 + i] = ((const uint32_t *)(rows + (size_t)i * K))[k4];
+        for (int i = 0; i < TILE_R; i++)
+            for (int64_t g = 0; g < ng; g++) {
+                sv[g * 16 + i] = i < nr ? mx_cpu_elem(w->scale_dtype, w->scales, (r0 + i) * ng + g) : 0.0f;
+                bv[g * 16 + i] = i < nr ? mx_cpu_elem(w->scale_dtype, w->biases, (r0 + i) * ng + g) : 0.0f;
+            }
+        __mmask16 rm = (__mmask16)((1u << nr) - 1);
+        int t = 0;
+        for (; t + GEMM_T <= j->n; t += GEMM_T)
+            q8_block(tile, sv, bv, j->xq + (int64_t)t * K, j->dx + t * ng, j->xsum + t * ng, K, gs, ng, GEMM_T,
+                     j->y + (int64_t)t * N, N, r0, rm);
+        for (; t < j->n; t++)
+            q8_block(tile, sv, bv, j->xq + (int64_t)t * K, j->dx + t * ng, j->xsum + t * ng, K, gs, ng, 1,
+                     j->y + (int64_t)t * N, N, r0, rm);
+    }
+}
+
+typedef struct { const float *x; int8_t *xq; float *dx, *xsum; int64_t K; int gs, ord; } qprep_job;
+static void qprep_fn(void *arg, int64_t b, int64_t e, int tid) {
+    qprep_job *p = arg;
+    const int64_t K = p->K, ng = K / p->gs;
+    float tmp[32];
+    for (int64_t t = b; t < e; t++) {
+        const float *x = p->x + t * K;
+        int8_t *q = p->xq + t * K;
+        for (int64_t g = 0; g < ng; g++) {
+            const float *v = x + g * p->gs;
+            __m512 mx = _mm512_setzero_ps(), s = _mm512_setzero_ps();
+            for (int i = 0; i < p->gs; i += 16) {
+                __m512 a = _mm512_loadu_ps(v + i);
+                s = _mm512_add_ps(s, a);
+                mx = _mm512_max_ps(mx, _mm512_abs_ps(a));
+            }
+            float amax = _mm512_reduce_max_ps(mx);
+            float d = amax / 127.0f, id = amax > 0 ? 127.0f / amax : 0.0f;
+            p->dx[t * ng + g] = d;
+            (void)s;
+            /* The group-bias term uses the sum of the *quantized* activations, so that the result
+             * is exactly sum((scale*q + bias) * xq): the activation rounding error is then not
+             * amplified by the weights' zero-point offset (q is unsigned, bias ~ -scale*2^(b-1)). */
+            __m512i isum = _mm512_setzero_si512();
+            __m512 vid = _mm512_set1_ps(id);
+            for (int i = 0; i < p->gs; i += 32) {
+                const float *src = v + i;
+                if (p->ord == ORD_EO) {
+                    for (int k = 0; k < 16; k++) { tmp[k] = src[2 * k]; tmp[16 + k] = src[2 * k + 1]; }
+                    src = tmp;
+                }
+                for (int h = 0; h < 32; h += 16) {
+                    __m512i qi = _mm512_cvt_roundps_epi32(_mm512_mul_ps(_mm512_loadu_ps(src + h), vid),
+                                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+                    qi = _mm512_max_epi32(_mm512_min_epi32(qi, _mm512_set1_epi32(127)), _mm512_set1_epi32(-127));
+                    isum = _mm512_add_epi32(isum, qi);
+                    _mm_storeu_si128((__m128i *)(q + g * p->gs + i + h), _mm512_cvtsepi32_epi8(qi));
+                }
+            }
+            p->xsum[t * ng + g] = d * (float)_mm512_reduce_add_epi32(isum);
+        }
+    }
+}
+
+static bool gemm_q8(mx_cpu_ctx *c, const mx_weight *w, const float *x, float *y, int n) {
+    const int64_t K = w->cols, ng = K / w->group_size;
+    if (w->group_size % 32) return false;
+    size_t need = (size_t)n * (size_t)K + (size_t)n * (size_t)ng * 2 * sizeof(float) + 256;
+    uint8_t *sh = mx_cpu_shared(c, need);
+    if (!sh) return false;
+    float *dx = (float *)sh, *xsum = dx + (size_t)n * ng;
+    int8_t *xq = (int8_t *)(xsum + (size_t)n * ng);
+    qprep_job p = {x, xq, dx, xsum, K, w->group_size, fmt_order(w)};
+    mx_pool_run(c->pool, n, 4, qprep_fn, &p);
+    q8_job j = {c, w, xq, dx, xsum, y, n};
+    mx_pool_run(c->pool, (w->rows + TILE_R - 1) / TILE_R, 1, q8_fn, &j);
+    mx_cpu_add_bias(w, y, n);
+    return true;
+}
+#endif /* VNNI */
+
+/* ---------------------------------------------------------------------------------------- */
+/* f32 GEMM for dense weights (exact: bf16/f16 -> f32 is exact, f32 FMA accumulation)        */
+
+#define DT_T 8
+typedef struct { mx_cpu_ctx *c; const mx_weight *w; const float *x; float *y; int n; } df_job;
+
+static inline __attribute__((always_inline)) void df_block(const float *tile, const float *x, int64_t K, int T,
+                                                           float *y, int64_t N, int64_t r0, __mmask16 rm) {
+    __m512 acc[DT_T];
+#pragma GCC unroll 8
+    for (int t = 0; t < T; t++) acc[t] = _mm512_setzero_ps();
+    for (int64_t k = 0; k < K; k++) {
+        __m512 wv = _mm512_load_ps(tile + k * 16);
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++) acc[t] = _mm512_fmadd_ps(wv, _mm512_set1_ps(x[t * K + k]), acc[t]);
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < T; t++) _mm512_mask_storeu_ps(y + t * N + r0, rm, acc[t]);
+}
+
+static void df_fn(void *arg, int64_t tb, int64_t te, int tid) {
+    df_job *j = arg;
+    const mx_weight *w = j->w;
+    const int64_t K = w->cols, N = w->rows;
+    float *tile = mx_cpu_tscratch(j->c, tid, (size_t)K * TILE_R * 4 + (size_t)K * 4 + 128);
+    if (!tile) { MX_LOGE("cpu matmul: out of memory"); return; }
+    float *rowf = tile + (size_t)K * TILE_R;
+    for (int64_t ti = tb; ti < te; ti++) {
+        int64_t r0 = ti * TILE_R;
+        int nr = (int)(N - r0 < TILE_R ? N - r0 : TILE_R);
+        for (int i = 0; i < TILE_R; i++) {
+            if (i < nr) mx_cpu_to_f32(w->dtype, w->w, (r0 + i) * K, K, rowf);
+            else memset(rowf, 0, (size_t)K * sizeof(float));
+            for (int64_t k = 0; k < K; k++) tile[k * 16 + i] = rowf[k];
+        }
+        __mmask16 rm = (__mmask16)((1u << nr) - 1);
+        int t = 0;
+        for (; t + DT_T <= j->n; t += DT_T) df_block(tile, j->x + (int64_t)t * K, K, DT_T, j->y + (int64_t)t * N, N, r0, rm);
+        for (; t + 4 <= j->n; t += 4) df_block(tile, j->x + (int64_t)t * K, K, 4, j->y + (int64_t)t * N, N, r0, rm);
+        for (; t < j->n; t++) df_block(tile, j->x + (int64_t)t * K, K, 1, j->y + (int64_t)t * N, N, r0, rm);
+    }
+}
+
+static bool gemm_dense(mx_cpu_ctx *c, const mx_weight *w, const float *x, float *y, int n) {
+    df_job j = {c, w, x, y, n};
+    mx_pool_run(c->pool, (w->rows + TILE_R - 1) / TILE_R, 1, df_fn, &j);
+    mx_cpu_add_bias(w, y, n);
+    return true;
+}
+
+#endif /* MX_HAVE_AVX512 */
+
+bool mx_cpu_matmul_fast(mx_cpu_ctx *c, const mx_weight *w, const float *x, float *y, int n) {
+#ifdef MX_HAVE_AVX512
+    bool fast = !c->precise && c->prec_mode != MX_PREC_EXACT && (c->prec_mode == MX_PREC_FAST || n >= c->fast_min_n);
+#if defined(__AVX512VNNI__)
+    if (fast && w->bits && gemm_q8(c, w, x, y, n)) return true;
+#endif
+    if (!w->bits && n >= 8 && gemm_dense(c, w, x, y, n)) return true; /* exact, any mode */
+    return gemv(c, w, x, y, n);
+#else
+    (void)c; (void)w; (void)x; (void)y; (void)n;
+    return false;
+#endif
+}
