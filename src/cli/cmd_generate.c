@@ -27,6 +27,8 @@ static void usage(FILE *f) {
         "      --no-chat-template   encode -p as plain text (with the tokenizer's special tokens)\n"
         "      --ignore-eos         keep generating past end-of-sequence tokens\n"
         "  -t, --threads N          CPU threads (default: all cores)\n"
+        "      --precise            exact f32 math for the prompt too (default: the prompt may use\n"
+        "                           faster int8 activations; decode steps are always exact)\n"
         "      --json               print one JSON object: tokens, text, prompt_tokens, prompt_tps,\n"
         "                           decode_tps, ...\n"
         "      --no-stats           do not print the speed line on stderr\n");
@@ -52,7 +54,7 @@ int cmd_generate(int argc, char **argv) {
     long long n_predict = 128, threads = 0, top_k = 40;
     double temp = 0.8, top_p = 0.95, min_p = 0.05, rep = 1.0;
     long long seed = -1;
-    bool no_tmpl = false, ignore_eos = false, json = false, stats = true;
+    bool no_tmpl = false, ignore_eos = false, json = false, stats = true, precise = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -72,6 +74,7 @@ int cmd_generate(int argc, char **argv) {
         else if (!strcmp(a, "--no-chat-template")) no_tmpl = true;
         else if (!strcmp(a, "--ignore-eos")) ignore_eos = true;
         else if (!strcmp(a, "--json")) json = true;
+        else if (!strcmp(a, "--precise")) precise = true;
         else if (!strcmp(a, "--no-stats")) stats = false;
         else { fprintf(stderr, "mlxcel generate: unknown option '%s' (see mlxcel generate --help)\n", a); return 2; }
 #undef NEED
@@ -92,6 +95,7 @@ int cmd_generate(int argc, char **argv) {
     mx_status st;
     if ((st = cli_resolve_model(model_arg, &dir))) { rc = cli_fail("generate", NULL); goto done; }
     if ((st = cli_backend_init(&be))) { rc = cli_fail("generate", "backend"); goto done; }
+    if (precise && !strcmp(be.i->name, "cpu")) mx_backend_cpu_set_precise(&be, true);
     if ((st = mx_model_load(dir, &be, &m))) { rc = cli_fail("generate", NULL); goto done; }
     if ((st = mx_tokenizer_load(dir, &tok))) { rc = cli_fail("generate", "tokenizer"); goto done; }
     if (prompt_ids_s) {
