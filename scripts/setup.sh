@@ -33,3 +33,15 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 echo "setup: all packages present"
+
+# Node packages for the server's client tests (tests/node: the official `openai` client).
+# Skipped when node_modules already matches package-lock.json.
+NODE_DIR="$(cd "$(dirname "$0")/.." && pwd)/tests/node"
+if [ -f "$NODE_DIR/package-lock.json" ] && command -v npm >/dev/null 2>&1; then
+  if [ -f "$NODE_DIR/node_modules/.package-lock.json" ] && [ "$NODE_DIR/node_modules/.package-lock.json" -nt "$NODE_DIR/package-lock.json" ]; then
+    echo "setup: tests/node packages present"
+  else
+    echo "setup: npm ci in tests/node"
+    (cd "$NODE_DIR" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+  fi
+fi

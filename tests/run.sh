@@ -58,6 +58,21 @@ if [ "$MODE" = all ] || [ "$MODE" = release ]; then
     || { tail -40 "$LOG"; echo "0 passed, 1 failed"; exit 1; }
   run_suite "$BDIR" release
 fi
+# CUDA build (CI has the toolkit but no GPU): when nvcc exists, configure and build build-cuda with
+# the CUDA backend; counts as one case, "PASS cuda_build" or "FAIL cuda_build". The GPU tests
+# themselves run on a GPU machine: scripts/gpu_check.sh.
+NVCC_BIN=${MLXCEL_NVCC:-/usr/local/cuda/bin/nvcc}
+if { [ "$MODE" = all ] || [ "$MODE" = release ]; } && [ -x "$NVCC_BIN" ] && echo cuda_build | grep -qE "$FILTER"; then
+  CDIR=${MLXCEL_CUDA_BUILD_DIR:-build-cuda}
+  t_cuda=$(date +%s)
+  if cmake -S . -B "$CDIR" -DCMAKE_BUILD_TYPE=Release -DMLXCEL_CUDA=ON -DCMAKE_CUDA_COMPILER="$NVCC_BIN" >"$LOG" 2>&1 \
+     && cmake --build "$CDIR" -j "$JOBS" >>"$LOG" 2>&1; then
+    echo "[release] PASS cuda_build ($(( $(date +%s) - t_cuda )) s)"; PASS=$((PASS + 1))
+  else
+    echo "[release] FAIL cuda_build"; tail -n 30 "$LOG" | sed 's|^|[release]   |'
+    FAIL=$((FAIL + 1)); FAILED_NAMES+=("cuda_build")
+  fi
+fi
 if [ "$MODE" = all ] || [ "$MODE" = asan ]; then
   cmake -S . -B "$ADIR" -DCMAKE_BUILD_TYPE=Debug -DMLXCEL_SANITIZE=ON >/dev/null && cmake --build "$ADIR" -j "$JOBS" >"$LOG" 2>&1 \
     || { tail -40 "$LOG"; echo "$PASS passed, $((FAIL + 1)) failed"; exit 1; }

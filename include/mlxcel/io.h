@@ -43,6 +43,20 @@ mx_status mx_st_writer_set_meta(mx_st_writer *w, const char *key, const char *va
 mx_status mx_st_writer_save(mx_st_writer *w, const char *path); /* writes path.tmp then renames */
 void mx_st_writer_free(mx_st_writer *w);
 
+/* Streaming writers (convert writes tensors one at a time without holding them): the order the
+ * Python library lays tensors out in (larger dtypes first, then by name; <0, 0, >0 like strcmp),
+ * and the padded header for entries laid out back to back in the given order, data offsets from 0.
+ * The header (malloc'ed, *len_out bytes, a multiple of 8) is what follows the 8-byte length. */
+typedef struct mx_st_entry {
+    const char *name;
+    mx_dtype dtype;
+    int ndim;
+    int64_t shape[MX_MAX_DIMS];
+    size_t nbytes;
+} mx_st_entry;
+int mx_st_order_cmp(mx_dtype da, const char *na, mx_dtype db, const char *nb);
+mx_status mx_st_header_json(const mx_st_entry *e, int n, json_t *meta, char **out, size_t *len_out);
+
 /* A checkpoint directory. */
 typedef struct mx_checkpoint mx_checkpoint;
 mx_status mx_ckpt_open(const char *dir, mx_checkpoint **out);

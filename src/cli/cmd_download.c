@@ -27,7 +27,9 @@ int cmd_download(int argc, char **argv) {
         else if (!strcmp(a, "--include")) {
             if (!v) goto missing;
             inc[o.n_include++] = v; i++;
-            while (i + 1 < argc && argv[i + 1][0] != '-') inc[o.n_include++] = argv[++i];
+            /* more patterns may follow one --include, as in huggingface-cli; only words with glob
+             * characters are taken, so a repository id after the patterns stays the repository */
+            while (i + 1 < argc && argv[i + 1][0] != '-' && strpbrk(argv[i + 1], "*?[")) inc[o.n_include++] = argv[++i];
         } else if (!strcmp(a, "--token")) { if (!v) goto missing; o.token = v; i++; }
         else if (!strcmp(a, "--local-dir")) { if (!v) goto missing; o.local_dir = v; i++; }
         else if (!strcmp(a, "--models-dir")) { if (!v) goto missing; o.models_dir = v; i++; }

@@ -51,7 +51,7 @@ int cmd_list(int argc, char **argv) {
     mx_store_entry *e = NULL;
     int n = 0;
     if (mx_store_list(models_dir, &e, &n) != MX_OK) return cli_fail("list", NULL);
-    qsort(e, (size_t)n, sizeof *e, entry_cmp);
+    if (n > 1) qsort(e, (size_t)n, sizeof *e, entry_cmp);
     if (json) {
         json_t *arr = json_array();
         for (int i = 0; i < n; i++) {

@@ -39,7 +39,7 @@ static void detok_usage(FILE *f) {
 
 static void print_ids(const int32_t *ids, int n, bool json) {
     if (json) putchar('[');
-    for (int i = 0; i < n; i++) printf(json ? "%s%d" : "%s%d", i ? (json ? ", " : " ") : "", ids[i]);
+    for (int i = 0; i < n; i++) printf("%s%d", i ? (json ? ", " : " ") : "", ids[i]);
     if (json) putchar(']');
     putchar('\n');
 }

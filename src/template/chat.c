@@ -57,7 +57,14 @@ mx_status mx_template_render_chat(const mx_template *t, json_t *messages, json_t
     if (kwargs && json_is_object(kwargs)) {
         const char *k;
         json_t *v;
-        json_object_foreach(kwargs, k, v) bad |= json_object_set(vars, k, v);
+        json_object_foreach(kwargs, k, v) {
+            /* apply_chat_template's own parameters cannot come through **kwargs */
+            if (!strcmp(k, "messages") || !strcmp(k, "tools") || !strcmp(k, "documents") || !strcmp(k, "add_generation_prompt")) {
+                json_decref(vars);
+                return mx_errorf(MX_ERR_INVALID_ARG, "chat template: kwargs may not set '%s'", k);
+            }
+            bad |= json_object_set(vars, k, v);
+        }
     }
     mx_status st;
     if (bad) st = mx_errorf(MX_ERR_INVALID_ARG, "chat template: bad variables (special tokens must be valid UTF-8)");
@@ -102,7 +109,7 @@ mx_status mx_chat_template_find(const char *dir, bool want_tools, char **src_out
     mx_status st = MX_OK;
     if (!cfg) { st = mx_errorf(MX_ERR_FORMAT, "%s: line %d: %s", cp, je.line, je.text); goto done; }
     json_t *ct = json_is_object(cfg) ? json_object_get(cfg, "chat_template") : NULL;
-    if (!ct || json_is_null(ct)) { st = mx_errorf(MX_ERR_IO, "%s: no chat_template", cp); goto done; }
+    if (!ct || json_is_null(ct)) { st = mx_errorf(MX_ERR_IO, "%s: no chat template (no chat_template.jinja, and no chat_template in tokenizer_config.json)", dir); goto done; }
     const char *src = NULL;
     if (json_is_string(ct)) src = json_string_value(ct);
     else if (json_is_array(ct)) {

@@ -87,53 +87,74 @@ typedef struct {
 
 static inline float hsum(__m512 v) { return _mm512_reduce_add_ps(v); }
 
-/* 32 weights at value k of a row as two float vectors (in the format's order). */
-static inline __attribute__((always_inline)) void load32(int FMT, const void *row, int64_t k, int bits,
-                                                         const void *gq, __m512 *w0, __m512 *w1) {
+/* 32 weights as two float vectors (in the format's order). Quantized: p points at the packed
+ * bytes of the 32 values; dense: p points at the first element. */
+static inline __attribute__((always_inline)) void load32(int FMT, const char *p, const void *gq, int bits,
+                                                         __m512 *w0, __m512 *w1) {
     if (FMT == F_Q4) {
         const __m512 tbl = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-        __m512i d = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)((const uint8_t *)row + k / 2)));
+        __m512i d = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p));
         *w0 = _mm512_permutexvar_ps(d, tbl);
         *w1 = _mm512_permutexvar_ps(_mm512_srli_epi32(d, 4), tbl);
     } else if (FMT == F_Q8) {
-        const uint8_t *p = (const uint8_t *)row + k;
         *w0 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p)));
         *w1 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p + 16))));
     } else if (FMT == F_QGEN) {
 #ifdef __AVX512VBMI__
-        const uint8_t *p = (const uint8_t *)row + k * bits / 8;
-        *w0 = _mm512_cvtepi32_ps(genq_16((const genq *)gq, p));
-        *w1 = _mm512_cvtepi32_ps(genq_16((const genq *)gq, p + 2 * bits));
+        *w0 = _mm512_cvtepi32_ps(genq_16((const genq *)gq, (const uint8_t *)p));
+        *w1 = _mm512_cvtepi32_ps(genq_16((const genq *)gq, (const uint8_t *)p + 2 * bits));
 #else
         (void)gq; (void)bits;
         *w0 = *w1 = _mm512_setzero_ps();
 #endif
     } else if (FMT == F_BF16) {
-        __m512i v = _mm512_loadu_si512((const uint16_t *)row + k);
+        __m512i v = _mm512_loadu_si512(p);
         *w0 = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
         *w1 = _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32((int)0xffff0000u)));
     } else if (FMT == F_F16) {
-        const uint16_t *p = (const uint16_t *)row + k;
         *w0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
-        *w1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 16)));
+        *w1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 32)));
     } else {
-        const float *p = (const float *)row + k;
-        *w0 = _mm512_loadu_ps(p);
-        *w1 = _mm512_loadu_ps(p + 16);
+        *w0 = _mm512_loadu_ps((const float *)p);
+        *w1 = _mm512_loadu_ps((const float *)p + 16);
     }
 }
 
-/* y[t, r] for rows [rb, re) and NT tokens starting at x. */
-static inline __attribute__((always_inline)) void gemv_rows(int FMT, int NT, const gemv_job *j, int64_t rb, int64_t re,
-                                                            int t0, float *sf, float *bf) {
+/* Row r's group scales (or biases) as floats. */
+static inline void row_params(mx_dtype dt, const void *src, int64_t off, int64_t ng, float *out) {
+    if (dt == MX_DTYPE_BF16) {
+        const uint16_t *s = (const uint16_t *)src + off;
+        int64_t g = 0;
+        for (; g + 16 <= ng; g += 16)
+            _mm512_storeu_ps(out + g, _mm512_castsi512_ps(_mm512_slli_epi32(
+                                          _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(s + g))), 16)));
+        for (; g < ng; g++) out[g] = mx_bf16_to_f32(s[g]);
+    } else mx_cpu_to_f32(dt, src, off, ng, out);
+}
+
+static inline float dot_masked(const float *a, const float *b, int64_t n) {
+    __m512 acc = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc);
+    if (i < n) {
+        __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+        acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i), acc);
+    }
+    return hsum(acc);
+}
+
+/* y[t0 + t, r] for rows [rb, re) and NT tokens. GS: group size (quantized), 0 for dense. */
+static inline __attribute__((always_inline)) void gemv_rows(int FMT, int NT, int GS, const gemv_job *j, int64_t rb,
+                                                            int64_t re, int t0, float *sf, float *bf) {
     const mx_weight *w = j->w;
     const int64_t K = w->cols, N = w->rows;
-    const int bits = w->bits;
     const bool quant = FMT <= F_QGEN;
-    const int gs = quant ? w->group_size : 32;
-    const int64_t ng = quant ? K / gs : 0;
+    const int bits = FMT == F_Q4 ? 4 : FMT == F_Q8 ? 8 : w->bits;
+    const int64_t ng = quant ? K / GS : 0;
     const int64_t K32 = K & ~(int64_t)31;
-    const size_t rowbytes = quant ? (size_t)(K * bits / 8) : (size_t)K * mx_dtype_size(w->dtype);
+    const int esz = FMT == F_F32 ? 4 : 2;
+    const size_t rowbytes = quant ? (size_t)(K * bits / 8) : (size_t)K * esz;
+    const size_t chunk = quant ? (size_t)(4 * bits) : (size_t)(32 * esz); /* bytes per 32 values */
 #ifdef __AVX512VBMI__
     genq gq;
     if (FMT == F_QGEN) gq = genq_make(bits);
@@ -144,35 +165,38 @@ static inline __attribute__((always_inline)) void gemv_rows(int FMT, int NT, con
     const float *xs[GEMV_T];
     for (int t = 0; t < NT; t++) xs[t] = j->xp + (int64_t)(t0 + t) * K;
     for (int64_t r = rb; r < re; r++) {
-        const char *row = (const char *)w->w + (size_t)r * rowbytes;
+        const char *p = (const char *)w->w + (size_t)r * rowbytes;
         if (quant) {
-            mx_cpu_to_f32(w->scale_dtype, w->scales, r * ng, ng, sf);
-            mx_cpu_to_f32(w->scale_dtype, w->biases, r * ng, ng, bf);
+            row_params(w->scale_dtype, w->scales, r * ng, ng, sf);
+            row_params(w->scale_dtype, w->biases, r * ng, ng, bf);
         }
         __m512 acc[GEMV_T], acc2 = _mm512_setzero_ps();
 #pragma GCC unroll 8
         for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_ps();
         if (quant) {
+            int64_t k = 0;
             for (int64_t g = 0; g < ng; g++) {
                 __m512 d[GEMV_T], d2 = _mm512_setzero_ps();
 #pragma GCC unroll 8
                 for (int t = 0; t < NT; t++) d[t] = _mm512_setzero_ps();
-                const int64_t kb = g * gs, ke = kb + gs;
-                for (int64_t k = kb; k < ke; k += 32) {
-                    _mm_prefetch(row + (k + 1024) * bits / 8, _MM_HINT_T0);
+                _mm_prefetch(p + 2048, _MM_HINT_T0);
+#pragma GCC unroll 4
+                for (int c = 0; c < GS; c += 32) {
                     __m512 w0, w1;
-                    load32(FMT, row, k, bits, gqp, &w0, &w1);
+                    load32(FMT, p, gqp, bits, &w0, &w1);
+                    p += chunk;
                     if (NT == 1) {
-                        d[0] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(xs[0] + k), d[0]);
-                        d2 = _mm512_fmadd_ps(w1, _mm512_loadu_ps(xs[0] + k + 16), d2);
+                        d[0] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(xs[0] + k + c), d[0]);
+                        d2 = _mm512_fmadd_ps(w1, _mm512_loadu_ps(xs[0] + k + c + 16), d2);
                     } else {
 #pragma GCC unroll 8
                         for (int t = 0; t < NT; t++) {
-                            d[t] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(xs[t] + k), d[t]);
-                            d[t] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(xs[t] + k + 16), d[t]);
+                            d[t] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(xs[t] + k + c), d[t]);
+                            d[t] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(xs[t] + k + c + 16), d[t]);
                         }
                     }
                 }
+                k += GS;
                 __m512 s = _mm512_set1_ps(sf[g]);
                 if (NT == 1) d[0] = _mm512_add_ps(d[0], d2);
 #pragma GCC unroll 8
@@ -180,9 +204,10 @@ static inline __attribute__((always_inline)) void gemv_rows(int FMT, int NT, con
             }
         } else {
             for (int64_t k = 0; k < K32; k += 32) {
-                _mm_prefetch(row + (size_t)(k + 512) * mx_dtype_size(w->dtype), _MM_HINT_T0);
+                _mm_prefetch(p + 2048, _MM_HINT_T0);
                 __m512 w0, w1;
-                load32(FMT, row, k, 0, gqp, &w0, &w1);
+                load32(FMT, p, gqp, 0, &w0, &w1);
+                p += chunk;
                 if (NT == 1) {
                     acc[0] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(xs[0] + k), acc[0]);
                     acc2 = _mm512_fmadd_ps(w1, _mm512_loadu_ps(xs[0] + k + 16), acc2);
@@ -198,43 +223,50 @@ static inline __attribute__((always_inline)) void gemv_rows(int FMT, int NT, con
         }
         for (int t = 0; t < NT; t++) {
             float s = hsum(acc[t]);
-            if (quant) {
-                const float *xsum = j->xsum + (int64_t)(t0 + t) * ng;
-                __m512 b = _mm512_setzero_ps();
-                int64_t g = 0;
-                for (; g + 16 <= ng; g += 16) b = _mm512_fmadd_ps(_mm512_loadu_ps(bf + g), _mm512_loadu_ps(xsum + g), b);
-                if (g < ng) {
-                    __mmask16 m = (__mmask16)((1u << (ng - g)) - 1);
-                    b = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, bf + g), _mm512_maskz_loadu_ps(m, xsum + g), b);
-                }
-                s += hsum(b);
-            } else if (K32 < K) { /* dense tail, natural order */
+            if (quant) s += dot_masked(bf, j->xsum + (int64_t)(t0 + t) * ng, ng);
+            else if (K32 < K) /* dense tail, natural order */
                 for (int64_t k = K32; k < K; k++) s += mx_cpu_elem(w->dtype, w->w, r * K + k) * xs[t][k];
-            }
             j->y[(int64_t)(t0 + t) * N + r] = s;
         }
     }
 }
 
-#define GEMV_FMT(FMT)                                                                                     \
-    static void gemv_rows_##FMT(const gemv_job *j, int64_t rb, int64_t re, int t0, int nt, float *sf, float *bf) { \
-        switch (nt) {                                                                                     \
-        case 1: gemv_rows(FMT, 1, j, rb, re, t0, sf, bf); break;                                          \
-        case 2: gemv_rows(FMT, 2, j, rb, re, t0, sf, bf); break;                                          \
-        case 3: gemv_rows(FMT, 3, j, rb, re, t0, sf, bf); break;                                          \
-        case 4: gemv_rows(FMT, 4, j, rb, re, t0, sf, bf); break;                                          \
-        case 5: gemv_rows(FMT, 5, j, rb, re, t0, sf, bf); break;                                          \
-        case 6: gemv_rows(FMT, 6, j, rb, re, t0, sf, bf); break;                                          \
-        case 7: gemv_rows(FMT, 7, j, rb, re, t0, sf, bf); break;                                          \
-        default: gemv_rows(FMT, 8, j, rb, re, t0, sf, bf); break;                                         \
+#define GEMV_NT(FMT, GS)                                                                                  \
+    static void gemv_##FMT##_##GS(const gemv_job *j, int64_t rb, int64_t re, int t0, int nt, float *sf, float *bf) { \
+        while (nt > 0) {                                                                                  \
+            int k = nt >= 8 ? 8 : nt >= 4 ? 4 : nt;                                                       \
+            switch (k) {                                                                                  \
+            case 1: gemv_rows(FMT, 1, GS, j, rb, re, t0, sf, bf); break;                                  \
+            case 2: gemv_rows(FMT, 2, GS, j, rb, re, t0, sf, bf); break;                                  \
+            case 3: gemv_rows(FMT, 3, GS, j, rb, re, t0, sf, bf); break;                                  \
+            case 4: gemv_rows(FMT, 4, GS, j, rb, re, t0, sf, bf); break;                                  \
+            default: gemv_rows(FMT, 8, GS, j, rb, re, t0, sf, bf); break;                                 \
+            }                                                                                             \
+            t0 += k; nt -= k;                                                                             \
         }                                                                                                 \
     }
-GEMV_FMT(F_Q4)
-GEMV_FMT(F_Q8)
-GEMV_FMT(F_QGEN)
-GEMV_FMT(F_BF16)
-GEMV_FMT(F_F16)
-GEMV_FMT(F_F32)
+GEMV_NT(F_Q4, 32)
+GEMV_NT(F_Q4, 64)
+GEMV_NT(F_Q4, 128)
+GEMV_NT(F_Q8, 32)
+GEMV_NT(F_Q8, 64)
+GEMV_NT(F_Q8, 128)
+GEMV_NT(F_QGEN, 32)
+GEMV_NT(F_QGEN, 64)
+GEMV_NT(F_QGEN, 128)
+GEMV_NT(F_BF16, 0)
+GEMV_NT(F_F16, 0)
+GEMV_NT(F_F32, 0)
+
+typedef void (*gemv_kern)(const gemv_job *, int64_t, int64_t, int, int, float *, float *);
+static gemv_kern gemv_pick(int fmt, int gs) {
+    int gi = gs == 32 ? 0 : gs == 64 ? 1 : gs == 128 ? 2 : -1;
+    static const gemv_kern q[3][3] = {{gemv_F_Q4_32, gemv_F_Q4_64, gemv_F_Q4_128},
+                                      {gemv_F_Q8_32, gemv_F_Q8_64, gemv_F_Q8_128},
+                                      {gemv_F_QGEN_32, gemv_F_QGEN_64, gemv_F_QGEN_128}};
+    if (fmt <= F_QGEN) return gi < 0 ? NULL : q[fmt][gi];
+    return fmt == F_BF16 ? gemv_F_BF16_0 : fmt == F_F16 ? gemv_F_F16_0 : gemv_F_F32_0;
+}
 
 static void gemv_fn(void *arg, int64_t rb, int64_t re, int tid) {
     gemv_job *j = arg;
@@ -243,20 +275,14 @@ static void gemv_fn(void *arg, int64_t rb, int64_t re, int tid) {
     float *scr = mx_cpu_tscratch(j->c, tid, (size_t)(2 * ng + 32) * sizeof(float));
     if (!scr) { MX_LOGE("cpu matmul: out of memory"); return; }
     float *sf = scr, *bf = scr + ng + 16;
+    gemv_kern kern = gemv_pick(j->fmt, w->bits ? w->group_size : 0);
     /* row blocks keep the weights of a few rows in L1/L2 while all token passes run */
     const int64_t RB = j->n > GEMV_T ? 16 : re - rb;
     for (int64_t r0 = rb; r0 < re; r0 += RB) {
         int64_t r1 = r0 + RB < re ? r0 + RB : re;
         for (int t0 = 0; t0 < j->n; t0 += GEMV_T) {
             int nt = j->n - t0 < GEMV_T ? j->n - t0 : GEMV_T;
-            switch (j->fmt) {
-            case F_Q4: gemv_rows_F_Q4(j, r0, r1, t0, nt, sf, bf); break;
-            case F_Q8: gemv_rows_F_Q8(j, r0, r1, t0, nt, sf, bf); break;
-            case F_QGEN: gemv_rows_F_QGEN(j, r0, r1, t0, nt, sf, bf); break;
-            case F_BF16: gemv_rows_F_BF16(j, r0, r1, t0, nt, sf, bf); break;
-            case F_F16: gemv_rows_F_F16(j, r0, r1, t0, nt, sf, bf); break;
-            default: gemv_rows_F_F32(j, r0, r1, t0, nt, sf, bf); break;
-            }
+            kern(j, r0, r1, t0, nt, sf, bf);
         }
     }
 }
@@ -284,7 +310,7 @@ static void prep_fn(void *arg, int64_t b, int64_t e, int tid) {
 
 static bool gemv(mx_cpu_ctx *c, const mx_weight *w, const float *x, float *y, int n) {
     const int64_t K = w->cols;
-    if (w->bits && (w->group_size % 32)) return false;
+    if (w->bits && w->group_size != 32 && w->group_size != 64 && w->group_size != 128) return false;
     if (w->bits && w->bits != 4 && w->bits != 8) {
 #ifndef __AVX512VBMI__
         return false;
@@ -355,36 +381,47 @@ static inline void row_to_u8(const mx_weight *w, int64_t r, uint8_t *out) {
 #endif
 }
 
+#define QR 32 /* rows per int8 tile: two vectors, so each activation broadcast feeds two vpdpbusd */
+
+/* y[t, r0..r0+32) for T tokens: tile [K/4][32] u32 (4 q values of a row per dword),
+ * sv/bv [ng][32] scales/biases, xq [T][K] int8, dx/xs [T][ng]. */
 static inline __attribute__((always_inline)) void q8_block(const uint32_t *tile, const float *sv, const float *bv,
                                                            const int8_t *xq, const float *dx, const float *xs,
                                                            int64_t K, int gs, int64_t ng, int T, float *y, int64_t N,
-                                                           int64_t r0, __mmask16 rm) {
-    __m512 facc[GEMM_T];
+                                                           int64_t r0, __mmask16 m0, __mmask16 m1) {
+    __m512 f0[GEMM_T], f1[GEMM_T];
 #pragma GCC unroll 8
-    for (int t = 0; t < T; t++) facc[t] = _mm512_setzero_ps();
-    const int64_t K4 = K / 4;
+    for (int t = 0; t < T; t++) { f0[t] = _mm512_setzero_ps(); f1[t] = _mm512_setzero_ps(); }
     for (int64_t g = 0; g < ng; g++) {
-        __m512i iacc[GEMM_T];
+        __m512i i0[GEMM_T], i1[GEMM_T];
 #pragma GCC unroll 8
-        for (int t = 0; t < T; t++) iacc[t] = _mm512_setzero_si512();
+        for (int t = 0; t < T; t++) { i0[t] = _mm512_setzero_si512(); i1[t] = _mm512_setzero_si512(); }
         const int64_t kb = g * (gs / 4), ke = kb + gs / 4;
         for (int64_t k4 = kb; k4 < ke; k4++) {
-            __m512i wv = _mm512_load_si512(tile + k4 * 16);
+            __m512i w0 = _mm512_load_si512(tile + k4 * QR), w1 = _mm512_load_si512(tile + k4 * QR + 16);
 #pragma GCC unroll 8
-            for (int t = 0; t < T; t++)
-                iacc[t] = _mm512_dpbusd_epi32(iacc[t], wv, _mm512_set1_epi32(((const int32_t *)(xq + t * K))[k4]));
+            for (int t = 0; t < T; t++) {
+                __m512i xv = _mm512_set1_epi32(((const int32_t *)(xq + t * K))[k4]);
+                i0[t] = _mm512_dpbusd_epi32(i0[t], w0, xv);
+                i1[t] = _mm512_dpbusd_epi32(i1[t], w1, xv);
+            }
         }
-        __m512 s = _mm512_load_ps(sv + g * 16), b = _mm512_load_ps(bv + g * 16);
+        __m512 s0 = _mm512_load_ps(sv + g * QR), s1 = _mm512_load_ps(sv + g * QR + 16);
+        __m512 b0 = _mm512_load_ps(bv + g * QR), b1 = _mm512_load_ps(bv + g * QR + 16);
 #pragma GCC unroll 8
         for (int t = 0; t < T; t++) {
-            __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(iacc[t]), _mm512_set1_ps(dx[t * ng + g]));
-            facc[t] = _mm512_fmadd_ps(f, s, facc[t]);
-            facc[t] = _mm512_fmadd_ps(b, _mm512_set1_ps(xs[t * ng + g]), facc[t]);
+            __m512 d = _mm512_set1_ps(dx[t * ng + g]), xsv = _mm512_set1_ps(xs[t * ng + g]);
+            f0[t] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(i0[t]), d), s0, f0[t]);
+            f1[t] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(i1[t]), d), s1, f1[t]);
+            f0[t] = _mm512_fmadd_ps(b0, xsv, f0[t]);
+            f1[t] = _mm512_fmadd_ps(b1, xsv, f1[t]);
         }
     }
-    (void)K4;
 #pragma GCC unroll 8
-    for (int t = 0; t < T; t++) _mm512_mask_storeu_ps(y + t * N + r0, rm, facc[t]);
+    for (int t = 0; t < T; t++) {
+        _mm512_mask_storeu_ps(y + t * N + r0, m0, f0[t]);
+        _mm512_mask_storeu_ps(y + t * N + r0 + 16, m1, f1[t]);
+    }
 }
 
 static void q8_fn(void *arg, int64_t tb, int64_t te, int tid) {
@@ -393,39 +430,49 @@ static void q8_fn(void *arg, int64_t tb, int64_t te, int tid) {
     const int64_t K = w->cols, N = w->rows;
     const int gs = w->group_size;
     const int64_t ng = K / gs;
-    size_t need = (size_t)K * TILE_R * 2 + (size_t)ng * TILE_R * 2 * sizeof(float) + 128;
+    size_t need = (size_t)K * QR * 2 + (size_t)ng * QR * 2 * sizeof(float) + 128;
     uint8_t *scr = mx_cpu_tscratch(j->c, tid, need);
     if (!scr) { MX_LOGE("cpu matmul: out of memory"); return; }
-    uint32_t *tile = (uint32_t *)scr;                       /* [K/4][16] */
-    uint8_t *rows = scr + (size_t)K * TILE_R;               /* [16][K] */
-    float *sv = (float *)(rows + (size_t)K * TILE_R);       /* [ng][16] */
-    float *bv = sv + ng * TILE_R;
-    float tmp[2][4096 > 0 ? 1 : 1];
-    (void)tmp;
+    uint32_t *tile = (uint32_t *)scr;                       /* [K/4][QR] */
+    uint8_t *rows = scr + (size_t)K * QR;                   /* [QR][K] */
+    float *sv = (float *)(rows + (size_t)K * QR);           /* [ng][QR] */
+    float *bv = sv + ng * QR;
+    const int64_t K4 = K / 4;
+    const __m512i vidx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                            _mm512_set1_epi32((int)K4));
     for (int64_t tile_i = tb; tile_i < te; tile_i++) {
-        int64_t r0 = tile_i * TILE_R;
-        int nr = (int)(N - r0 < TILE_R ? N - r0 : TILE_R);
-        for (int i = 0; i < TILE_R; i++) {
+        int64_t r0 = tile_i * QR;
+        int nr = (int)(N - r0 < QR ? N - r0 : QR);
+        for (int i = 0; i < QR; i++) {
             if (i < nr) row_to_u8(w, r0 + i, rows + (size_t)i * K);
             else memset(rows + (size_t)i * K, 0, (size_t)K);
         }
-        /* transpose to [K/4][16] dwords */
-        const int64_t K4 = K / 4;
-        for (int64_t k4 = 0; k4 < K4; k4++)
-            for (int i = 0; i < TILE_R; i++) tile[k4 * 16 + i] = ((const uint32_t *)(rows + (size_t)i * K))[k4];
-        for (int i = 0; i < TILE_R; i++)
-            for (int64_t g = 0; g < ng; g++) {
-                sv[g * 16 + i] = i < nr ? mx_cpu_elem(w->scale_dtype, w->scales, (r0 + i) * ng + g) : 0.0f;
-                bv[g * 16 + i] = i < nr ? mx_cpu_elem(w->scale_dtype, w->biases, (r0 + i) * ng + g) : 0.0f;
-            }
-        __mmask16 rm = (__mmask16)((1u << nr) - 1);
+        /* transpose [QR][K/4] dwords -> [K/4][QR] */
+        const int *rw = (const int *)rows;
+        for (int64_t k4 = 0; k4 < K4; k4++) {
+            _mm512_store_si512(tile + k4 * QR, _mm512_i32gather_epi32(vidx, rw + k4, 4));
+            _mm512_store_si512(tile + k4 * QR + 16, _mm512_i32gather_epi32(vidx, rw + 16 * K4 + k4, 4));
+        }
+        for (int i = 0; i < QR; i++) {
+            if (i < nr) {
+                for (int64_t g = 0; g < ng; g++) {
+                    sv[g * QR + i] = mx_cpu_elem(w->scale_dtype, w->scales, (r0 + i) * ng + g);
+                    bv[g * QR + i] = mx_cpu_elem(w->scale_dtype, w->biases, (r0 + i) * ng + g);
+                }
+            } else for (int64_t g = 0; g < ng; g++) sv[g * QR + i] = bv[g * QR + i] = 0.0f;
+        }
+        __mmask16 m0 = (__mmask16)(nr >= 16 ? 0xffff : (1u << nr) - 1);
+        __mmask16 m1 = (__mmask16)(nr <= 16 ? 0 : nr >= 32 ? 0xffff : (1u << (nr - 16)) - 1);
         int t = 0;
         for (; t + GEMM_T <= j->n; t += GEMM_T)
             q8_block(tile, sv, bv, j->xq + (int64_t)t * K, j->dx + t * ng, j->xsum + t * ng, K, gs, ng, GEMM_T,
-                     j->y + (int64_t)t * N, N, r0, rm);
+                     j->y + (int64_t)t * N, N, r0, m0, m1);
+        for (; t + 4 <= j->n; t += 4)
+            q8_block(tile, sv, bv, j->xq + (int64_t)t * K, j->dx + t * ng, j->xsum + t * ng, K, gs, ng, 4,
+                     j->y + (int64_t)t * N, N, r0, m0, m1);
         for (; t < j->n; t++)
             q8_block(tile, sv, bv, j->xq + (int64_t)t * K, j->dx + t * ng, j->xsum + t * ng, K, gs, ng, 1,
-                     j->y + (int64_t)t * N, N, r0, rm);
+                     j->y + (int64_t)t * N, N, r0, m0, m1);
     }
 }
 
@@ -484,7 +531,7 @@ static bool gemm_q8(mx_cpu_ctx *c, const mx_weight *w, const float *x, float *y,
     qprep_job p = {x, xq, dx, xsum, K, w->group_size, fmt_order(w)};
     mx_pool_run(c->pool, n, 4, qprep_fn, &p);
     q8_job j = {c, w, xq, dx, xsum, y, n};
-    mx_pool_run(c->pool, (w->rows + TILE_R - 1) / TILE_R, 1, q8_fn, &j);
+    mx_pool_run(c->pool, (w->rows + QR - 1) / QR, 1, q8_fn, &j);
     mx_cpu_add_bias(w, y, n);
     return true;
 }
@@ -494,48 +541,63 @@ static bool gemm_q8(mx_cpu_ctx *c, const mx_weight *w, const float *x, float *y,
 /* f32 GEMM for dense weights (exact: bf16/f16 -> f32 is exact, f32 FMA accumulation)        */
 
 #define DT_T 8
+#define DT_R 32   /* rows per dense tile: two vectors, so each broadcast feeds two FMAs */
 typedef struct { mx_cpu_ctx *c; const mx_weight *w; const float *x; float *y; int n; } df_job;
 
 static inline __attribute__((always_inline)) void df_block(const float *tile, const float *x, int64_t K, int T,
-                                                           float *y, int64_t N, int64_t r0, __mmask16 rm) {
-    __m512 acc[DT_T];
+                                                           float *y, int64_t N, int64_t r0, __mmask16 m0, __mmask16 m1) {
+    __m512 a0[DT_T], a1[DT_T];
 #pragma GCC unroll 8
-    for (int t = 0; t < T; t++) acc[t] = _mm512_setzero_ps();
+    for (int t = 0; t < T; t++) { a0[t] = _mm512_setzero_ps(); a1[t] = _mm512_setzero_ps(); }
     for (int64_t k = 0; k < K; k++) {
-        __m512 wv = _mm512_load_ps(tile + k * 16);
+        __m512 w0 = _mm512_load_ps(tile + k * DT_R), w1 = _mm512_load_ps(tile + k * DT_R + 16);
 #pragma GCC unroll 8
-        for (int t = 0; t < T; t++) acc[t] = _mm512_fmadd_ps(wv, _mm512_set1_ps(x[t * K + k]), acc[t]);
+        for (int t = 0; t < T; t++) {
+            __m512 xv = _mm512_set1_ps(x[t * K + k]);
+            a0[t] = _mm512_fmadd_ps(w0, xv, a0[t]);
+            a1[t] = _mm512_fmadd_ps(w1, xv, a1[t]);
+        }
     }
 #pragma GCC unroll 8
-    for (int t = 0; t < T; t++) _mm512_mask_storeu_ps(y + t * N + r0, rm, acc[t]);
+    for (int t = 0; t < T; t++) {
+        _mm512_mask_storeu_ps(y + t * N + r0, m0, a0[t]);
+        _mm512_mask_storeu_ps(y + t * N + r0 + 16, m1, a1[t]);
+    }
 }
 
 static void df_fn(void *arg, int64_t tb, int64_t te, int tid) {
     df_job *j = arg;
     const mx_weight *w = j->w;
     const int64_t K = w->cols, N = w->rows;
-    float *tile = mx_cpu_tscratch(j->c, tid, (size_t)K * TILE_R * 4 + (size_t)K * 4 + 128);
+    float *tile = mx_cpu_tscratch(j->c, tid, (size_t)K * DT_R * 4 * 2 + 128);
     if (!tile) { MX_LOGE("cpu matmul: out of memory"); return; }
-    float *rowf = tile + (size_t)K * TILE_R;
+    float *rows = tile + (size_t)K * DT_R; /* [DT_R][K] */
+    const __m512i vidx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                            _mm512_set1_epi32((int)K));
     for (int64_t ti = tb; ti < te; ti++) {
-        int64_t r0 = ti * TILE_R;
-        int nr = (int)(N - r0 < TILE_R ? N - r0 : TILE_R);
-        for (int i = 0; i < TILE_R; i++) {
-            if (i < nr) mx_cpu_to_f32(w->dtype, w->w, (r0 + i) * K, K, rowf);
-            else memset(rowf, 0, (size_t)K * sizeof(float));
-            for (int64_t k = 0; k < K; k++) tile[k * 16 + i] = rowf[k];
+        int64_t r0 = ti * DT_R;
+        int nr = (int)(N - r0 < DT_R ? N - r0 : DT_R);
+        for (int i = 0; i < DT_R; i++) {
+            if (i < nr) mx_cpu_to_f32(w->dtype, w->w, (r0 + i) * K, K, rows + (size_t)i * K);
+            else memset(rows + (size_t)i * K, 0, (size_t)K * sizeof(float));
         }
-        __mmask16 rm = (__mmask16)((1u << nr) - 1);
+        for (int64_t k = 0; k < K; k++) { /* transpose [DT_R][K] -> [K][DT_R] */
+            _mm512_store_ps(tile + k * DT_R, _mm512_i32gather_ps(vidx, rows + k, 4));
+            _mm512_store_ps(tile + k * DT_R + 16, _mm512_i32gather_ps(vidx, rows + 16 * K + k, 4));
+        }
+        __mmask16 m0 = (__mmask16)(nr >= 16 ? 0xffff : (1u << nr) - 1);
+        __mmask16 m1 = (__mmask16)(nr <= 16 ? 0 : nr >= 32 ? 0xffff : (1u << (nr - 16)) - 1);
         int t = 0;
-        for (; t + DT_T <= j->n; t += DT_T) df_block(tile, j->x + (int64_t)t * K, K, DT_T, j->y + (int64_t)t * N, N, r0, rm);
-        for (; t + 4 <= j->n; t += 4) df_block(tile, j->x + (int64_t)t * K, K, 4, j->y + (int64_t)t * N, N, r0, rm);
-        for (; t < j->n; t++) df_block(tile, j->x + (int64_t)t * K, K, 1, j->y + (int64_t)t * N, N, r0, rm);
+        for (; t + DT_T <= j->n; t += DT_T)
+            df_block(tile, j->x + (int64_t)t * K, K, DT_T, j->y + (int64_t)t * N, N, r0, m0, m1);
+        for (; t + 4 <= j->n; t += 4) df_block(tile, j->x + (int64_t)t * K, K, 4, j->y + (int64_t)t * N, N, r0, m0, m1);
+        for (; t < j->n; t++) df_block(tile, j->x + (int64_t)t * K, K, 1, j->y + (int64_t)t * N, N, r0, m0, m1);
     }
 }
 
 static bool gemm_dense(mx_cpu_ctx *c, const mx_weight *w, const float *x, float *y, int n) {
     df_job j = {c, w, x, y, n};
-    mx_pool_run(c->pool, (w->rows + TILE_R - 1) / TILE_R, 1, df_fn, &j);
+    mx_pool_run(c->pool, (w->rows + DT_R - 1) / DT_R, 1, df_fn, &j);
     mx_cpu_add_bias(w, y, n);
     return true;
 }

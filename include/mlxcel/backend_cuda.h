@@ -1,0 +1,53 @@
+/* mlxcel/backend_cuda.h: the CUDA backend's entry points (backend/cuda) and device selection
+ * (backend/select.c: CPU or GPU from MLXCEL_DEVICE and what the machine has). The op set itself
+ * is mlxcel/backend.h; this header adds only what a caller needs to pick and describe a device.
+ *
+ * mx_backend_cuda_* exist only in builds made with -DMLXCEL_CUDA=ON (MLXCEL_HAVE_CUDA defined);
+ * mx_backend_auto_* exist in every build.
+ *
+ * Thread safety: init/free from one thread; a backend instance is used by one thread at a time. */
+#ifndef MLXCEL_BACKEND_CUDA_H
+#define MLXCEL_BACKEND_CUDA_H
+
+#include "mlxcel/backend.h"
+
+/* Open the first CUDA device (or MLXCEL_CUDA_DEVICE=N). Fails with MX_ERR_UNSUPPORTED and a
+ * message (mx_last_error) when there is no usable GPU, or when the compiled architectures do
+ * not cover the GPU (the message names both). Logs the device, its memory and the compiled
+ * architectures at info level. */
+mx_status mx_backend_cuda_init(mx_backend *out);
+void mx_backend_cuda_free(mx_backend *b);
+/* The compiled CUDA architectures, e.g. "sm_90a + PTX compute_90". */
+const char *mx_backend_cuda_archs(void);
+/* One line describing the device ("NVIDIA H200, sm_90, 139.8 GiB (139.2 free), 132 SMs; built
+ * for ..."), written to buf. */
+void mx_backend_cuda_describe(const mx_backend *b, char *buf, size_t n);
+/* Ops return no status; the first failure of an asynchronous op (launch error, out of memory
+ * in a scratch buffer, bad argument) is kept here until read. MX_OK when all went well. */
+mx_status mx_backend_cuda_status(const mx_backend *b);
+/* CUDA graphs for repeated steps (decode). Wrap the ops of one forward pass in
+ * step_begin(key) ... step_end: the first step with a key runs normally and records the op
+ * sequence, the second is captured into a CUDA graph and launched, later ones launch the graph
+ * (the ops then only refresh their host inputs: attention metadata, token ids, gathered rows).
+ * The key must determine the op sequence and its buffers and sizes (e.g. n_tokens, n_seqs and
+ * max_blocks of a decode batch, with the model's fixed activation buffers); only ops may run
+ * inside a step: no alloc/free/write/read/sync (read the logits after step_end). If a step
+ * differs from its key's first one, step_end returns MX_ERR_INTERNAL, the step's ops did not run
+ * (run them again outside a step) and the key runs without a graph from then on.
+ * MLXCEL_CUDA_GRAPHS=0 turns graphs off (steps then run op by op). */
+mx_status mx_backend_cuda_step_begin(mx_backend *b, uint64_t key);
+mx_status mx_backend_cuda_step_end(mx_backend *b);
+/* Benchmark helper: device-to-device copy rate in GB/s (bytes read + bytes written, median of
+ * 9 copies of `bytes`), the memory-bandwidth ceiling that kernel figures are compared with. */
+double mx_backend_cuda_bench_copy(const mx_backend *b, size_t bytes);
+
+/* Pick the backend: MLXCEL_DEVICE=cpu forces the CPU, =gpu forces the GPU (an error if this
+ * build has no CUDA or no usable GPU is present), unset/"auto"/"" takes the GPU when one is
+ * usable and the CPU otherwise. Any other value is MX_ERR_INVALID_ARG. */
+mx_status mx_backend_auto_init(mx_backend *out);
+/* Free a backend made by mx_backend_auto_init (either kind). */
+void mx_backend_auto_free(mx_backend *b);
+/* True when b is the CUDA backend. */
+bool mx_backend_is_gpu(const mx_backend *b);
+
+#endif

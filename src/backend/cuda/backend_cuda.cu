@@ -1,0 +1,1346 @@
+/* backend/cuda/backend_cuda.cu: the CUDA implementation of mx_backend_i (mlxcel/backend.h):
+ * device memory, weight upload, paged KV cache, and every op as CUDA kernels on one stream.
+ * Matrix-vector products for decode (n <= 8 rows) are our own kernels reading the packed weights
+ * once for all rows (bf16/f16/f32 dense, MLX affine q4/q8 fast, other bit widths generic);
+ * larger batches dequantize a slice of rows into a bf16 scratch buffer and use cuBLAS tensor-core
+ * GEMM. It is not the model (models/), the sampler or the scheduler.
+ *
+ * Errors: ops return void; the first failure is kept in the context (mx_backend_cuda_status). */
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cublas_v2.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+extern "C" {
+#include "mlxcel/backend.h"
+#include "mlxcel/backend_cuda.h"
+}
+
+#ifndef MX_CUDA_ARCHS
+#define MX_CUDA_ARCHS "sm_90a + PTX compute_90"
+#endif
+
+/* ------------------------------------------------------------------------------------------ */
+/* context                                                                                     */
+
+struct cu_stage {          /* host ints/floats copied to the device, reused while unchanged */
+    void *h, *d;           /* pinned host copy of what was last uploaded; device copy */
+    size_t cap, len;       /* bytes */
+    cudaEvent_t ev;        /* recorded after the last upload from h */
+    uint64_t stamp;        /* graph step that last used it */
+};
+
+/* CUDA graphs of repeated steps (mx_backend_cuda_step_begin/end): per key, the first step runs
+ * eagerly and records a fingerprint of its op sequence, the second is captured into a graph,
+ * later ones replay it (the ops then only refresh their host inputs in the pinned buffers that
+ * the graph's copy nodes read). */
+enum { G_EAGER = 0, G_WARMUP, G_CAPTURE, G_REPLAY };
+#define MX_GRAPHS 32
+struct cu_graph {
+    uint64_t key;
+    bool used, bad;
+    cudaGraphExec_t exec;
+    uint64_t *fp; int n_fp, cap_fp;
+    uint64_t last_use;
+};
+
+enum { SDT_BF16 = 0, SDT_F16 = 1 };
+
+struct cu_weight {         /* what weight_prepare puts behind mx_weight.dev */
+    int64_t rows, cols;
+    int bits, gs;          /* bits 0: dense */
+    mx_dtype dtype;        /* dense: F32/F16/BF16 */
+    int sdt;               /* quantized: scale/bias storage SDT_* */
+    void *w, *scales, *biases;
+    float *bias;           /* [rows] or NULL */
+};
+
+#define MX_RF_CACHE 16   /* RoPE inv_freq tables kept on the device (never evicted) */
+struct cu_rf { float *h, *d; int len; };
+struct cu_ctx {
+    int dev;
+    cudaDeviceProp prop;
+    cudaStream_t st;
+    cublasHandle_t blas;
+    mx_status err;
+    mx_kv_desc kv;
+    void *kpool, *vpool;   /* [n_layers][n_blocks*block_size][n_kv_heads*head_dim] */
+    cu_stage meta, ids, rows;
+    cu_rf rf[MX_RF_CACHE]; int n_rf;
+    int gmode; bool gbroken; int g_op; uint64_t g_step;
+    cu_graph graphs[MX_GRAPHS], *gcur;
+    cudaEvent_t g_done;
+    void *blas_ws;
+    void *wscratch; size_t wscratch_cap;   /* dequantized weight slice (bf16) */
+    void *xscratch; size_t xscratch_cap;   /* activations converted to bf16/f16 */
+    void **owned; size_t n_owned, cap_owned;       /* device buffers of prepared weights */
+    void **owned_h; size_t n_owned_h, cap_owned_h; /* host cu_weight structs */
+};
+
+/* Drop every captured graph (device buffers they name are about to change). */
+static void g_invalidate(cu_ctx *c) {
+    for (int i = 0; i < MX_GRAPHS; i++) {
+        cu_graph *g = &c->graphs[i];
+        if (g->exec) { cudaStreamSynchronize(c->st); cudaGraphExecDestroy(g->exec); }
+        g->exec = NULL;
+        g->used = false; g->bad = false; g->n_fp = 0;
+    }
+}
+
+static void cu_fail(cu_ctx *c, mx_status s, const char *what, cudaError_t e) {
+    if (c->err == MX_OK) {
+        c->err = s;
+        mx_errorf(s, "cuda: %s: %s", what, e == cudaSuccess ? "failed" : cudaGetErrorString(e));
+        MX_LOGE("cuda: %s: %s", what, e == cudaSuccess ? "failed" : cudaGetErrorString(e));
+    }
+}
+#define CK(c, call, what) do { cudaError_t e_ = (call); if (e_ != cudaSuccess) { cu_fail(c, MX_ERR_INTERNAL, what, e_); } } while (0)
+#define LAUNCHED(c, what) do { cudaError_t e_ = cudaGetLastError(); if (e_ != cudaSuccess) cu_fail(c, MX_ERR_INTERNAL, what, e_); } while (0)
+
+static bool own(cu_ctx *c, void ***arr, size_t *n, size_t *cap, void *p) {
+    if (*n == *cap) {
+        size_t nc = *cap ? *cap * 2 : 64;
+        void **na = (void **)realloc(*arr, nc * sizeof(void *));
+        if (!na) return false;
+        *arr = na; *cap = nc;
+    }
+    (*arr)[(*n)++] = p;
+    return true;
+}
+
+static void *dev_alloc_owned(cu_ctx *c, size_t bytes) {
+    void *p = NULL;
+    if (cudaMalloc(&p, bytes ? bytes : 16) != cudaSuccess) { cudaGetLastError(); return NULL; }
+    if (!own(c, &c->owned, &c->n_owned, &c->cap_owned, p)) { cudaFree(p); return NULL; }
+    return p;
+}
+
+/* Upload `bytes` from host `src` through stage s, skipping the copy when the last upload had
+ * the same content. Returns the device pointer (NULL on failure). */
+static void *stage_up(cu_ctx *c, cu_stage *s, const void *src, size_t bytes) {
+    if (bytes == 0) bytes = 4, src = NULL;
+    if (c->gmode == G_CAPTURE || c->gmode == G_REPLAY) {
+        /* the graph holds one copy node per stage, from s->h: the first use in a step writes
+         * s->h (and, capturing, adds the node); later uses in the step must match it */
+        bool first = s->stamp != c->g_step;
+        s->stamp = c->g_step;
+        if (!first || !s->d || bytes > s->cap) {
+            if (first || s->len != bytes || (src && memcmp(s->h, src, bytes))) c->gbroken = true;
+            return s->d;
+        }
+        if (src) memcpy(s->h, src, bytes); else memset(s->h, 0, bytes);
+        s->len = bytes;
+        if (c->gmode == G_CAPTURE) CK(c, cudaMemcpyAsync(s->d, s->h, bytes, cudaMemcpyHostToDevice, c->st), "upload");
+        return s->d;
+    }
+    if (s->d && s->len == bytes && src && memcmp(s->h, src, bytes) == 0) return s->d;
+    if (bytes > s->cap) {
+        g_invalidate(c);   /* captured copy nodes name the old buffers */
+        cudaStreamSynchronize(c->st);
+        if (s->h) cudaFreeHost(s->h);
+        if (s->d) cudaFree(s->d);
+        s->h = s->d = NULL; s->cap = 0; s->len = 0;
+        size_t cap = bytes < 4096 ? 4096 : bytes * 2;
+        if (cudaMallocHost(&s->h, cap) != cudaSuccess || cudaMalloc(&s->d, cap) != cudaSuccess) {
+            cu_fail(c, MX_ERR_NOMEM, "staging buffer", cudaGetLastError());
+            return NULL;
+        }
+        s->cap = cap;
+        if (!s->ev && cudaEventCreateWithFlags(&s->ev, cudaEventDisableTiming) != cudaSuccess) {
+            cu_fail(c, MX_ERR_INTERNAL, "event", cudaGetLastError());
+            return NULL;
+        }
+    } else {
+        cudaEventSynchronize(s->ev);   /* the previous copy out of s->h has finished */
+    }
+    if (src) memcpy(s->h, src, bytes); else memset(s->h, 0, bytes);
+    s->len = bytes;
+    CK(c, cudaMemcpyAsync(s->d, s->h, bytes, cudaMemcpyHostToDevice, c->st), "upload");
+    CK(c, cudaEventRecord(s->ev, c->st), "event record");
+    return s->d;
+}
+
+static void *scratch(cu_ctx *c, void **p, size_t *cap, size_t bytes) {
+    if (bytes <= *cap) return *p;
+    if (c->gmode == G_CAPTURE || c->gmode == G_REPLAY) { c->gbroken = true; return *p; }
+    g_invalidate(c);
+    cudaStreamSynchronize(c->st);
+    if (*p) cudaFree(*p);
+    *p = NULL; *cap = 0;
+    if (cudaMalloc(p, bytes) != cudaSuccess) { *p = NULL; cu_fail(c, MX_ERR_NOMEM, "scratch buffer", cudaGetLastError()); return NULL; }
+    *cap = bytes;
+    return *p;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* small device helpers                                                                        */
+
+__device__ __forceinline__ float ld_s(const __nv_bfloat16 *p) { return __bfloat162float(*p); }
+__device__ __forceinline__ float ld_s(const __half *p) { return __half2float(*p); }
+__device__ __forceinline__ float ld_s(const float *p) { return *p; }
+__device__ __forceinline__ void st_kv(float *p, float v) { *p = v; }
+__device__ __forceinline__ void st_kv(__nv_bfloat16 *p, float v) { *p = __float2bfloat16(v); }
+__device__ __forceinline__ void st_kv(__half *p, float v) { *p = __float2half(v); }
+/* one u32 word of dense weights to floats */
+__device__ __forceinline__ void unpack_word(uint32_t w, float *f, const float *) { f[0] = __uint_as_float(w); }
+__device__ __forceinline__ void unpack_word(uint32_t w, float *f, const __nv_bfloat16 *) {
+    f[0] = __uint_as_float(w << 16); f[1] = __uint_as_float(w & 0xffff0000u);
+}
+__device__ __forceinline__ void unpack_word(uint32_t w, float *f, const __half *) {
+    __half2 h; memcpy(&h, &w, 4);
+    float2 r = __half22float2(h); f[0] = r.x; f[1] = r.y;
+}
+
+__device__ __forceinline__ uint4 ld_stream(const void *p) {
+    uint4 r;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
+    return r;
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+/* Sum over the block (blockDim.x a multiple of 32, <= 1024); all threads get the result. */
+__device__ float block_sum(float v, float *sh) {
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_sum(v);
+    __syncthreads();
+    if (lane == 0) sh[w] = v;
+    __syncthreads();
+    float t = lane < nw ? sh[lane] : 0.f;
+    return warp_sum(t);
+}
+
+/* value k of a row of `bits`-bit codes packed low bits first in u32 words */
+__device__ __forceinline__ uint32_t qget(const uint32_t *row, int64_t k, int bits) {
+    int64_t off = k * bits;
+    int64_t wi = off >> 5; int sh = (int)(off & 31);
+    uint32_t v = row[wi] >> sh;
+    if (sh + bits > 32) v |= row[wi + 1] << (32 - sh);
+    return v & ((1u << bits) - 1u);
+}
+
+template <typename ST>
+__device__ __forceinline__ float dq_elem(const cu_weight &w, const uint32_t *W, const ST *S, const ST *B,
+                                         int64_t r, int64_t k) {
+    int64_t ng = w.cols / w.gs;
+    const uint32_t *row = W + r * (w.cols * w.bits / 32);
+    float s = ld_s(S + r * ng + k / w.gs), b = ld_s(B + r * ng + k / w.gs);
+    return s * (float)qget(row, k, w.bits) + b;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* matrix-vector products for n <= 8 rows of x: one warp per weight row, 16-byte streaming loads */
+
+#define MV_WARPS 8
+#define MV_R 2      /* weight rows per warp: each x value loaded once serves MV_R rows */
+
+__device__ __forceinline__ uint32_t ld_stream32(const uint32_t *p) {
+    uint32_t r;
+    asm volatile("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(r) : "l"(p));
+    return r;
+}
+
+/* Quantized q4/q8, one u32 word (8 or 4 codes of one group) per lane per step, so that a warp
+ * reads 128 contiguous bytes of a row per load and the matching x values contiguously.
+ * A code q becomes f = 1 + q/2^bits by placing it in the top mantissa bits of 1.0f (two integer
+ * ops), so over a word sum (s q + b) x = 2^bits s * sum f x + (b - 2^bits s) * sum x, where
+ * sum x is shared by the MV_R rows. MU words per row are loaded before any is used. */
+template <int BITS, typename ST, int NB>
+__global__ void __launch_bounds__(MV_WARPS * 32)
+k_mv_q(const uint32_t *__restrict__ W, const ST *__restrict__ S, const ST *__restrict__ B,
+       const float *__restrict__ bias, const float *__restrict__ x, float *__restrict__ y,
+       int rows, int cols, int gs_shift, int n) {
+    constexpr int VPW = 32 / BITS, MU = BITS == 4 ? 4 : 8;
+    constexpr float QS = (float)(1 << BITS);
+    const int nw = cols / VPW, ng = cols >> gs_shift, lane = threadIdx.x & 31;
+    const int nwarps = gridDim.x * MV_WARPS;
+    for (int r0 = (blockIdx.x * MV_WARPS + (threadIdx.x >> 5)) * MV_R; r0 < rows; r0 += nwarps * MV_R) {
+        const uint32_t *wr[MV_R];
+        const ST *sr[MV_R], *br[MV_R];
+#pragma unroll
+        for (int r = 0; r < MV_R; r++) {
+            int rr = min(r0 + r, rows - 1);
+            wr[r] = W + (size_t)rr * nw; sr[r] = S + (size_t)rr * ng; br[r] = B + (size_t)rr * ng;
+        }
+        float acc[MV_R][NB];
+#pragma unroll
+        for (int r = 0; r < MV_R; r++)
+#pragma unroll
+            for (int t = 0; t < NB; t++) acc[r][t] = 0.f;
+        for (int w0 = lane; w0 < nw; w0 += 32 * MU) {
+            uint32_t q[MV_R][MU];
+#pragma unroll
+            for (int u = 0; u < MU; u++)
+#pragma unroll
+                for (int r = 0; r < MV_R; r++) q[r][u] = (w0 + 32 * u < nw) ? ld_stream32(wr[r] + w0 + 32 * u) : 0u;
+#pragma unroll
+            for (int u = 0; u < MU; u++) {
+                const int w = w0 + 32 * u;
+                if (w >= nw) break;
+                const int g = (w * VPW) >> gs_shift;
+                float sc[MV_R], bc[MV_R], f[MV_R][VPW];
+#pragma unroll
+                for (int r = 0; r < MV_R; r++) {
+                    sc[r] = ld_s(sr[r] + g) * QS; bc[r] = ld_s(br[r] + g) - sc[r];
+#pragma unroll
+                    for (int j = 0; j < VPW; j++) {
+                        const uint32_t wd = q[r][u];
+                        uint32_t v = (BITS == 4) ? ((j * 4 <= 19) ? (wd << (19 - j * 4)) : (wd >> (j * 4 - 19)))
+                                                 : ((j * 8 <= 15) ? (wd << (15 - j * 8)) : (wd >> (j * 8 - 15)));
+                        f[r][j] = __uint_as_float((v & (BITS == 4 ? 0x00780000u : 0x007f8000u)) | 0x3f800000u);
+                    }
+                }
+#pragma unroll
+                for (int t = 0; t < NB; t++) {
+                    if (t >= n) break;
+                    const float4 *xp = (const float4 *)(x + (size_t)t * cols + (size_t)w * VPW);
+                    float xv[VPW];
+#pragma unroll
+                    for (int i = 0; i < VPW / 4; i++) {
+                        float4 a = __ldg(xp + i);
+                        xv[4 * i] = a.x; xv[4 * i + 1] = a.y; xv[4 * i + 2] = a.z; xv[4 * i + 3] = a.w;
+                    }
+                    float sx = 0.f;
+#pragma unroll
+                    for (int j = 0; j < VPW; j++) sx += xv[j];
+#pragma unroll
+                    for (int r = 0; r < MV_R; r++) {
+                        float d = 0.f;
+#pragma unroll
+                        for (int j = 0; j < VPW; j++) d = fmaf(f[r][j], xv[j], d);
+                        acc[r][t] = fmaf(sc[r], d, fmaf(bc[r], sx, acc[r][t]));
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < MV_R; r++)
+#pragma unroll
+            for (int t = 0; t < NB; t++) {
+                if (t >= n) break;
+                float a = warp_sum(acc[r][t]);
+                if (lane == 0 && r0 + r < rows) y[(size_t)t * rows + r0 + r] = a + (bias ? bias[r0 + r] : 0.f);
+            }
+    }
+}
+
+/* Dense bf16/f16/f32: a 16-byte vector (8, 8 or 4 values) per lane per step, MV_R rows a warp. */
+template <typename WT, int NB>
+__global__ void __launch_bounds__(MV_WARPS * 32)
+k_mv_dense(const WT *__restrict__ W, const float *__restrict__ bias, const float *__restrict__ x,
+           float *__restrict__ y, int rows, int cols, int n) {
+    constexpr int VPV = 16 / sizeof(WT), MU = 2;
+    const int nvec = cols / VPV, lane = threadIdx.x & 31;
+    const int nwarps = gridDim.x * MV_WARPS;
+    for (int r0 = (blockIdx.x * MV_WARPS + (threadIdx.x >> 5)) * MV_R; r0 < rows; r0 += nwarps * MV_R) {
+        const uint4 *wr[MV_R];
+#pragma unroll
+        for (int r = 0; r < MV_R; r++) wr[r] = (const uint4 *)(W + (size_t)min(r0 + r, rows - 1) * cols);
+        float acc[MV_R][NB];
+#pragma unroll
+        for (int r = 0; r < MV_R; r++)
+#pragma unroll
+            for (int t = 0; t < NB; t++) acc[r][t] = 0.f;
+        for (int v0 = lane; v0 < nvec; v0 += 32 * MU) {
+            uint4 q[MV_R][MU];
+#pragma unroll
+            for (int u = 0; u < MU; u++)
+#pragma unroll
+                for (int r = 0; r < MV_R; r++)
+                    if (v0 + 32 * u < nvec) q[r][u] = ld_stream(wr[r] + v0 + 32 * u);
+#pragma unroll
+            for (int u = 0; u < MU; u++) {
+                const int v = v0 + 32 * u;
+                if (v >= nvec) break;
+                float f[MV_R][VPV];
+#pragma unroll
+                for (int r = 0; r < MV_R; r++) {
+                    uint32_t wd[4] = {q[r][u].x, q[r][u].y, q[r][u].z, q[r][u].w};
+#pragma unroll
+                    for (int i = 0; i < 4; i++) unpack_word(wd[i], &f[r][i * (VPV / 4)], (const WT *)nullptr);
+                }
+#pragma unroll
+                for (int t = 0; t < NB; t++) {
+                    if (t >= n) break;
+                    const float4 *xp = (const float4 *)(x + (size_t)t * cols + (size_t)v * VPV);
+#pragma unroll
+                    for (int i = 0; i < VPV / 4; i++) {
+                        float4 xv = __ldg(xp + i);
+#pragma unroll
+                        for (int r = 0; r < MV_R; r++) {
+                            float d = acc[r][t];
+                            d = fmaf(f[r][4 * i], xv.x, d); d = fmaf(f[r][4 * i + 1], xv.y, d);
+                            d = fmaf(f[r][4 * i + 2], xv.z, d); d = fmaf(f[r][4 * i + 3], xv.w, d);
+                            acc[r][t] = d;
+                        }
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < MV_R; r++)
+#pragma unroll
+            for (int t = 0; t < NB; t++) {
+                if (t >= n) break;
+                float a = warp_sum(acc[r][t]);
+                if (lane == 0 && r0 + r < rows) y[(size_t)t * rows + r0 + r] = a + (bias ? bias[r0 + r] : 0.f);
+            }
+    }
+}
+
+/* Any layout, any n: one warp per (row, x row); used for bit widths other than 4/8 and for
+ * shapes the vector kernels do not take (cols not a multiple of 32). */
+template <typename ST>
+__global__ void k_mv_generic(cu_weight w, const float *__restrict__ x, float *__restrict__ y, int n) {
+    int gw = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
+    if (gw >= w.rows * (int64_t)n) return;
+    int64_t r = gw % w.rows, t = gw / w.rows;
+    const float *xr = x + t * w.cols;
+    float acc = 0.f;
+    for (int64_t k = lane; k < w.cols; k += 32) {
+        float v;
+        if (w.bits) v = dq_elem<ST>(w, (const uint32_t *)w.w, (const ST *)w.scales, (const ST *)w.biases, r, k);
+        else if (w.dtype == MX_DTYPE_F32) v = ((const float *)w.w)[r * w.cols + k];
+        else if (w.dtype == MX_DTYPE_F16) v = __half2float(((const __half *)w.w)[r * w.cols + k]);
+        else v = __bfloat162float(((const __nv_bfloat16 *)w.w)[r * w.cols + k]);
+        acc = fmaf(v, xr[k], acc);
+    }
+    acc = warp_sum(acc);
+    if (lane == 0) y[t * w.rows + r] = acc + (w.bias ? w.bias[r] : 0.f);
+}
+
+/* Dequantize rows [r0, r0+nr) to bf16 (or f16 dense to itself is not needed). */
+template <typename ST>
+__global__ void k_dequant_rows(cu_weight w, int64_t r0, int64_t nr, __nv_bfloat16 *out) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    int64_t total = nr * w.cols;
+    if (i >= total) return;
+    int64_t r = r0 + i / w.cols, k = i % w.cols;
+    float v;
+    if (w.bits) v = dq_elem<ST>(w, (const uint32_t *)w.w, (const ST *)w.scales, (const ST *)w.biases, r, k);
+    else v = ((const float *)w.w)[r * w.cols + k];
+    out[i] = __float2bfloat16(v);
+}
+
+/* q4/q8 rows [r0, r0+nr) to bf16, one u32 word (8 or 4 values) per thread, 16/8-byte stores. */
+template <int BITS, typename ST>
+__global__ void k_dequant_q(const uint32_t *__restrict__ W, const ST *__restrict__ S, const ST *__restrict__ B,
+                            int64_t r0, int64_t nr, int cols, int gs_shift, __nv_bfloat16 *__restrict__ out) {
+    constexpr int VPW = 32 / BITS;
+    const int nw = cols / VPW, ng = cols >> gs_shift;
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= nr * nw) return;
+    int64_t r = r0 + i / nw;
+    int w = (int)(i % nw), g = (w * VPW) >> gs_shift;
+    uint32_t q = W[r0 * nw + i];
+    float sc = ld_s(S + r * ng + g), bi = ld_s(B + r * ng + g);
+    __align__(16) __nv_bfloat16 v[VPW];
+#pragma unroll
+    for (int j = 0; j < VPW; j++) v[j] = __float2bfloat16(fmaf(sc, (float)((q >> (BITS * j)) & ((1u << BITS) - 1u)), bi));
+    if (VPW == 8) *(uint4 *)(out + i * VPW) = *(const uint4 *)v;
+    else *(uint2 *)(out + i * VPW) = *(const uint2 *)v;
+}
+
+template <typename T>
+__global__ void k_cvt(const float *__restrict__ x, T *__restrict__ y, int64_t n) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) st_kv(y + i, x[i]);
+}
+
+__global__ void k_add_bias(float *y, const float *bias, int64_t rows, int64_t total) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < total) y[i] += bias[i % rows];
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* embedding, norms, rope, elementwise                                                         */
+
+template <typename ST>
+__global__ void k_embed(cu_weight w, const int32_t *ids, float *out) {
+    int64_t t = blockIdx.x;
+    int64_t r = ids[t];
+    for (int64_t k = threadIdx.x; k < w.cols; k += blockDim.x) {
+        float v;
+        if (r < 0 || r >= w.rows) v = 0.f;   /* logged on the host */
+        else if (w.bits) v = dq_elem<ST>(w, (const uint32_t *)w.w, (const ST *)w.scales, (const ST *)w.biases, r, k);
+        else if (w.dtype == MX_DTYPE_F32) v = ((const float *)w.w)[r * w.cols + k];
+        else if (w.dtype == MX_DTYPE_F16) v = __half2float(((const __half *)w.w)[r * w.cols + k]);
+        else v = __bfloat162float(((const __nv_bfloat16 *)w.w)[r * w.cols + k]);
+        out[t * w.cols + k] = v;
+    }
+}
+
+__global__ void k_rmsnorm(const float *x, const float *g, float eps, float add_one, float *y, int d) {
+    __shared__ float sh[32];
+    const float *xr = x + (size_t)blockIdx.x * d;
+    float *yr = y + (size_t)blockIdx.x * d;
+    float ss = 0.f;
+    for (int i = threadIdx.x; i < d; i += blockDim.x) ss = fmaf(xr[i], xr[i], ss);
+    ss = block_sum(ss, sh);
+    float inv = rsqrtf(ss / d + eps);
+    for (int i = threadIdx.x; i < d; i += blockDim.x) yr[i] = xr[i] * inv * (g ? g[i] + add_one : 1.f);
+}
+
+__global__ void k_layernorm(const float *x, const float *g, const float *b, float eps, float *y, int d) {
+    __shared__ float sh[32];
+    const float *xr = x + (size_t)blockIdx.x * d;
+    float *yr = y + (size_t)blockIdx.x * d;
+    float s = 0.f;
+    for (int i = threadIdx.x; i < d; i += blockDim.x) s += xr[i];
+    float mean = block_sum(s, sh) / d;
+    float v = 0.f;
+    for (int i = threadIdx.x; i < d; i += blockDim.x) { float t = xr[i] - mean; v = fmaf(t, t, v); }
+    float inv = rsqrtf(block_sum(v, sh) / d + eps);
+    for (int i = threadIdx.x; i < d; i += blockDim.x)
+        yr[i] = (xr[i] - mean) * inv * (g ? g[i] : 1.f) + (b ? b[i] : 0.f);
+}
+
+__global__ void k_rope(float *x, int n_heads, int head_dim, int half, const float *inv_freq, float attn_factor,
+                       const int32_t *pos) {
+    int t = blockIdx.x, h = blockIdx.y;
+    float *xr = x + ((size_t)t * n_heads + h) * head_dim;
+    float p = (float)pos[t];
+    for (int i = threadIdx.x; i < half; i += blockDim.x) {
+        float s, c;
+        sincosf(p * inv_freq[i], &s, &c);
+        s *= attn_factor; c *= attn_factor;
+        float a = xr[i], b = xr[i + half];
+        xr[i] = a * c - b * s;
+        xr[i + half] = b * c + a * s;
+    }
+}
+
+__device__ __forceinline__ float act_f(int act, float g) {
+    switch (act) {
+    case MX_ACT_SILU: return g / (1.f + expf(-g));
+    case MX_ACT_GELU_TANH: return g / (1.f + expf(-1.5957691216057308f * (g + 0.044715f * g * g * g)));
+    case MX_ACT_GELU: return 0.5f * g * erfcf(g * -0.7071067811865476f);
+    default: return g > 0.f ? g : 0.f;
+    }
+}
+
+__global__ void k_act_mul(int act, const float *gate, const float *up, int64_t stride, float *y, int n, int d) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (int64_t)n * d) return;
+    int64_t r = i / d, c = i % d;
+    y[i] = act_f(act, gate[r * stride + c]) * up[r * stride + c];
+}
+__global__ void k_act(int act, const float *x, float *y, int64_t n) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = act_f(act, x[i]);
+}
+__global__ void k_add(const float *a, const float *b, float *y, int64_t n) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = a[i] + b[i];
+}
+__global__ void k_scale(const float *x, float s, float *y, int64_t n) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = x[i] * s;
+}
+__global__ void k_softcap(float *x, float cap, int64_t n) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] = cap * tanhf(x[i] / cap);
+}
+__global__ void k_gather(const float *src, const int32_t *rows, int d, float *dst) {
+    int t = blockIdx.x;
+    const float *s = src + (size_t)rows[t] * d;
+    for (int i = threadIdx.x; i < d; i += blockDim.x) dst[(size_t)t * d + i] = s[i];
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* paged attention                                                                             */
+
+template <typename T>
+__global__ void k_kv_write(const float *k, const float *v, T *kp, T *vp, const int32_t *slot, int kvdim, int n, int64_t nslots) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (int64_t)n * kvdim) return;
+    int64_t t = i / kvdim, e = i % kvdim;
+    int64_t s = slot[t];
+    if (s < 0 || s >= nslots) return;
+    st_kv(kp + s * kvdim + e, k[i]);
+    st_kv(vp + s * kvdim + e, v[i]);
+}
+
+#define ATT_WARPS 4
+#define ATT_MAXI 8   /* head_dim <= 256 */
+
+/* One block per (token, head); warps take positions in turn with an online softmax, lanes split
+ * head_dim; the warps' partial results are merged at the end. */
+template <typename T>
+__global__ void __launch_bounds__(ATT_WARPS * 32)
+k_attn(const float *q, const T *kp, const T *vp, float *out, const int32_t *pos, const int32_t *seq,
+       const int32_t *bt, int n_seqs, int max_blocks, int block_size, int n_blocks, int n_heads, int n_kv, int D, float scale,
+       int window, float softcap) {
+    __shared__ float sm[ATT_WARPS], sl[ATT_WARPS], sacc[ATT_WARPS][ATT_MAXI * 32];
+    const int t = blockIdx.x, h = blockIdx.y, lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    const int kvh = h / (n_heads / n_kv), kvdim = n_kv * D;
+    const int ni = (D + 31) / 32;
+    const float *qr = q + ((size_t)t * n_heads + h) * D;
+    if (seq[t] < 0 || seq[t] >= n_seqs || pos[t] < 0) {   /* as the CPU reference: zeros */
+        for (int d = threadIdx.x; d < D; d += blockDim.x) out[((size_t)t * n_heads + h) * D + d] = 0.f;
+        return;
+    }
+    float qv[ATT_MAXI], acc[ATT_MAXI];
+#pragma unroll
+    for (int i = 0; i < ATT_MAXI; i++) {
+        int d = lane + 32 * i;
+        qv[i] = (i < ni && d < D) ? qr[d] * scale : 0.f;
+        acc[i] = 0.f;
+    }
+    const int p_end = min(pos[t], max_blocks * block_size - 1);
+    const int p0 = window > 0 ? max(0, pos[t] - window + 1) : 0;
+    const int32_t *btr = bt + (size_t)seq[t] * max_blocks;
+    float m = -INFINITY, l = 0.f;
+    for (int p = p0 + w; p <= p_end; p += ATT_WARPS) {
+        int blk = btr[p / block_size];
+        if (blk < 0 || blk >= n_blocks) continue;   /* as the CPU reference: such positions are skipped */
+        int64_t s = (int64_t)blk * block_size + p % block_size;
+        const T *kr = kp + s * kvdim + (size_t)kvh * D;
+        const T *vr = vp + s * kvdim + (size_t)kvh * D;
+        float dot = 0.f;
+#pragma unroll
+        for (int i = 0; i < ATT_MAXI; i++) {
+            int d = lane + 32 * i;
+            if (i < ni && d < D) dot = fmaf(qv[i], ld_s(kr + d), dot);
+        }
+        dot = warp_sum(dot);
+        if (softcap > 0.f) dot = softcap * tanhf(dot / softcap);
+        float mn = fmaxf(m, dot);
+        float corr = __expf(m - mn), e = __expf(dot - mn);
+        l = l * corr + e;
+#pragma unroll
+        for (int i = 0; i < ATT_MAXI; i++) {
+            int d = lane + 32 * i;
+            if (i < ni && d < D) acc[i] = fmaf(e, ld_s(vr + d), acc[i] * corr);
+        }
+        m = mn;
+    }
+    if (lane == 0) { sm[w] = m; sl[w] = l; }
+#pragma unroll
+    for (int i = 0; i < ATT_MAXI; i++) if (i < ni) sacc[w][lane + 32 * i] = acc[i];
+    __syncthreads();
+    if (w == 0) {
+        float M = -INFINITY;
+        for (int j = 0; j < ATT_WARPS; j++) M = fmaxf(M, sm[j]);
+        float L = 0.f, cj[ATT_WARPS];
+        for (int j = 0; j < ATT_WARPS; j++) { cj[j] = sm[j] == -INFINITY ? 0.f : __expf(sm[j] - M); L += sl[j] * cj[j]; }
+        float *o = out + ((size_t)t * n_heads + h) * D;
+        for (int i = 0; i < ni; i++) {
+            int d = lane + 32 * i;
+            if (d >= D) break;
+            float a = 0.f;
+            for (int j = 0; j < ATT_WARPS; j++) a += sacc[j][d] * cj[j];
+            o[d] = L > 0.f ? a / L : 0.f;
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* vtable                                                                                      */
+
+static inline unsigned nblk(int64_t n, int b) { return (unsigned)((n + b - 1) / b); }
+
+static uint64_t fnv(const void *p, size_t n, uint64_t h) {
+    const unsigned char *b = (const unsigned char *)p;
+    for (size_t i = 0; i < n; i++) { h ^= b[i]; h *= 1099511628211ull; }
+    return h;
+}
+static uint64_t fbits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+#define PU(p) ((uint64_t)(uintptr_t)(p))
+
+/* In a graph step: record (warm-up, capture) or check (replay) this op's fingerprint. Returns
+ * true when the op should go on (eager, warm-up, capture, or replay of an op with host inputs). */
+static bool g_op(cu_ctx *c, const uint64_t *v, size_t n) {
+    if (c->gmode == G_EAGER) return true;
+    uint64_t h = fnv(v, n * 8, 1469598103934665603ull);
+    cu_graph *g = c->gcur;
+    if (c->gmode == G_REPLAY) {
+        if (c->g_op >= g->n_fp || g->fp[c->g_op] != h) c->gbroken = true;
+        c->g_op++;
+        return !c->gbroken;
+    }
+    if (g->n_fp == g->cap_fp) {
+        int nc = g->cap_fp ? g->cap_fp * 2 : 256;
+        uint64_t *nf = (uint64_t *)realloc(g->fp, (size_t)nc * 8);
+        if (!nf) { c->gbroken = true; return true; }
+        g->fp = nf; g->cap_fp = nc;
+    }
+    if (c->gmode == G_CAPTURE && (c->g_op >= g->n_fp || g->fp[c->g_op] != h)) c->gbroken = true;
+    if (c->gmode == G_WARMUP) g->fp[g->n_fp++] = h;
+    c->g_op++;
+    return true;
+}
+/* ops without host inputs: nothing to do in a replay */
+#define GOP_PURE(c, ...) do { uint64_t v_[] = {__VA_ARGS__}; if (!g_op(c, v_, sizeof v_ / 8) || (c)->gmode == G_REPLAY) return; } while (0)
+/* ops with host inputs: go on to refresh them, then stop before launching when replaying */
+#define GOP_HOST(c, ...) do { uint64_t v_[] = {__VA_ARGS__}; if (!g_op(c, v_, sizeof v_ / 8)) return; } while (0)
+#define REPLAY_STOP(c) do { if ((c)->gmode == G_REPLAY) return; } while (0)
+
+static void *c_alloc(void *ctx, size_t bytes) {
+    void *p = NULL;
+    (void)ctx;
+    if (cudaMalloc(&p, bytes ? bytes : 16) != cudaSuccess) { cudaGetLastError(); return NULL; }
+    return p;
+}
+static void c_free(void *ctx, void *p) { (void)ctx; if (p) cudaFree(p); }
+static void c_write(void *ctx, void *dst, const void *src, size_t bytes) {
+    cu_ctx *c = (cu_ctx *)ctx;
+    CK(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->st), "write");
+}
+static void c_read(void *ctx, void *dst, const void *src, size_t bytes) {
+    cu_ctx *c = (cu_ctx *)ctx;
+    CK(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, c->st), "read");
+    CK(c, cudaStreamSynchronize(c->st), "read sync");
+}
+static void c_sync(void *ctx) {
+    cu_ctx *c = (cu_ctx *)ctx;
+    CK(c, cudaStreamSynchronize(c->st), "sync");
+}
+
+static void *up_copy(cu_ctx *c, const void *src, size_t bytes) {
+    void *d = dev_alloc_owned(c, bytes);
+    if (!d) return NULL;
+    if (cudaMemcpy(d, src, bytes, cudaMemcpyHostToDevice) != cudaSuccess) { cudaGetLastError(); return NULL; }
+    return d;
+}
+
+static float h_load(mx_dtype t, const void *p, int64_t i) {
+    if (t == MX_DTYPE_F32) return ((const float *)p)[i];
+    if (t == MX_DTYPE_F16) return mx_f16_to_f32(((const uint16_t *)p)[i]);
+    return mx_bf16_to_f32(((const uint16_t *)p)[i]);
+}
+
+/* f32 copy of a host vector of F32/F16/BF16 on the device */
+static float *up_f32(cu_ctx *c, mx_dtype t, const void *src, int64_t n) {
+    float *tmp = (float *)malloc((size_t)n * sizeof(float) + 4);
+    if (!tmp) return NULL;
+    for (int64_t i = 0; i < n; i++) tmp[i] = h_load(t, src, i);
+    float *d = (float *)up_copy(c, tmp, (size_t)n * sizeof(float));
+    free(tmp);
+    return d;
+}
+
+static bool fdtype_ok(mx_dtype t) { return t == MX_DTYPE_F32 || t == MX_DTYPE_F16 || t == MX_DTYPE_BF16; }
+
+static mx_status c_weight_prepare(void *ctx, mx_weight *w) {
+    cu_ctx *c = (cu_ctx *)ctx;
+    if (w->dev) return MX_OK;
+    if (w->rows <= 0 || w->cols <= 0 || w->rows > INT32_MAX || w->cols > INT32_MAX)
+        return mx_errorf(MX_ERR_INVALID_ARG, "cuda: weight %lldx%lld: bad shape", (long long)w->rows, (long long)w->cols);
+    cu_weight *cw = (cu_weight *)calloc(1, sizeof *cw);
+    if (!cw || !own(c, &c->owned_h, &c->n_owned_h, &c->cap_owned_h, cw)) { free(cw); return mx_errorf(MX_ERR_NOMEM, "cuda: weight struct"); }
+    cw->rows = w->rows; cw->cols = w->cols; cw->bits = w->bits; cw->gs = w->group_size; cw->dtype = w->dtype;
+    size_t n = (size_t)w->rows * (size_t)w->cols;
+    if (w->bits) {
+        int b = w->bits;
+        if (b != 2 && b != 3 && b != 4 && b != 5 && b != 6 && b != 8)
+            return mx_errorf(MX_ERR_UNSUPPORTED, "cuda: %d-bit weights are not supported", b);
+        if (w->group_size <= 0 || w->cols % w->group_size || (w->cols * b) % 32 || !fdtype_ok(w->scale_dtype))
+            return mx_errorf(MX_ERR_INVALID_ARG, "cuda: quantized weight %lldx%lld: bad group size %d or scale dtype",
+                             (long long)w->rows, (long long)w->cols, w->group_size);
+        int64_t ns = w->rows * (w->cols / w->group_size);
+        cw->w = up_copy(c, w->w, (size_t)w->rows * (size_t)(w->cols * b / 32) * 4);
+        if (w->scale_dtype == MX_DTYPE_F32) {
+            /* f16 keeps more mantissa than bf16 when the values fit */
+            float mx = 0.f;
+            for (int64_t i = 0; i < ns; i++) {
+                float a = fabsf(((const float *)w->scales)[i]), bb = fabsf(((const float *)w->biases)[i]);
+                mx = fmaxf(mx, fmaxf(a, bb));
+            }
+            cw->sdt = mx < 60000.f ? SDT_F16 : SDT_BF16;
+            uint16_t *t = (uint16_t *)malloc((size_t)ns * 4);
+            if (!t) return mx_errorf(MX_ERR_NOMEM, "cuda: scale conversion");
+            for (int64_t i = 0; i < ns; i++) {
+                float a = ((const float *)w->scales)[i], bb = ((const float *)w->biases)[i];
+                t[i] = cw->sdt == SDT_F16 ? mx_f32_to_f16(a) : mx_f32_to_bf16(a);
+                t[ns + i] = cw->sdt == SDT_F16 ? mx_f32_to_f16(bb) : mx_f32_to_bf16(bb);
+            }
+            cw->scales = up_copy(c, t, (size_t)ns * 2);
+            cw->biases = up_copy(c, t + ns, (size_t)ns * 2);
+            free(t);
+        } else {
+            cw->sdt = w->scale_dtype == MX_DTYPE_F16 ? SDT_F16 : SDT_BF16;
+            cw->scales = up_copy(c, w->scales, (size_t)ns * 2);
+            cw->biases = up_copy(c, w->biases, (size_t)ns * 2);
+        }
+        if (!cw->w || !cw->scales || !cw->biases) return mx_errorf(MX_ERR_NOMEM, "cuda: out of device memory for a weight");
+    } else {
+        if (!fdtype_ok(w->dtype)) return mx_errorf(MX_ERR_UNSUPPORTED, "cuda: dense weight dtype %s", mx_dtype_name(w->dtype));
+        cw->w = up_copy(c, w->w, n * mx_dtype_size(w->dtype));
+        if (!cw->w) return mx_errorf(MX_ERR_NOMEM, "cuda: out of device memory for a weight");
+    }
+    if (w->bias) {
+        if (!fdtype_ok(w->bias_dtype)) return mx_errorf(MX_ERR_UNSUPPORTED, "cuda: bias dtype %s", mx_dtype_name(w->bias_dtype));
+        cw->bias = up_f32(c, w->bias_dtype, w->bias, w->rows);
+        if (!cw->bias) return mx_errorf(MX_ERR_NOMEM, "cuda: out of device memory for a bias");
+    }
+    w->dev = cw;
+    return MX_OK;
+}
+
+static mx_status c_vec_prepare(void *ctx, mx_vec *v) {
+    cu_ctx *c = (cu_ctx *)ctx;
+    if (v->dev) return MX_OK;
+    if (v->n <= 0 || !fdtype_ok(v->dtype)) return mx_errorf(MX_ERR_INVALID_ARG, "cuda: vector of %lld %s", (long long)v->n, mx_dtype_name(v->dtype));
+    v->dev = up_f32(c, v->dtype, v->data, v->n);
+    return v->dev ? MX_OK : mx_errorf(MX_ERR_NOMEM, "cuda: out of device memory for a vector");
+}
+
+static const cu_weight *get_w(cu_ctx *c, const mx_weight *w) {
+    if (!w->dev && c_weight_prepare(c, (mx_weight *)w) != MX_OK) { cu_fail(c, MX_ERR_INTERNAL, mx_last_error(), cudaSuccess); return NULL; }
+    return (const cu_weight *)w->dev;
+}
+static const float *get_v(cu_ctx *c, const mx_vec *v) {
+    if (!v) return NULL;
+    if (!v->dev && c_vec_prepare(c, (mx_vec *)v) != MX_OK) { cu_fail(c, MX_ERR_INTERNAL, mx_last_error(), cudaSuccess); return NULL; }
+    return (const float *)v->dev;
+}
+
+static mx_status c_kv_init(void *ctx, mx_kv_desc *d) {
+    cu_ctx *c = (cu_ctx *)ctx;
+    const char *e = getenv("MLXCEL_CUDA_KV");
+    mx_dtype t = (e && !strcmp(e, "f32")) ? MX_DTYPE_F32 : MX_DTYPE_BF16;
+    if (d->n_layers <= 0 || d->n_kv_heads <= 0 || d->head_dim <= 0 || d->head_dim > 32 * ATT_MAXI ||
+        d->block_size <= 0 || d->n_blocks <= 0)
+        return mx_errorf(MX_ERR_INVALID_ARG, "cuda: kv cache: bad geometry (head_dim %d, at most %d)", d->head_dim, 32 * ATT_MAXI);
+    g_invalidate(c);
+    if (c->kpool) { cudaFree(c->kpool); cudaFree(c->vpool); c->kpool = c->vpool = NULL; }
+    size_t per = (size_t)d->n_blocks * d->block_size * d->n_kv_heads * d->head_dim * mx_dtype_size(t);
+    size_t bytes = per * d->n_layers;
+    if (cudaMalloc(&c->kpool, bytes) != cudaSuccess || cudaMalloc(&c->vpool, bytes) != cudaSuccess) {
+        cudaGetLastError();
+        if (c->kpool) cudaFree(c->kpool);
+        c->kpool = c->vpool = NULL;
+        return mx_errorf(MX_ERR_NOMEM, "cuda: kv cache of 2 x %.2f GiB does not fit in device memory", bytes / 1073741824.0);
+    }
+    cudaMemset(c->kpool, 0, bytes);
+    cudaMemset(c->vpool, 0, bytes);
+    d->dtype = t;
+    c->kv = *d;
+    return MX_OK;
+}
+static void c_kv_free(void *ctx) {
+    cu_ctx *c = (cu_ctx *)ctx;
+    g_invalidate(c);
+    cudaStreamSynchronize(c->st);
+    if (c->kpool) cudaFree(c->kpool);
+    if (c->vpool) cudaFree(c->vpool);
+    c->kpool = c->vpool = NULL;
+    memset(&c->kv, 0, sizeof c->kv);
+}
+
+#define MV_NB_CASES(K, ...) \
+    switch (nb) { case 1: K<__VA_ARGS__, 1><<<grid, MV_WARPS * 32, 0, c->st>>>ARGS; break; \
+                  case 2: K<__VA_ARGS__, 2><<<grid, MV_WARPS * 32, 0, c->st>>>ARGS; break; \
+                  case 4: K<__VA_ARGS__, 4><<<grid, MV_WARPS * 32, 0, c->st>>>ARGS; break; \
+                  default: K<__VA_ARGS__, 8><<<grid, MV_WARPS * 32, 0, c->st>>>ARGS; break; }
+
+static int log2_exact(int v) {   /* -1 unless v is a power of two */
+    if (v <= 0 || (v & (v - 1))) return -1;
+    int s = 0;
+    while (v > 1) { v >>= 1; s++; }
+    return s;
+}
+
+static bool mv_fast(cu_ctx *c, const cu_weight *w, const float *x, float *y, int n) {
+    int nb = n <= 1 ? 1 : n <= 2 ? 2 : n <= 4 ? 4 : 8;
+    int rows = (int)w->rows, cols = (int)w->cols;
+    unsigned grid = nblk(rows, MV_WARPS * MV_R);
+    unsigned cap = (unsigned)c->prop.multiProcessorCount * 8;
+    if (grid > cap) grid = cap;
+    if (((uintptr_t)x & 15)) return false;
+    if (w->bits == 4 || w->bits == 8) {
+        int gsh = log2_exact(w->gs);
+        if (gsh < 3 || cols % 8) return false;
+        const uint32_t *W = (const uint32_t *)w->w;
+#define ARGS (W, S, B, w->bias, x, y, rows, cols, gsh, n)
+        if (w->sdt == SDT_BF16) {
+            const __nv_bfloat16 *S = (const __nv_bfloat16 *)w->scales, *B = (const __nv_bfloat16 *)w->biases;
+            if (w->bits == 4) { MV_NB_CASES(k_mv_q, 4, __nv_bfloat16) } else { MV_NB_CASES(k_mv_q, 8, __nv_bfloat16) }
+        } else {
+            const __half *S = (const __half *)w->scales, *B = (const __half *)w->biases;
+            if (w->bits == 4) { MV_NB_CASES(k_mv_q, 4, __half) } else { MV_NB_CASES(k_mv_q, 8, __half) }
+        }
+#undef ARGS
+        LAUNCHED(c, "matvec (quantized)");
+        return true;
+    }
+    if (w->bits || cols % 8) return false;
+#define ARGS ((const T *)w->w, w->bias, x, y, rows, cols, n)
+    if (w->dtype == MX_DTYPE_BF16) { typedef __nv_bfloat16 T; MV_NB_CASES(k_mv_dense, T) }
+    else if (w->dtype == MX_DTYPE_F16) { typedef __half T; MV_NB_CASES(k_mv_dense, T) }
+    else { typedef float T; MV_NB_CASES(k_mv_dense, T) }
+#undef ARGS
+    LAUNCHED(c, "matvec (dense)");
+    return true;
+}
+
+static void c_matmul(void *ctx, const mx_weight *wt, const float *x, float *y, int n) {
+    cu_ctx *c = (cu_ctx *)ctx;
+    GOP_PURE(c, 1, PU(wt), PU(x), PU(y), (uint64_t)n);
+    const cu_weight *w = get_w(c, wt);
+    if (!w || n <= 0) return;
+    if (n <= 8 && mv_fast(c, w, x, y, n)) return;
+    if (n <= 8) {
+        int64_t warps = w->rows * n;
+        if (w->sdt == SDT_F16) k_mv_generic<__half><<<nblk(warps * 32, 256), 256, 0, c->st>>>(*w, x, y, n);
+        else k_mv_generic<__nv_bfloat16><<<nblk(warps * 32, 256), 256, 0, c->st>>>(*w, x, y, n);
+        LAUNCHED(c, "matvec (generic)");
+        return;
+    }
+    /* GEMM through cuBLAS: y[n, rows] = x[n, cols] W^T, column-major view: C[rows, n] = W^T' ... */
+    const float one = 1.f, zero = 0.f;
+    int64_t rows = w->rows, cols = w->cols;
+    cublasStatus_t bs = CUBLAS_STATUS_SUCCESS;
+    if (!w->bits && w->dtype == MX_DTYPE_F32) {
+        bs = cublasSgemm(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)rows, n, (int)cols, &one, (const float *)w->w, (int)cols,
+                         x, (int)cols, &zero, y, (int)rows);
+    } else {
+        bool f16 = !w->bits && w->dtype == MX_DTYPE_F16;
+        void *xb = scratch(c, &c->xscratch, &c->xscratch_cap, (size_t)n * cols * 2);
+        if (!xb) return;
+        if (f16) k_cvt<__half><<<nblk((int64_t)n * cols, 256), 256, 0, c->st>>>(x, (__half *)xb, (int64_t)n * cols);
+        else k_cvt<__nv_bfloat16><<<nblk((int64_t)n * cols, 256), 256, 0, c->st>>>(x, (__nv_bfloat16 *)xb, (int64_t)n * cols);
+        LAUNCHED(c, "convert activations");
+        cudaDataType_t dt = f16 ? CUDA_R_16F : CUDA_R_16BF;
+        if (!w->bits) {
+            bs = cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)rows, n, (int)cols, &one, w->w, dt, (int)cols,
+                              xb, dt, (int)cols, &zero, y, CUDA_R_32F, (int)rows, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+        } else {
+            const size_t cap_bytes = (size_t)256 << 20;
+            int64_t chunk = (int64_t)(cap_bytes / ((size_t)cols * 2));
+            if (chunk < 64) chunk = 64;
+            if (chunk > rows) chunk = rows;
+            void *wb = scratch(c, &c->wscratch, &c->wscratch_cap, (size_t)chunk * cols * 2);
+            if (!wb) return;
+            for (int64_t r0 = 0; r0 < rows && bs == CUBLAS_STATUS_SUCCESS; r0 += chunk) {
+                int64_t nr = rows - r0 < chunk ? rows - r0 : chunk;
+                cu_weight wd = *w;
+                int gsh = log2_exact(w->gs);
+                unsigned gq = nblk(nr * cols / (32 / (w->bits ? w->bits : 32)), 256);
+                if ((w->bits == 4 || w->bits == 8) && gsh >= 3) {
+                    const uint32_t *W = (const uint32_t *)w->w;
+                    if (w->sdt == SDT_F16) {
+                        if (w->bits == 4) k_dequant_q<4, __half><<<gq, 256, 0, c->st>>>(W, (const __half *)w->scales, (const __half *)w->biases, r0, nr, (int)cols, gsh, (__nv_bfloat16 *)wb);
+                        else k_dequant_q<8, __half><<<gq, 256, 0, c->st>>>(W, (const __half *)w->scales, (const __half *)w->biases, r0, nr, (int)cols, gsh, (__nv_bfloat16 *)wb);
+                    } else {
+                        if (w->bits == 4) k_dequant_q<4, __nv_bfloat16><<<gq, 256, 0, c->st>>>(W, (const __nv_bfloat16 *)w->scales, (const __nv_bfloat16 *)w->biases, r0, nr, (int)cols, gsh, (__nv_bfloat16 *)wb);
+                        else k_dequant_q<8, __nv_bfloat16><<<gq, 256, 0, c->st>>>(W, (const __nv_bfloat16 *)w->scales, (const __nv_bfloat16 *)w->biases, r0, nr, (int)cols, gsh, (__nv_bfloat16 *)wb);
+                    }
+                } else if (w->sdt == SDT_F16) k_dequant_rows<__half><<<nblk(nr * cols, 256), 256, 0, c->st>>>(wd, r0, nr, (__nv_bfloat16 *)wb);
+                else k_dequant_rows<__nv_bfloat16><<<nblk(nr * cols, 256), 256, 0, c->st>>>(wd, r0, nr, (__nv_bfloat16 *)wb);
+                LAUNCHED(c, "dequantize");
+                bs = cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)nr, n, (int)cols, &one, wb, CUDA_R_16BF, (int)cols,
+                                  xb, CUDA_R_16BF, (int)cols, &zero, y + r0, CUDA_R_32F, (int)rows, CUBLAS_COMPUTE_32F,
+                                  CUBLAS_GEMM_DEFAULT);
+            }
+        }
+    }
+    if (bs != CUBLAS_STATUS_SUCCESS) { cu_fail(c, MX_ERR_INTERNAL, "cublas gemm", cudaSuccess); return; }
+    if (w->bias) {
+        k_add_bias<<<nblk(rows * n, 256), 256, 0, c->st>>>(y, w->bias, rows, rows * n);
+        LAUNCHED(c, "bias");
+    }
+}
+
+static void c_embed(void *ctx, const mx_weight *wt, const int32_t *ids_host, int n, float *out) {
+    cu_ctx *c = (cu_ctx *)ctx;
+    GOP_HOST(c, 2, PU(wt), PU(out), (uint64_t)n);
+    const cu_weight *w = get_w(c, wt);
+    if (!w || n <= 0) return;
+    for (int i = 0; i < n; i++)
+        if (ids_host[i] < 0 || ids_host[i] >= w->rows)
+            MX_LOGE("cuda embed: token id %d out of range [0, %lld)", ids_host[i], (long long)w->rows);
+    const int32_t *d = (const int32_t *)stage_up(c, &c->ids, ids_host, (size_t)n * 4);
+    if (!d) return;
+    REPLAY_STOP(c);
+    if (w->sdt == SDT_F16) k_embed<__half><<<n, 256, 0, c->st>>>(*w, d, out);
+    else k_embed<__nv_bfloat16><<<n, 256, 0, c->st>>>(*w, d, out);
+    LAUNCHED(c, "embed");
+}
+
+static int norm_threads(int d) { int t = ((d + 31) / 32) * 32; return t > 1024 ? 1024 : t < 32 ? 32 : t; }
+
+static void c_rmsnorm(void *ctx, const float *x, const mx_vec *g, float eps, float add_one, float *y, int n, int d) {
+    cu_ctx *c = (cu_ctx *)ctx;
+    GOP_PURE(c, 3, PU(x), PU(g), fbits(eps), fbits(add_one), PU(y), (uint64_t)n, (uint64_t)d);
+    if (n <= 0 || d <= 0) return;
+    const float *gd = get_v(c, g);
+    if (g && !gd) return;
+    k_rmsnorm<<<n, norm_threads(d) > 256 ? 256 : norm_threads(d), 0, c->st>>>(x, gd, eps, add_one, y, d);
+    LAUNCHED(c, "rmsnorm");
+}
+static void c_layernorm(void *ctx, const float *x, const mx_vec *g, const mx_vec *b, float eps, float *y, int n, int d) {
+    cu_ctx *c = (cu_ctx *)ctx;
+    GOP_PURE(c, 4, PU(x), PU(g), PU(b), fbits(eps), PU(y), (uint64_t)n, (uint64_t)d);
+    if (n <= 0 || d <= 0) return;
+    const float *gd = get_v(c, g), *bd = get_v(c, b);
+    if ((g && !gd) || (b && !bd)) return;
+    k_layernorm<<<n, norm_threads(d) > 256 ? 256 : norm_threads(d), 0, c->st>>>(x, gd, bd, eps, y, d);
+    LAUNCHED(c, "layernorm");
+}
+
+/* The meta arrays on the device: pos | slot | seq | block_tables (int32). */
+struct dmeta { const int32_t *pos, *slot, *seq, *bt; };
+static bool meta_up(cu_ctx *c, const mx_attn_meta *m, dmeta *out) {
+    int n = m->n_tokens;
+    size_t nbt = (size_t)m->n_seqs * m->max_blocks;
+    size_t bytes = ((size_t)3 * n + nbt) * 4;
+    /* compose in a host temp only when it differs: compare piecewise against the pinned copy */
+    cu_stage *s = &c->meta;
+    /* in a captured or replayed step every call goes through stage_up (the copy node) */
+    bool same = s->d && s->len == bytes && c->gmode != G_CAPTURE && c->gmode != G_REPLAY;
+    if (same) {
+        const int32_t *h = (const int32_t *)s->h;
+        same = !memcmp(h, m->pos, (size_t)n * 4) && (!m->slot || !memcmp(h + n, m->slot, (size_t)n * 4)) &&
+               (!m->seq || !memcmp(h + 2 * n, m->seq, (size_t)n * 4)) &&
+               (!nbt || !memcmp(h + 3 * n, m->block_tables, nbt * 4));
+    }
+    if (!same) {
+        int32_t *tmp = (int32_t *)malloc(bytes);
+        if (!tmp) { cu_fail(c, MX_ERR_NOMEM, "meta", cudaSuccess); return false; }
+        memcpy(tmp, m->pos, (size_t)n * 4);
+        if (m->slot) memcpy(tmp + n, m->slot, (size_t)n * 4); else memset(tmp + n, 0, (size_t)n * 4);
+        if (m->seq) memcpy(tmp + 2 * n, m->seq, (size_t)n * 4); else memset(tmp + 2 * n, 0, (size_t)n * 4);
+        if (nbt) memcpy(tmp + 3 * n, m->block_tables, nbt * 4);
+        void *d = stage_up(c, s, tmp, bytes);
+        free(tmp);
+        if (!d) return false;
+    }
+    const int32_t *d = (const int32_t *)s->d;
+    out->pos = d; out->slot = d + n; out->seq = d + 2 * n; out->bt = d + 3 * n;
+    return true;
+}
+
+static void c_rope(void *ctx, float *x, int n, int n_heads, int head_dim, const mx_rope *r, const mx_attn_meta *meta) {
+    cu_ctx *c = (cu_ctx *)ctx;
+    int half = r->rot_dim / 2;
+    GOP_HOST(c, 5, PU(x), (uint64_t)n, (uint64_t)n_heads, (uint64_t)head_dim, (uint64_t)r->rot_dim,
+             half > 0 ? fnv(r->inv_freq, (size_t)half * 4, 1469598103934665603ull) : 0, fbits(r->attn_factor),
+             (uint64_t)meta->n_tokens, (uint64_t)meta->n_seqs, (uint64_t)meta->max_blocks);
+    if (n <= 0) return;
+    if (half <= 0 || r->rot_dim > head_dim) { cu_fail(c, MX_ERR_INVALID_ARG, "rope: rot_dim", cudaSuccess); return; }
+    /* inv_freq tables stay on the device for the backend's life (models have one or two) */
+    const float *f = NULL;
+    for (int i = 0; i < c->n_rf && !f; i++)
+        if (c->rf[i].len == half && !memcmp(c->rf[i].h, r->inv_freq, (size_t)half * 4)) f = c->rf[i].d;
+    if (!f) {
+        if (c->gmode == G_CAPTURE || c->gmode == G_REPLAY || c->n_rf == MX_RF_CACHE) {
+            c->gbroken = c->gmode != G_EAGER && c->gmode != G_WARMUP;
+            if (c->n_rf == MX_RF_CACHE) cu_fail(c, MX_ERR_UNSUPPORTED, "rope: more than 16 distinct inv_freq tables", cudaSuccess);
+            return;
+        }
+        cu_rf *e = &c->rf[c->n_rf];
+        e->h = (float *)malloc((size_t)half * 4);
+        e->d = (float *)dev_alloc_owned(c, (size_t)half * 4);
+        if (!e->h || !e->d) { free(e->h); e->h = NULL; cu_fail(c, MX_ERR_NOMEM, "rope table", cudaSuccess); return; }
+        memcpy(e->h, r->inv_freq, (size_t)half * 4);
+        CK(c, cudaMemcpyAsync(e->d, e->h, (size_t)half * 4, cudaMemcpyHostToDevice, c->st), "rope table");
+        CK(c, cudaStreamSynchronize(c->st), "rope table");
+        e->len = half;
+        c->n_rf++;
+        f = e->d;
+    }
+    dmeta dm;
+    if (!meta_up(c, meta, &dm)) return;
+    REPLAY_STOP(c);
+    dim3 grid((unsigned)n, (unsigned)n_heads);
+    k_rope<<<grid, half >= 64 ? 64 : 32, 0, c->st>>>(x, n_heads, head_dim, half, f, r->attn_factor, dm.pos);
+    LAUNCHED(c, "rope");
+}
+
+static void c_attention(void *ctx, int layer, const float *q, const float *k, const float *v, float *out,
+                        const mx_attn_params *p, const mx_attn_meta *meta) {
+    cu_ctx *c = (cu_ctx *)ctx;
+    int n = meta->n_tokens;
+    GOP_HOST(c, 6, (uint64_t)layer, PU(q), PU(k), PU(v), PU(out), (uint64_t)p->n_heads, (uint64_t)p->n_kv_heads,
+             (uint64_t)p->head_dim, fbits(p->scale), (uint64_t)p->sliding_window, fbits(p->softcap), (uint64_t)n,
+             (uint64_t)meta->n_seqs, (uint64_t)meta->max_blocks);
+    if (n <= 0) return;
+    if (!c->kpool || layer < 0 || layer >= c->kv.n_layers || p->n_kv_heads != c->kv.n_kv_heads ||
+        p->head_dim != c->kv.head_dim || p->n_kv_heads <= 0 || p->n_heads % p->n_kv_heads) {
+        cu_fail(c, MX_ERR_INVALID_ARG, "attention: kv cache not initialised or geometry mismatch", cudaSuccess);
+        return;
+    }
+    dmeta dm;
+    if (!meta_up(c, meta, &dm)) return;
+    REPLAY_STOP(c);
+    int kvdim = p->n_kv_heads * p->head_dim;
+    size_t per = (size_t)c->kv.n_blocks * c->kv.block_size * kvdim;
+    dim3 grid((unsigned)n, (unsigned)p->n_heads);
+    if (c->kv.dtype == MX_DTYPE_F32) {
+        float *kp = (float *)c->kpool + per * layer, *vp = (float *)c->vpool + per * layer;
+        k_kv_write<float><<<nblk((int64_t)n * kvdim, 256), 256, 0, c->st>>>(k, v, kp, vp, dm.slot, kvdim, n, (int64_t)c->kv.n_blocks * c->kv.block_size);
+        k_attn<float><<<grid, ATT_WARPS * 32, 0, c->st>>>(q, kp, vp, out, dm.pos, dm.seq, dm.bt, meta->n_seqs, meta->max_blocks,
+                                                          c->kv.block_size, c->kv.n_blocks, p->n_heads, p->n_kv_heads, p->head_dim,
+                                                          p->scale, p->sliding_window, p->softcap);
+    } else {
+        __nv_bfloat16 *kp = (__nv_bfloat16 *)c->kpool + per * layer, *vp = (__nv_bfloat16 *)c->vpool + per * layer;
+        k_kv_write<__nv_bfloat16><<<nblk((int64_t)n * kvdim, 256), 256, 0, c->st>>>(k, v, kp, vp, dm.slot, kvdim, n, (int64_t)c->kv.n_blocks * c->kv.block_size);
+        k_attn<__nv_bfloat16><<<grid, ATT_WARPS * 32, 0, c->st>>>(q, kp, vp, out, dm.pos, dm.seq, dm.bt, meta->n_seqs, meta->max_blocks,
+                                                                  c->kv.block_size, c->kv.n_blocks, p->n_heads, p->n_kv_heads, p->head_dim,
+                                                                  p->scale, p->sliding_window, p->softcap);
+    }
+    LAUNCHED(c, "attention");
+}
+
+static void c_act_mul(void *ctx, mx_act act, const float *gate, const float *up, int64_t stride, float *y, int n, int d) {
+    cu_ctx *c = (cu_ctx *)ctx;
+    GOP_PURE(c, 7, (uint64_t)act, PU(gate), PU(up), (uint64_t)stride, PU(y), (uint64_t)n, (uint64_t)d);
+    if (n <= 0 || d <= 0) return;
+    k_act_mul<<<nblk((int64_t)n * d, 256), 256, 0, c->st>>>((int)act, gate, up, stride, y, n, d);
+    LAUNCHED(c, "act_mul");
+}
+static void c_act(void *ctx, mx_act act, const float *x, float *y, int64_t count) {
+    cu_ctx *c = (cu_ctx *)ctx;
+    GOP_PURE(c, 8, (uint64_t)act, PU(x), PU(y), (uint64_t)count);
+    if (count <= 0) return;
+    k_act<<<nblk(count, 256), 256, 0, c->st>>>((int)act, x, y, count);
+    LAUNCHED(c, "act");
+}
+static void c_add(void *ctx, const float *a, const float *b, float *y, int64_t count) {
+    cu_ctx *c = (cu_ctx *)ctx;
+    GOP_PURE(c, 9, PU(a), PU(b), PU(y), (uint64_t)count);
+    if (count <= 0) return;
+    k_add<<<nblk(count, 256), 256, 0, c->st>>>(a, b, y, count);
+    LAUNCHED(c, "add");
+}
+static void c_scale(void *ctx, const float *x, float s, float *y, int64_t count) {
+    cu_ctx *c = (cu_ctx *)ctx;
+    GOP_PURE(c, 10, PU(x), fbits(s), PU(y), (uint64_t)count);
+    if (count <= 0) return;
+    k_scale<<<nblk(count, 256), 256, 0, c->st>>>(x, s, y, count);
+    LAUNCHED(c, "scale");
+}
+static void c_gather_rows(void *ctx, const float *src, const int32_t *rows_host, int n, int d, float *dst) {
+    cu_ctx *c = (cu_ctx *)ctx;
+    GOP_HOST(c, 11, PU(src), (uint64_t)n, (uint64_t)d, PU(dst));
+    if (n <= 0 || d <= 0) return;
+    const int32_t *r = (const int32_t *)stage_up(c, &c->rows, rows_host, (size_t)n * 4);
+    if (!r) return;
+    REPLAY_STOP(c);
+    k_gather<<<n, 256, 0, c->st>>>(src, r, d, dst);
+    LAUNCHED(c, "gather_rows");
+}
+static void c_softcap(void *ctx, float *x, float cap, int64_t count) {
+    cu_ctx *c = (cu_ctx *)ctx;
+    GOP_PURE(c, 12, PU(x), fbits(cap), (uint64_t)count);
+    if (count <= 0 || cap == 0.f) return;
+    k_softcap<<<nblk(count, 256), 256, 0, c->st>>>(x, cap, count);
+    LAUNCHED(c, "softcap");
+}
+
+static const mx_backend_i g_cuda_i = {
+    "cuda", c_alloc, c_free, c_write, c_read, c_sync, c_weight_prepare, c_vec_prepare, c_kv_init, c_kv_free,
+    c_matmul, c_embed, c_rmsnorm, c_layernorm, c_rope, c_attention, c_act_mul, c_act, c_add, c_scale,
+    c_gather_rows, c_softcap,
+};
+
+/* ------------------------------------------------------------------------------------------ */
+/* init / free                                                                                 */
+
+extern "C" const char *mx_backend_cuda_archs(void) { return MX_CUDA_ARCHS; }
+
+extern "C" mx_status mx_backend_cuda_init(mx_backend *out) {
+    out->i = NULL; out->ctx = NULL;
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess || count == 0) {
+        cudaGetLastError();
+        return mx_errorf(MX_ERR_UNSUPPORTED, "cuda: no usable GPU (%s)",
+                         e != cudaSuccess ? cudaGetErrorString(e) : "no CUDA device found");
+    }
+    int dev = 0;
+    const char *de = getenv("MLXCEL_CUDA_DEVICE");
+    if (de && *de) {
+        char *end; long v = strtol(de, &end, 10);
+        if (*end || v < 0 || v >= count)
+            return mx_errorf(MX_ERR_INVALID_ARG, "MLXCEL_CUDA_DEVICE=%s: not a device index below %d", de, count);
+        dev = (int)v;
+    }
+    cudaDeviceProp prop;
+    if ((e = cudaSetDevice(dev)) != cudaSuccess || (e = cudaGetDeviceProperties(&prop, dev)) != cudaSuccess)
+        return mx_errorf(MX_ERR_UNSUPPORTED, "cuda: device %d: %s", dev, cudaGetErrorString(e));
+    /* does this binary hold code the device can run? */
+    cudaFuncAttributes fa;
+    e = cudaFuncGetAttributes(&fa, (const void *)k_add);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        return mx_errorf(MX_ERR_UNSUPPORTED, "cuda: this binary was built for %s, which does not cover the GPU %s (sm_%d%d): "
+                         "rebuild with CMAKE_CUDA_ARCHITECTURES including %d%d (%s)", MX_CUDA_ARCHS, prop.name,
+                         prop.major, prop.minor, prop.major, prop.minor, cudaGetErrorString(e));
+    }
+    cu_ctx *c = (cu_ctx *)calloc(1, sizeof *c);
+    if (!c) return mx_errorf(MX_ERR_NOMEM, "cuda: context");
+    c->dev = dev; c->prop = prop;
+    if ((e = cudaStreamCreateWithFlags(&c->st, cudaStreamNonBlocking)) != cudaSuccess) {
+        free(c);
+        return mx_errorf(MX_ERR_UNSUPPORTED, "cuda: stream: %s", cudaGetErrorString(e));
+    }
+    if (cublasCreate(&c->blas) != CUBLAS_STATUS_SUCCESS) {
+        cudaStreamDestroy(c->st); free(c);
+        return mx_errorf(MX_ERR_UNSUPPORTED, "cuda: cuBLAS could not start");
+    }
+    cublasSetStream(c->blas, c->st);
+    /* a fixed cuBLAS workspace, so that GEMMs can be captured into graphs */
+    if (cudaMalloc(&c->blas_ws, (size_t)32 << 20) == cudaSuccess) cublasSetWorkspace(c->blas, c->blas_ws, (size_t)32 << 20);
+    else { cudaGetLastError(); c->blas_ws = NULL; }
+    cudaEventCreateWithFlags(&c->g_done, cudaEventDisableTiming);
+    out->i = &g_cuda_i; out->ctx = c;
+    char d[256];
+    mx_backend_cuda_describe(out, d, sizeof d);
+    MX_LOGI("device: %s", d);
+    return MX_OK;
+}
+
+extern "C" void mx_backend_cuda_describe(const mx_backend *b, char *buf, size_t n) {
+    const cu_ctx *c = (const cu_ctx *)b->ctx;
+    size_t fr = 0, tot = 0;
+    cudaMemGetInfo(&fr, &tot);
+    snprintf(buf, n, "%.100s, sm_%d%d, %.1f GiB (%.1f free), %d SMs; built for %s", c->prop.name, c->prop.major,
+             c->prop.minor, tot / 1073741824.0, fr / 1073741824.0, c->prop.multiProcessorCount, MX_CUDA_ARCHS);
+}
+
+extern "C" mx_status mx_backend_cuda_status(const mx_backend *b) {
+    const cu_ctx *c = (const cu_ctx *)b->ctx;
+    return c ? c->err : MX_ERR_INVALID_ARG;
+}
+
+static int cmp_f(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return x < y ? -1 : x > y;
+}
+
+extern "C" double mx_backend_cuda_bench_copy(const mx_backend *b, size_t bytes) {
+    cu_ctx *c = (cu_ctx *)b->ctx;
+    void *src = NULL, *dst = NULL;
+    cudaEvent_t e0, e1;
+    float ms[9];
+    double r = 0;
+    if (cudaMalloc(&src, bytes) != cudaSuccess || cudaMalloc(&dst, bytes) != cudaSuccess) goto done;
+    cudaMemsetAsync(src, 1, bytes, c->st);
+    cudaEventCreate(&e0); cudaEventCreate(&e1);
+    cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, c->st);
+    for (int i = 0; i < 9; i++) {
+        cudaEventRecord(e0, c->st);
+        cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, c->st);
+        cudaEventRecord(e1, c->st);
+        cudaEventSynchronize(e1);
+        cudaEventElapsedTime(&ms[i], e0, e1);
+    }
+    qsort(ms, 9, sizeof ms[0], cmp_f);
+    r = 2.0 * bytes / (ms[4] * 1e-3) / 1e9;
+    cudaEventDestroy(e0); cudaEventDestroy(e1);
+done:
+    cudaGetLastError();
+    if (src) cudaFree(src);
+    if (dst) cudaFree(dst);
+    return r;
+}
+
+extern "C" mx_status mx_backend_cuda_step_begin(mx_backend *b, uint64_t key) {
+    cu_ctx *c = (cu_ctx *)b->ctx;
+    if (c->gmode != G_EAGER) return mx_errorf(MX_ERR_INVALID_ARG, "cuda: step_begin inside a step");
+    if (getenv("MLXCEL_CUDA_GRAPHS") && !strcmp(getenv("MLXCEL_CUDA_GRAPHS"), "0")) return MX_OK;
+    cu_graph *g = NULL, *lru = NULL;   /* the key's entry; else a free one, else the least recently used */
+    for (int i = 0; i < MX_GRAPHS && !g; i++) {
+        cu_graph *e = &c->graphs[i];
+        if (e->used && e->key == key) g = e;
+        else if (!lru || (lru->used && (!e->used || e->last_use < lru->last_use))) lru = e;
+    }
+    c->g_step++;
+    if (!g) {
+        g = lru;
+        if (g->exec) { cudaStreamSynchronize(c->st); cudaGraphExecDestroy(g->exec); g->exec = NULL; }
+        g->used = true; g->bad = false; g->key = key; g->n_fp = 0;
+        c->gmode = G_WARMUP;
+    } else if (g->bad) {
+        c->gmode = G_EAGER;
+    } else if (!g->exec) {
+        if (cudaStreamBeginCapture(c->st, cudaStreamCaptureModeRelaxed) != cudaSuccess) {
+            cudaGetLastError(); g->bad = true; c->gmode = G_EAGER;
+        } else c->gmode = G_CAPTURE;
+    } else {
+        cudaEventSynchronize(c->g_done);   /* the last replay has read the pinned inputs */
+        c->gmode = G_REPLAY;
+    }
+    g->last_use = c->g_step;
+    c->gcur = g; c->g_op = 0; c->gbroken = false;
+    return MX_OK;
+}
+
+extern "C" mx_status mx_backend_cuda_step_end(mx_backend *b) {
+    cu_ctx *c = (cu_ctx *)b->ctx;
+    int mode = c->gmode;
+    cu_graph *g = c->gcur;
+    c->gmode = G_EAGER; c->gcur = NULL;
+    if (mode == G_EAGER || mode == G_WARMUP) {
+        if (mode == G_WARMUP && c->gbroken) g->bad = true;
+        return c->err;
+    }
+    cu_stage *st[] = {&c->meta, &c->ids, &c->rows};
+    if (mode == G_CAPTURE) {
+        cudaGraph_t graph = NULL;
+        cudaError_t e = cudaStreamEndCapture(c->st, &graph);
+        if (e == cudaSuccess && !c->gbroken && c->g_op == g->n_fp)
+            e = cudaGraphInstantiate(&g->exec, graph, 0);
+        else if (e == cudaSuccess) e = cudaErrorUnknown;
+        if (graph) cudaGraphDestroy(graph);
+        if (e != cudaSuccess) {
+            cudaGetLastError();
+            g->bad = true; g->exec = NULL;
+            return mx_errorf(MX_ERR_INTERNAL, "cuda: capturing a step into a graph failed (%s); its ops did not run",
+                             c->gbroken ? "the op sequence differed from the first step of this key" : cudaGetErrorString(e));
+        }
+    } else if (c->gbroken || c->g_op != g->n_fp) {
+        g->bad = true;
+        return mx_errorf(MX_ERR_INTERNAL, "cuda: step differs from the graph of its key (op %d of %d); its ops did not run",
+                         c->g_op, g->n_fp);
+    }
+    CK(c, cudaGraphLaunch(g->exec, c->st), "graph launch");
+    CK(c, cudaEventRecord(c->g_done, c->st), "event");
+    for (int i = 0; i < 3; i++) if (st[i]->ev) cudaEventRecord(st[i]->ev, c->st);
+    return c->err;
+}
+
+static void stage_free(cu_stage *s) {
+    if (s->h) cudaFreeHost(s->h);
+    if (s->d) cudaFree(s->d);
+    if (s->ev) cudaEventDestroy(s->ev);
+    memset(s, 0, sizeof *s);
+}
+
+extern "C" void mx_backend_cuda_free(mx_backend *b) {
+    if (!b || !b->ctx) return;
+    cu_ctx *c = (cu_ctx *)b->ctx;
+    cudaStreamSynchronize(c->st);
+    c_kv_free(c);
+    stage_free(&c->meta); stage_free(&c->ids); stage_free(&c->rows);
+    for (int i = 0; i < c->n_rf; i++) free(c->rf[i].h);
+    for (int i = 0; i < MX_GRAPHS; i++) {
+        if (c->graphs[i].exec) cudaGraphExecDestroy(c->graphs[i].exec);
+        free(c->graphs[i].fp);
+    }
+    if (c->g_done) cudaEventDestroy(c->g_done);
+    if (c->blas_ws) cudaFree(c->blas_ws);
+    if (c->wscratch) cudaFree(c->wscratch);
+    if (c->xscratch) cudaFree(c->xscratch);
+    for (size_t i = 0; i < c->n_owned; i++) cudaFree(c->owned[i]);
+    for (size_t i = 0; i < c->n_owned_h; i++) free(c->owned_h[i]);
+    free(c->owned); free(c->owned_h);
+    cublasDestroy(c->blas);
+    cudaStreamDestroy(c->st);
+    free(c);
+    b->ctx = NULL; b->i = NULL;
+}
