@@ -7,6 +7,7 @@
  * usage: bench_kernels [--formats q4,q8,bf16,...] [--threads N] [--precise] [--no-model] [--no-kernels] */
 #include "mlxcel/backend.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -169,6 +170,40 @@ int main(int argc, char **argv) {
             if (d < best) best = d;
         }
         printf("attention decode at pos %d x %d layers: %.3f ms\n", P - 1, L, best * 1e3);
+        /* the other per-layer ops of a Qwen3 layer: 2 rmsnorm, q/k head norms, rope q/k, act_mul, 2 adds */
+        {
+            float *hbuf = malloc(sizeof(float) * P * H), *gu = malloc(sizeof(float) * P * 2 * I), *o = malloc(sizeof(float) * P * I);
+            uint16_t gam[3072];
+            for (int i = 0; i < 3072; i++) gam[i] = mx_f32_to_bf16(1.0f + 0.1f * frand());
+            for (int i = 0; i < P * H; i++) hbuf[i] = frand();
+            for (int i = 0; i < P * 2 * I; i++) gu[i] = frand();
+            mx_vec g = {H, MX_DTYPE_BF16, gam, NULL}, gh = {128, MX_DTYPE_BF16, gam, NULL};
+            float inv[64];
+            for (int i = 0; i < 64; i++) inv[i] = powf(1000000.0f, -2.0f * i / 128);
+            mx_rope rp = {128, inv, 1.0f};
+            for (int pass = 0; pass < 2; pass++) {
+                int nt = pass ? P : 1;
+                best = 1e30;
+                for (int it = 0; it < 5; it++) {
+                    double t0 = mx_time_s();
+                    for (int l = 0; l < L; l++) {
+                        B.i->rmsnorm(B.ctx, hbuf, &g, 1e-6f, 0, o, nt, H);
+                        B.i->rmsnorm(B.ctx, q, &gh, 1e-6f, 0, q, nt * 16, 128);
+                        B.i->rmsnorm(B.ctx, k, &gh, 1e-6f, 0, k, nt * 8, 128);
+                        B.i->rope(B.ctx, q, nt, 16, 128, &rp, &m);
+                        B.i->rope(B.ctx, k, nt, 8, 128, &rp, &m);
+                        B.i->add(B.ctx, hbuf, o, o, (int64_t)nt * H);
+                        B.i->rmsnorm(B.ctx, o, &g, 1e-6f, 0, o, nt, H);
+                        B.i->act_mul(B.ctx, MX_ACT_SILU, gu, gu + I, 2 * I, o, nt, I);
+                        B.i->add(B.ctx, hbuf, o, o, (int64_t)nt * H);
+                    }
+                    double d = mx_time_s() - t0;
+                    if (d < best) best = d;
+                }
+                printf("other layer ops (norms, rope, act_mul, adds) %d tokens x %d layers: %.3f ms\n", nt, L, best * 1e3);
+            }
+            free(hbuf); free(gu); free(o);
+        }
         B.i->kv_free(B.ctx);
         free(q); free(k); free(v);
     }

@@ -4,6 +4,7 @@
 #include "cli/cli.h"
 #include "cli/model_open.h"
 
+#include "mlxcel/store.h"
 #include "mlxcel/template.h"
 
 #include <stdlib.h>
@@ -18,8 +19,7 @@ void cli_backend_free(mx_backend *be) {
 }
 
 mx_status cli_resolve_model(const char *arg, char **dir_out) {
-    *dir_out = mx_strdup(arg);
-    return *dir_out ? MX_OK : mx_errorf(MX_ERR_NOMEM, "out of memory");
+    return mx_model_resolve(arg, true, dir_out);
 }
 
 mx_status cli_prompt_ids(const mx_tokenizer *tok, const char *dir, const char *text, bool use_template,

@@ -20,11 +20,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-typedef struct {
-    char *name;
-    int64_t size;     /* -1 when the listing has no size */
-    char sha[65];     /* LFS sha256 from the listing, "" when none */
-} hub_file;
+typedef mx_hub_file hub_file;
 
 typedef struct {
     /* per request */
@@ -183,7 +179,8 @@ static char *url_escape_path(const char *s) {
 
 /* A listed file name must be a relative path of safe components. */
 static bool safe_rel_path(const char *s) {
-    if (!*s || s[0] == '/' || strchr(s, '\\')) return false;
+    size_t n = strlen(s);
+    if (!n || s[0] == '/' || s[n - 1] == '/' || strchr(s, '\\')) return false;
     const char *p = s;
     while (*p) {
         const char *e = strchr(p, '/');
@@ -218,6 +215,42 @@ static bool ends_with(const char *s, const char *suf) {
     return a >= b && !strcmp(s + a - b, suf);
 }
 
+void mx_hub_files_free(mx_hub_file *f, int n) {
+    for (int i = 0; f && i < n; i++) free(f[i].name);
+    free(f);
+}
+
+mx_status mx_hub_parse_listing(const char *body, size_t len, const char *repo, mx_hub_file **out, int *n) {
+    *out = NULL; *n = 0;
+    json_error_t je;
+    mx_status st = MX_OK;
+    json_t *j = json_loadb(body, len, 0, &je);
+    json_t *sib = j ? json_object_get(j, "siblings") : NULL;
+    if (!json_is_array(sib)) { json_decref(j); return mx_errorf(MX_ERR_FORMAT, "%s: the Hub's file listing is not valid (no \"siblings\" array)", repo); }
+    mx_hub_file *f = calloc(json_array_size(sib) + 1, sizeof *f);
+    if (!f) { json_decref(j); return mx_errorf(MX_ERR_NOMEM, "out of memory"); }
+    size_t i;
+    json_t *s;
+    int k = 0;
+    json_array_foreach(sib, i, s) {
+        const char *name = json_string_value(json_object_get(s, "rfilename"));
+        if (!name) continue;
+        if (!safe_rel_path(name)) { st = mx_errorf(MX_ERR_FORMAT, "%s: the listing names an unsafe path '%s'", repo, name); break; }
+        json_t *sz = json_object_get(s, "size");
+        json_t *lfs = json_object_get(s, "lfs");
+        if (!json_is_integer(sz) && json_is_object(lfs)) sz = json_object_get(lfs, "size");
+        if (!(f[k].name = mx_strdup(name))) { st = mx_errorf(MX_ERR_NOMEM, "out of memory"); break; }
+        f[k].size = json_is_integer(sz) && json_integer_value(sz) >= 0 ? (int64_t)json_integer_value(sz) : -1;
+        const char *sha = json_string_value(json_object_get(lfs, "sha256"));
+        if (sha && strlen(sha) == 64 && strspn(sha, "0123456789abcdef") == 64) memcpy(f[k].sha, sha, 65);
+        k++;
+    }
+    json_decref(j);
+    if (st) { mx_hub_files_free(f, k); return st; }
+    *out = f; *n = k;
+    return MX_OK;
+}
+
 static mx_status list_files(const char *endpoint, const char *repo, const char *rev, struct curl_slist *hdrs,
                             hub_file **out, int *n) {
     *out = NULL; *n = 0;
@@ -231,43 +264,13 @@ static mx_status list_files(const char *endpoint, const char *repo, const char *
     hub_req r = {.content_length = -1, .range_total = -1};
     CURL *c = hub_curl(&r, url, hdrs);
     mx_status st = MX_OK;
-    json_t *j = NULL;
     if (!c) { st = mx_errorf(MX_ERR_NOMEM, "curl init failed"); goto done; }
     curl_easy_setopt(c, CURLOPT_NOPROGRESS, 1L);
     CURLcode cc = curl_easy_perform(c);
     if (cc != CURLE_OK) { st = mx_errorf(MX_ERR_IO, "%s: cannot list files: %s", repo, curl_easy_strerror(cc)); goto done; }
     if (r.status != 200) { st = http_status_error(r.status, repo, repo); goto done; }
-    json_error_t je;
-    j = json_loadb(r.mem.data ? r.mem.data : "", r.mem.len, 0, &je);
-    json_t *sib = j ? json_object_get(j, "siblings") : NULL;
-    if (!json_is_array(sib)) { st = mx_errorf(MX_ERR_FORMAT, "%s: the Hub's file listing is not valid (no \"siblings\" array)", repo); goto done; }
-    hub_file *f = calloc(json_array_size(sib) + 1, sizeof *f);
-    if (!f) { st = mx_errorf(MX_ERR_NOMEM, "out of memory"); goto done; }
-    size_t i;
-    json_t *s;
-    int k = 0;
-    json_array_foreach(sib, i, s) {
-        const char *name = json_string_value(json_object_get(s, "rfilename"));
-        if (!name) continue;
-        if (!safe_rel_path(name)) {
-            for (int q = 0; q < k; q++) free(f[q].name);
-            free(f);
-            st = mx_errorf(MX_ERR_FORMAT, "%s: the listing names an unsafe path '%s'", repo, name);
-            goto done;
-        }
-        json_t *sz = json_object_get(s, "size");
-        json_t *lfs = json_object_get(s, "lfs");
-        if (!json_is_integer(sz) && json_is_object(lfs)) sz = json_object_get(lfs, "size");
-        f[k].name = mx_strdup(name);
-        f[k].size = json_is_integer(sz) ? (int64_t)json_integer_value(sz) : -1;
-        const char *sha = json_string_value(json_object_get(lfs, "sha256"));
-        if (sha && strlen(sha) == 64 && strspn(sha, "0123456789abcdef") == 64) memcpy(f[k].sha, sha, 65);
-        if (!f[k].name) { st = mx_errorf(MX_ERR_NOMEM, "out of memory"); k++; for (int q = 0; q < k; q++) free(f[q].name); free(f); goto done; }
-        k++;
-    }
-    *out = f; *n = k;
+    st = mx_hub_parse_listing(r.mem.data ? r.mem.data : "", r.mem.len, repo, out, n);
 done:
-    json_decref(j);
     mx_buf_free(&r.mem);
     if (c) curl_easy_cleanup(c);
     free(url);
@@ -565,8 +568,7 @@ mx_status mx_hub_download(const mx_download_opts *o, char **dir_out) {
     if (o->progress) fprintf(o->progress, "download: %s complete in %s\n", repo, dest);
     if (dir_out) { *dir_out = dest; dest = NULL; }
 done:
-    for (int i = 0; i < nfiles; i++) free(files[i].name);
-    free(files);
+    mx_hub_files_free(files, nfiles);
     curl_slist_free_all(hdrs);
     if (lock_fd >= 0) {
         if (!st && lock_path) unlink(lock_path);

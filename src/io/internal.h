@@ -29,6 +29,16 @@ bool mx_is_file(const char *path);
 mx_status mx_write_all(int fd, const void *p, size_t n, const char *path);
 int mx_st_dtype_rank(mx_dtype d);
 
+/* One file of a Hub listing (hub.c). */
+typedef struct {
+    char *name;       /* relative path, checked safe */
+    int64_t size;     /* -1 when the listing has no size */
+    char sha[65];     /* LFS sha256, "" when none */
+} mx_hub_file;
+/* Parses the body of /api/models/{repo}/revision/{rev}?blobs=true (untrusted). */
+mx_status mx_hub_parse_listing(const char *body, size_t len, const char *repo, mx_hub_file **out, int *n);
+void mx_hub_files_free(mx_hub_file *f, int n);
+
 /* SHA-256, streaming (sha256.c). */
 typedef struct { uint32_t h[8]; uint64_t len; unsigned char buf[64]; size_t fill; } mx_sha256;
 void mx_sha256_init(mx_sha256 *s);

@@ -360,6 +360,12 @@ static mx_status load_all(mx_srv *s) {
     if (p->model) snprintf(s->model_path, sizeof s->model_path, "%s", p->model);
     else if (!mx_server_find_demo_model(s->model_path, sizeof s->model_path)) return MX_ERR_IO;
     if (p->n_threads > 0) mx_pool_global_set_threads(p->n_threads);
+    const char *delay = getenv("MLXCEL_TEST_LOAD_DELAY_MS");   /* test hook: a slow load (503 /health) */
+    if (delay && atoi(delay) > 0) {
+        int ms = atoi(delay) > 60000 ? 60000 : atoi(delay);
+        struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+    }
     if ((st = mx_backend_auto_init(&s->be))) return st;
     s->be_init = true;
     /* Greedy output must not depend on what else shares the batch: the CPU backend's fast matmul

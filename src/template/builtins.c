@@ -411,7 +411,8 @@ bool py_percent_format(tctx *c, int line, const tv *fmt, const tv *args, tv *out
             return tfail(c, line, "unsupported format character '%c'", conv);
         }
     }
-    if (al && ai < al->n) { sb_free(&b); return tfail(c, line, "not all arguments converted during string formatting"); }
+    /* Python skips the leftover check for mapping-like arguments (dicts, lists) */
+    if ((al && ai < al->n) || (!al && !ad && !used_single && !(args->t == TV_LIST && !args->u.l->tuple))) { sb_free(&b); return tfail(c, line, "not all arguments converted during string formatting"); }
     if (!b.p) { *out = tv_strref("", 0); return true; }
     return tv_from_sb(c, &b, out);
 }
@@ -887,13 +888,18 @@ static bool base_test(tctx *c, int line, const char *n, const tv *v, const cargs
     if (!strcmp(n, "float")) { *r = v->t == TV_FLOAT; return true; }
     if (!strcmp(n, "mapping")) { *r = v->t == TV_DICT; return true; }
     if (!strcmp(n, "iterable")) { *r = v->t == TV_STR || v->t == TV_LIST || v->t == TV_DICT || v->t == TV_UNDEF; return true; }
-    if (!strcmp(n, "sequence")) { *r = v->t == TV_STR || v->t == TV_LIST || v->t == TV_DICT; return true; }
+    if (!strcmp(n, "sequence")) { *r = v->t == TV_STR || (v->t == TV_LIST && !v->u.l->gen) || v->t == TV_DICT; return true; }
     if (!strcmp(n, "boolean")) { *r = v->t == TV_BOOL; return true; }
     if (!strcmp(n, "true")) { *r = v->t == TV_BOOL && v->u.b; return true; }
     if (!strcmp(n, "false")) { *r = v->t == TV_BOOL && !v->u.b; return true; }
-    if (!strcmp(n, "callable")) { *r = v->t == TV_FUNC; return true; }
+    if (!strcmp(n, "callable")) { *r = v->t == TV_FUNC || v->t == TV_UNDEF || v->t == TV_LOOP; return true; }
     if (!strcmp(n, "escaped")) { *r = false; return true; }
-    if (!strcmp(n, "lower") || !strcmp(n, "upper")) { *r = v->t == TV_STR && str_pred(v, n[0] == 'l' ? 4 : 5); return true; }
+    if (!strcmp(n, "lower") || !strcmp(n, "upper")) {   /* str(value).islower() */
+        tv s;
+        if (!tv_to_str(c, v, &s)) return false;
+        *r = str_pred(&s, n[0] == 'l' ? 4 : 5);
+        return true;
+    }
     if (!strcmp(n, "filter")) { *r = v->t == TV_STR && tpl_filter_exists(ta_strndup(&c->ar, v->u.s.p, v->u.s.n) ? ta_strndup(&c->ar, v->u.s.p, v->u.s.n) : ""); return true; }
     if (!strcmp(n, "test")) { *r = v->t == TV_STR && tpl_test_exists(ta_strndup(&c->ar, v->u.s.p, v->u.s.n) ? ta_strndup(&c->ar, v->u.s.p, v->u.s.n) : ""); return true; }
     if (!x) return tfail(c, line, "test '%s' needs an argument", n);
@@ -977,6 +983,8 @@ static bool sstr(tctx *c, const tv *v, tv *out) { return tv_to_str(c, v, out); }
 
 static bool do_select(tctx *c, int line, const tv *v, const cargs *a, bool attr, bool keep, tv *out) {
     tv_list *src;
+    tv none = {0};
+    if (!tv_truthy(v)) v = &none;   /* jinja: `if value:` before iterating */
     if (!tv_iter_list(c, line, v, &src)) return false;
     int base = 0;
     const tv *at = NULL;
@@ -1005,13 +1013,15 @@ static bool do_select(tctx *c, int line, const tv *v, const cargs *a, bool attr,
         else r = tv_truthy(&x);
         if (r == keep && !list_push(c, l, item)) return false;
     }
+    l->gen = true;
     *out = tv_list_of(l);
     return true;
 }
 
 static bool do_indent(tctx *c, int line, const tv *v, const cargs *a, tv *out) {
     tv s;
-    if (!sstr(c, v, &s)) return false;
+    if (v->t != TV_STR) return v->t == TV_UNDEF ? undef_fail(c, line, v) : tfail(c, line, "indent: expected a string, got '%s'", tv_type_name(v));
+    s = *v;
     const tv *w = arg(a, 0, "width");
     tpl_sb ind = {0};
     if (!w) sb_puts(&ind, "    ");
@@ -1046,6 +1056,7 @@ static bool do_indent(tctx *c, int line, const tv *v, const cargs *a, tv *out) {
 }
 
 static bool to_int(tctx *c, int line, const tv *v, const cargs *a, tv *out) {
+    if (v->t == TV_UNDEF) return undef_fail(c, line, v);
     const tv *dv = arg(a, 0, "default");
     tv dflt = dv ? *dv : tv_int(0);
     int64_t base = 10;
@@ -1132,7 +1143,10 @@ bool apply_filter(tctx *c, int line, scope *sc, const char *n, const tv *v, cons
     if (!strcmp(n, "length") || !strcmp(n, "count")) {
         switch (v->t) {
         case TV_STR: *out = tv_int((int64_t)u8_len(v->u.s.p, v->u.s.n)); return true;
-        case TV_LIST: *out = tv_int((int64_t)v->u.l->n); return true;
+        case TV_LIST:
+            if (v->u.l->gen) return tfail(c, line, "object of type 'generator' has no len()");
+            *out = tv_int((int64_t)v->u.l->n);
+            return true;
         case TV_DICT: case TV_NS: *out = tv_int((int64_t)v->u.d->n); return true;
         case TV_UNDEF: *out = tv_int(0); return true;
         default: return tfail(c, line, "object of type '%s' has no len()", tv_type_name(v));
@@ -1198,7 +1212,7 @@ bool apply_filter(tctx *c, int line, scope *sc, const char *n, const tv *v, cons
     }
     if (!strcmp(n, "indent")) return do_indent(c, line, v, a, out);
     if (!strcmp(n, "int")) return to_int(c, line, v, a, out);
-    if (!strcmp(n, "float")) return to_float(c, v, a, out);
+    if (!strcmp(n, "float")) { if (v->t == TV_UNDEF) return undef_fail(c, line, v); return to_float(c, v, a, out); }
     if (!strcmp(n, "abs")) {
         if (v->t == TV_INT) { if (v->u.i == INT64_MIN) return tfail(c, line, "integer overflow"); *out = tv_int(v->u.i < 0 ? -v->u.i : v->u.i); return true; }
         if (v->t == TV_BOOL) { *out = tv_int(v->u.b); return true; }
@@ -1231,6 +1245,7 @@ bool apply_filter(tctx *c, int line, scope *sc, const char *n, const tv *v, cons
     }
     if (!strcmp(n, "first") || !strcmp(n, "last")) {
         tv_list *l;
+        if (n[0] == 'l' && v->t == TV_LIST && v->u.l->gen) return tfail(c, line, "'generator' object is not reversible");
         if (!tv_iter_list(c, line, v, &l)) return false;
         if (l->n == 0) { *out = tv_undef(c, "No %s item, sequence was empty.", n); return !c->failed; }
         *out = n[0] == 'f' ? l->v[0] : l->v[l->n - 1];
@@ -1252,7 +1267,9 @@ bool apply_filter(tctx *c, int line, scope *sc, const char *n, const tv *v, cons
         tv d = *v;
         d.t = TV_DICT;
         cargs none = {0};
-        return call_method(c, line, &d, "items", &none, out);
+        if (!call_method(c, line, &d, "items", &none, out)) return false;
+        out->u.l->gen = true;
+        return true;
     }
     if (!strcmp(n, "join")) {
         tv_list *l;
@@ -1276,7 +1293,8 @@ bool apply_filter(tctx *c, int line, scope *sc, const char *n, const tv *v, cons
     if (!strcmp(n, "reject")) return do_select(c, line, v, a, false, false, out);
     if (!strcmp(n, "map")) {
         tv_list *src;
-        if (!tv_iter_list(c, line, v, &src)) return false;
+        tv none = {0};
+        if (!tv_iter_list(c, line, tv_truthy(v) ? v : &none, &src)) return false;
         tv_list *l = list_new(c, src->n);
         if (!l) return toom(c, line);
         const tv *at = arg(a, -1, "attribute");
@@ -1301,6 +1319,7 @@ bool apply_filter(tctx *c, int line, scope *sc, const char *n, const tv *v, cons
                 l->v[l->n++] = x;
             }
         }
+        l->gen = true;
         *out = tv_list_of(l);
         return true;
     }
@@ -1340,6 +1359,7 @@ bool apply_filter(tctx *c, int line, scope *sc, const char *n, const tv *v, cons
             if (dup) continue;
             if (!list_push(c, seen, k) || !list_push(c, l, src->v[i])) return false;
         }
+        l->gen = true;
         *out = tv_list_of(l);
         return true;
     }
@@ -1358,6 +1378,7 @@ bool apply_filter(tctx *c, int line, scope *sc, const char *n, const tv *v, cons
         if (!l) return toom(c, line);
         for (size_t i = 0; i < src->n; i++) l->v[i] = src->v[src->n - 1 - i];
         l->n = src->n;
+        l->gen = true;   /* reversed(...) iterator */
         *out = tv_list_of(l);
         return true;
     }
@@ -1444,19 +1465,37 @@ bool apply_filter(tctx *c, int line, scope *sc, const char *n, const tv *v, cons
         if (!a->np) { static tv w80 = {TV_INT, {.i = 80}}; ca.np = 1; ca.pos = &w80; }
         return call_method(c, line, &s, "center", &ca, out);
     }
-    if (!strcmp(n, "wordcount")) {
-        tv s, parts;
-        if (!sstr(c, v, &s) || !do_split(c, line, &s, NULL, NULL, false, &parts)) return false;
-        *out = tv_int((int64_t)parts.u.l->n);
+    if (!strcmp(n, "wordcount")) {   /* len(re.findall(r"\w+", str(value))) */
+        tv s;
+        if (!sstr(c, v, &s)) return false;
+        int64_t words = 0;
+        bool in_word = false;
+        for (size_t i = 0; i < s.u.s.n;) {
+            size_t adv;
+            uint32_t cp = u8_next(s.u.s.p + i, s.u.s.n - i, &adv);
+            utf8proc_category_t cat = utf8proc_category((utf8proc_int32_t)cp);
+            bool w = cp == '_' || (cat >= UTF8PROC_CATEGORY_LU && cat <= UTF8PROC_CATEGORY_LO) ||
+                     (cat >= UTF8PROC_CATEGORY_ND && cat <= UTF8PROC_CATEGORY_NO);
+            if (w && !in_word) words++;
+            in_word = w;
+            i += adv;
+        }
+        *out = tv_int(words);
         return true;
     }
     if (!strcmp(n, "truncate")) {
         tv s;
-        if (!sstr(c, v, &s)) return false;
         int64_t len = 255, leeway = 5;
         const tv *lv = arg(a, 0, "length"), *kw = arg(a, 1, "killwords"), *endv = arg(a, 2, "end"), *lw = arg(a, 3, "leeway");
         if (lv && !need_int(c, line, lv, "truncate", &len)) return false;
         if (lw && !need_int(c, line, lw, "truncate", &leeway)) return false;
+        if (v->t == TV_LIST || v->t == TV_DICT) {
+            size_t vl = v->t == TV_LIST ? v->u.l->n : v->u.d->n;
+            if ((int64_t)vl <= len + leeway) { *out = *v; return true; }
+            return tfail(c, line, "truncate: expected a string");
+        }
+        if (v->t != TV_STR) return v->t == TV_UNDEF ? undef_fail(c, line, v) : tfail(c, line, "object of type '%s' has no len()", tv_type_name(v));
+        s = *v;
         tv endt = tv_strref("...", 3);
         if (endv && !sstr(c, endv, &endt)) return false;
         int64_t slen = (int64_t)u8_len(s.u.s.p, s.u.s.n), elen = (int64_t)u8_len(endt.u.s.p, endt.u.s.n);
@@ -1496,6 +1535,7 @@ bool apply_filter(tctx *c, int line, scope *sc, const char *n, const tv *v, cons
             if ((int64_t)curl->n == k) curl = NULL;
         }
         if (curl && fill && fill->t != TV_NONE) while ((int64_t)curl->n < k) if (!list_push(c, curl, *fill)) return false;
+        l->gen = true;
         *out = tv_list_of(l);
         return true;
     }
@@ -1531,6 +1571,6 @@ bool apply_filter(tctx *c, int line, scope *sc, const char *n, const tv *v, cons
         if (!b.p) { *out = tv_strref("", 0); return true; }
         return tv_from_sb(c, &b, out);
     }
-    if (!strcmp(n, "safe")) { *out = *v; return true; }
+    if (!strcmp(n, "safe")) return sstr(c, v, out);   /* Markup(str(value)) */
     return tfail(c, line, "no filter named '%s'", n);
 }

@@ -141,6 +141,7 @@ static bool eq_d(const tv *a, const tv *b, int depth) {
     case TV_STR: return a->u.s.n == b->u.s.n && !memcmp(a->u.s.p, b->u.s.p, a->u.s.n);
     case TV_LIST:
         if (a->u.l == b->u.l) return true;
+        if (a->u.l->gen || b->u.l->gen) return false;
         if (a->u.l->n != b->u.l->n || a->u.l->tuple != b->u.l->tuple) return false;
         for (size_t i = 0; i < a->u.l->n; i++) if (!eq_d(&a->u.l->v[i], &b->u.l->v[i], depth + 1)) return false;
         return true;
@@ -176,7 +177,7 @@ static bool order_d(const tv *a, const tv *b, int *r, int depth) {
         *r = k ? (k < 0 ? -1 : 1) : (a->u.s.n < b->u.s.n ? -1 : a->u.s.n > b->u.s.n);
         return true;
     }
-    if (a->t == TV_LIST && b->t == TV_LIST) {
+    if (a->t == TV_LIST && b->t == TV_LIST && a->u.l->tuple == b->u.l->tuple && !a->u.l->gen && !b->u.l->gen) {
         size_t n = a->u.l->n < b->u.l->n ? a->u.l->n : b->u.l->n;
         for (size_t i = 0; i < n; i++) {
             if (tv_eq(&a->u.l->v[i], &b->u.l->v[i])) continue;
@@ -340,6 +341,7 @@ bool get_item(tctx *c, const tv *obj, const tv *key, tv *out) {
         break;
     }
     case TV_LIST:
+        if (obj->u.l->gen) { *out = tv_undef(c, "'generator' object is not subscriptable"); return !c->failed; }
         if (key->t == TV_INT || key->t == TV_BOOL) {
             bool ok;
             int64_t i = py_index(num_i(key), obj->u.l->n, &ok);
@@ -408,7 +410,7 @@ static bool do_slice(tctx *c, int line, const tv *obj, const tv *st, const tv *s
     int64_t step = stp ? num_i(stp) : 1;
     if (step == 0) return tfail(c, line, "slice step cannot be zero");
     if (obj->t == TV_UNDEF) return undef_fail(c, line, obj);
-    if (obj->t == TV_LIST) {
+    if (obj->t == TV_LIST && !obj->u.l->gen) {
         int64_t len = (int64_t)obj->u.l->n, a, b;
         slice_adjust(len, st, sp, step, &a, &b);
         tv_list *l = list_new(c, 0);
@@ -436,8 +438,7 @@ static bool do_slice(tctx *c, int line, const tv *obj, const tv *st, const tv *s
         free(offs);
         return tv_from_sb(c, &sb, out);
     }
-    *out = tv_undef(c, "%s is not subscriptable", obj_desc(obj));
-    return !c->failed;
+    return tfail(c, line, "'%s' object is not subscriptable", obj->t == TV_LIST ? "generator" : tv_type_name(obj));
 }
 
 /* ---------------------------------------------------------------- iteration */
@@ -446,7 +447,18 @@ static bool do_slice(tctx *c, int line, const tv *obj, const tv *st, const tv *s
 bool tv_iter_list(tctx *c, int line, const tv *v, tv_list **out) {
     tv_list *l;
     switch (v->t) {
-    case TV_LIST: *out = v->u.l; return true;
+    case TV_LIST:
+        if (v->u.l->gen) {   /* a generator is consumed by iterating it */
+            l = list_new(c, v->u.l->n);
+            if (!l) return toom(c, line);
+            if (v->u.l->n) memcpy(l->v, v->u.l->v, v->u.l->n * sizeof(tv));
+            l->n = v->u.l->n;
+            v->u.l->n = 0;
+            *out = l;
+            return true;
+        }
+        *out = v->u.l;
+        return true;
     case TV_UNDEF: *out = list_new(c, 0); return *out ? true : toom(c, line);
     case TV_DICT: case TV_NS:
         l = list_new(c, v->u.d->n);
@@ -551,7 +563,7 @@ static bool binop(tctx *c, int line, int op, const tv *a, const tv *b, tv *out) 
         *out = tv_strref(s, n);
         return true;
     }
-    if (op == OP_ADD && a->t == TV_LIST && b->t == TV_LIST && a->u.l->tuple == b->u.l->tuple) {
+    if (op == OP_ADD && a->t == TV_LIST && b->t == TV_LIST && a->u.l->tuple == b->u.l->tuple && !a->u.l->gen && !b->u.l->gen) {
         tv_list *l = list_new(c, a->u.l->n + b->u.l->n);
         if (!l) return toom(c, line);
         if (a->u.l->n) memcpy(l->v, a->u.l->v, a->u.l->n * sizeof(tv));
@@ -561,7 +573,7 @@ static bool binop(tctx *c, int line, int op, const tv *a, const tv *b, tv *out) 
         *out = tv_list_of(l);
         return true;
     }
-    if (op == OP_MUL && ((a->t == TV_STR || a->t == TV_LIST) && (b->t == TV_INT || b->t == TV_BOOL))) {
+    if (op == OP_MUL && ((a->t == TV_STR || (a->t == TV_LIST && !a->u.l->gen)) && (b->t == TV_INT || b->t == TV_BOOL))) {
         int64_t k = num_i(b);
         if (k < 0) k = 0;
         if (a->t == TV_STR) {
@@ -600,7 +612,11 @@ bool tv_contains(tctx *c, int line, const tv *container, const tv *x, bool *res)
         *res = false;
         for (size_t i = 0; i < container->u.l->n; i++) if (tv_eq(&container->u.l->v[i], x)) { *res = true; break; }
         return true;
-    case TV_DICT: case TV_NS: *res = dict_get(container->u.d, x) != NULL; return true;
+    case TV_DICT: case TV_NS:
+        if ((x->t == TV_LIST && !x->u.l->tuple) || x->t == TV_DICT || x->t == TV_NS)
+            return tfail(c, line, "unhashable type: '%s'", tv_type_name(x));
+        *res = dict_get(container->u.d, x) != NULL;
+        return true;
     case TV_UNDEF: *res = false; return true;
     default: return tfail(c, line, "argument of type '%s' is not iterable", tv_type_name(container));
     }

@@ -322,8 +322,7 @@ static bool lex(parser *P, const char *src0) {
                 bool rs = false;
                 if (k < n && s[k] == '-') { rs = true; k++; }
                 if (!(k + 2 <= n && s[k] == '%' && s[k + 1] == '}')) return perr(P, line, "expected '%%}' after raw");
-                k += 2;
-                if (!rs && k < n && s[k] == '\n') k++;
+                k += 2;   /* jinja keeps the newline right after {% raw %} */
                 size_t cstart = k;
                 if (rs) cstart += lstrip_ws(s + k, n - k);
                 /* find {% endraw %} */

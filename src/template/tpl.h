@@ -46,7 +46,7 @@ typedef struct tv {
     } u;
 } tv;
 
-struct tv_list { size_t n, cap; tv *v; bool tuple; };
+struct tv_list { size_t n, cap; tv *v; bool tuple, gen; };   /* gen: a jinja generator (select, map, ...): always truthy, no len, single use */
 struct tv_dict { size_t n, cap; tv *k, *v; };
 
 /* ---- AST ---- */

@@ -192,7 +192,7 @@ bool tv_truthy(const tv *v) {
     case TV_INT: return v->u.i != 0;
     case TV_FLOAT: return v->u.f != 0;
     case TV_STR: return v->u.s.n != 0;
-    case TV_LIST: return v->u.l->n != 0;
+    case TV_LIST: return v->u.l->gen || v->u.l->n != 0;
     case TV_DICT: return v->u.d->n != 0;
     default: return true;
     }
@@ -258,7 +258,8 @@ static void write_str_d(tpl_sb *b, const tv *v, int depth) {
     case TV_INT: sb_printf(b, "%lld", (long long)v->u.i); return;
     case TV_FLOAT: tv_fmt_float(v->u.f, tmp, sizeof tmp); sb_puts(b, tmp); return;
     case TV_STR: sb_put(b, v->u.s.p, v->u.s.n); return;
-    case TV_LIST: case TV_DICT: write_seq(b, v, depth); return;
+    case TV_LIST: if (v->u.l->gen) { sb_puts(b, "<generator object>"); return; } /* fallthrough */
+    case TV_DICT: write_seq(b, v, depth); return;
     case TV_NS: sb_puts(b, "<Namespace "); { tv d = *v; d.t = TV_DICT; write_seq(b, &d, depth); } sb_puts(b, ">"); return;
     case TV_FUNC: sb_puts(b, "<function>"); return;
     case TV_LOOP: sb_puts(b, "<LoopContext>"); return;
@@ -334,6 +335,7 @@ bool tv_write_json(tpl_sb *b, const tv *v, bool ensure_ascii, const char *indent
     case TV_STR: json_str(b, v->u.s.p, v->u.s.n, ensure_ascii); return true;
     case TV_LIST: {
         tv_list *l = v->u.l;
+        if (l->gen) { *why = "Object of type generator is not JSON serializable"; return false; }
         if (l->n == 0) { sb_puts(b, "[]"); return true; }
         sb_puts(b, "[");
         for (size_t i = 0; i < l->n; i++) {

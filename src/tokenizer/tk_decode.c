@@ -296,26 +296,23 @@ static mx_status dec_step(const tk_dec *d, tk_ctx *c, const tk_buf *ib, const tk
     return MX_OK;
 }
 
-mx_status tk_decode_tokens(const mx_tokenizer *t, tk_buf *buf, tk_plist *toks, tk_buf *out) {
-    tk_ctx c = {0};
-    mx_status st = MX_OK;
+mx_status tk_decode_tokens(const mx_tokenizer *t, tk_ctx *c, tk_buf *buf, tk_plist *toks, tk_buf *out) {
     tk_buf *ib = buf; tk_plist *il = toks;
     int w = 0;
     if (!t->has_decoder) {
         for (size_t i = 0; i < il->n; i++) {
-            if (i && !tk_buf_add(out, " ", 1)) { st = NOMEM; goto done; }
-            if (!tk_buf_add(out, ib->d + il->p[i].off, il->p[i].len)) { st = NOMEM; goto done; }
+            if (i && !tk_buf_add(out, " ", 1)) return NOMEM;
+            if (!tk_buf_add(out, ib->d + il->p[i].off, il->p[i].len)) return NOMEM;
         }
-        goto done;
+        return MX_OK;
     }
     for (int k = 0; k < t->n_dec; k++) {
-        if ((st = dec_step(&t->dec[k], &c, ib, il, &c.b[w], &c.l[w]))) goto done;
-        ib = &c.b[w]; il = &c.l[w];
+        mx_status st = dec_step(&t->dec[k], c, ib, il, &c->b[w], &c->l[w]);
+        if (st) return st;
+        ib = &c->b[w]; il = &c->l[w];
         w ^= 1;
     }
     for (size_t i = 0; i < il->n; i++)
-        if (!tk_buf_add(out, ib->d + il->p[i].off, il->p[i].len)) { st = NOMEM; goto done; }
-done:
-    tk_ctx_free(&c);
-    return st;
+        if (!tk_buf_add(out, ib->d + il->p[i].off, il->p[i].len)) return NOMEM;
+    return MX_OK;
 }

@@ -177,6 +177,7 @@ struct mx_tokenizer {
     /* added tokens */
     tk_added *added; int n_added;
     int32_t *added_by_id;          /* id -> index into added or -1, size n_tok */
+    tk_smap added_map;              /* content -> id */
     tk_trie trie_raw, trie_norm;
     /* tokenizer_config.json */
     char *bos_str, *eos_str; int32_t bos_id, eos_id;
@@ -222,8 +223,8 @@ mx_status tk_pretokenize(const mx_tokenizer *t, tk_ctx *c, const char *s, size_t
 /* decoders */
 mx_status tk_dec_parse(const tj *j, tk_dec **arr, int *n, int *cap);
 void tk_dec_free_one(tk_dec *d);
-/* token strings (pieces over buf) -> text appended to out */
-mx_status tk_decode_tokens(const mx_tokenizer *t, tk_buf *buf, tk_plist *toks, tk_buf *out);
+/* token strings (pieces over buf) -> text appended to out; c is scratch (reused across calls) */
+mx_status tk_decode_tokens(const mx_tokenizer *t, tk_ctx *c, tk_buf *buf, tk_plist *toks, tk_buf *out);
 
 /* models */
 mx_status tk_model_encode(const mx_tokenizer *t, tk_ctx *c, const char *w, size_t n, tk_ids *out);

@@ -277,6 +277,9 @@ bool tk_is_numeric(uint32_t cp) {
 
 bool tk_is_word(uint32_t cp) {
     if (cp < 0x80) return (cp >= '0' && cp <= '9') || (cp >= 'a' && cp <= 'z') || (cp >= 'A' && cp <= 'Z') || cp == '_';
+    /* Rust regex \w: alphabetic, marks, decimal numbers, connector punctuation, join controls */
+    if (cp == 0x200C || cp == 0x200D) return true;
     utf8proc_category_t k = utf8proc_category((utf8proc_int32_t)cp);
-    return (k >= UTF8PROC_CATEGORY_LU && k <= UTF8PROC_CATEGORY_LO) || tk_is_numeric(cp);
+    return (k >= UTF8PROC_CATEGORY_LU && k <= UTF8PROC_CATEGORY_ME) || k == UTF8PROC_CATEGORY_ND ||
+           k == UTF8PROC_CATEGORY_NL || k == UTF8PROC_CATEGORY_PC;
 }

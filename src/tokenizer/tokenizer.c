@@ -350,7 +350,7 @@ static mx_status load_added(mx_tokenizer *t, const tj *added) {
     if (!added || added->type == TJ_NULL) return MX_OK;
     if (added->type != TJ_ARR) return mx_errorf(MX_ERR_FORMAT, "tokenizer.json: added_tokens must be a list");
     t->added = calloc(added->n + 1, sizeof *t->added);
-    if (!t->added) return NOMEM;
+    if (!t->added || !tk_smap_init(&t->added_map, added->n + 1)) return NOMEM;
     for (int b = 0; b < 256; b++) { t->trie_raw.root[b] = -1; t->trie_norm.root[b] = -1; }
     tk_ctx c = {0};
     mx_status st = MX_OK;
@@ -369,6 +369,7 @@ static mx_status load_added(mx_tokenizer *t, const tj *added) {
         a->single_word = tj_bool(tj_get(e, "single_word"), false);
         a->normalized = tj_bool(tj_get(e, "normalized"), !a->special);
         t->added_by_id[a->id] = t->n_added - 1;
+        if (!tk_smap_put(&t->added_map, a->content, a->len, a->id)) { st = NOMEM; goto done; }
         if (!a->len) continue;
         if (a->normalized) {
             if ((st = tk_normalize(t, &c, a->content, a->len))) goto done;
@@ -565,6 +566,7 @@ void mx_tokenizer_free(mx_tokenizer *t) {
     if (!t) return;
     free(t->strings); free(t->tok_off); free(t->tok_len); free(t->added_by_id); free(t->scores);
     tk_smap_free(&t->vocab);
+    tk_smap_free(&t->added_map);
     tk_pmap_free(&t->merges);
     free(t->cont_prefix); free(t->eow_suffix);
     for (int i = 0; i < t->n_norm; i++) tk_norm_free_one(&t->norm[i]);
@@ -662,20 +664,20 @@ static bool id_token(const mx_tokenizer *t, int32_t id, bool skip_special, const
     return true;
 }
 
-static mx_status decode_buf(const mx_tokenizer *t, const int32_t *ids, size_t n, bool skip_special, tk_buf *out) {
-    tk_buf b = {0};
-    tk_plist l = {0};
-    mx_status st = MX_OK;
+/* decode scratch: kept by streams so that steady-state pushes do not allocate */
+typedef struct { tk_buf b; tk_plist l; tk_ctx c; } tk_dscratch;
+
+static void dscratch_free(tk_dscratch *d) { free(d->b.d); free(d->l.p); tk_ctx_free(&d->c); }
+
+static mx_status decode_buf(const mx_tokenizer *t, tk_dscratch *d, const int32_t *ids, size_t n, bool skip_special, tk_buf *out) {
+    d->b.n = 0; d->l.n = 0;
     for (size_t i = 0; i < n; i++) {
         const char *s; size_t sl;
         if (!id_token(t, ids[i], skip_special, &s, &sl)) continue;
-        uint32_t off = (uint32_t)b.n;
-        if (!tk_buf_add(&b, s, sl) || !tk_plist_push(&l, off, (uint32_t)sl, -1, 0)) { st = NOMEM; goto done; }
+        uint32_t off = (uint32_t)d->b.n;
+        if (!tk_buf_add(&d->b, s, sl) || !tk_plist_push(&d->l, off, (uint32_t)sl, -1, 0)) return NOMEM;
     }
-    st = tk_decode_tokens(t, &b, &l, out);
-done:
-    free(b.d); free(l.p);
-    return st;
+    return tk_decode_tokens(t, &d->c, &d->b, &d->l, out);
 }
 
 mx_status mx_tokenizer_decode(const mx_tokenizer *t, const int32_t *ids, int n, bool skip_special, char **text) {
@@ -687,7 +689,9 @@ mx_status mx_tokenizer_decode_n(const mx_tokenizer *t, const int32_t *ids, int n
     *text = NULL; *len = 0;
     if (n < 0 || (n && !ids)) return mx_errorf(MX_ERR_INVALID_ARG, "tokenizer: bad id array");
     tk_buf out = {0};
-    mx_status st = decode_buf(t, ids, (size_t)n, skip_special, &out);
+    tk_dscratch d = {0};
+    mx_status st = decode_buf(t, &d, ids, (size_t)n, skip_special, &out);
+    dscratch_free(&d);
     if (st) { free(out.d); return st; }
     if (!tk_buf_reserve(&out, 1)) { free(out.d); return NOMEM; }
     out.d[out.n] = 0;
@@ -701,9 +705,8 @@ int mx_tokenizer_vocab_size(const mx_tokenizer *t) { return t->n_tok; }
 int32_t mx_tokenizer_token_id(const mx_tokenizer *t, const char *token) {
     if (!token) return -1;
     size_t n = strlen(token);
-    for (int i = 0; i < t->n_added; i++)
-        if (t->added[i].len == n && !memcmp(t->added[i].content, token, n)) return t->added[i].id;
-    return tk_smap_get(&t->vocab, token, n);
+    int32_t id = tk_smap_get(&t->added_map, token, n);
+    return id >= 0 ? id : tk_smap_get(&t->vocab, token, n);
 }
 
 const char *mx_tokenizer_token_str(const mx_tokenizer *t, int32_t id) {
@@ -734,6 +737,7 @@ struct mx_detok_stream {
     size_t prefix_index;
     tk_buf prefix;
     tk_buf cur;
+    tk_dscratch d;
 };
 
 mx_detok_stream *mx_detok_stream_new(const mx_tokenizer *t, bool skip_special) {
@@ -746,6 +750,7 @@ mx_detok_stream *mx_detok_stream_new(const mx_tokenizer *t, bool skip_special) {
 void mx_detok_stream_free(mx_detok_stream *s) {
     if (!s) return;
     free(s->ids); free(s->prefix.d); free(s->cur.d);
+    dscratch_free(&s->d);
     free(s);
 }
 
@@ -762,7 +767,7 @@ mx_status mx_detok_stream_push(mx_detok_stream *s, int32_t id, mx_buf *out) {
     }
     s->ids[s->n++] = id;
     s->cur.n = 0;
-    mx_status st = decode_buf(s->t, s->ids, s->n, s->skip, &s->cur);
+    mx_status st = decode_buf(s->t, &s->d, s->ids, s->n, s->skip, &s->cur);
     if (st) { s->n--; return st; }
     if (s->cur.n > s->prefix.n && !ends_with_fffd(&s->cur)) {
         if (s->prefix.n && memcmp(s->cur.d, s->prefix.d, s->prefix.n))
@@ -772,7 +777,7 @@ mx_status mx_detok_stream_push(mx_detok_stream *s, int32_t id, mx_buf *out) {
         memmove(s->ids, s->ids + s->prefix_index, (s->n - s->prefix_index) * sizeof *s->ids);
         s->n -= s->prefix_index;
         s->prefix.n = 0;
-        if ((st = decode_buf(s->t, s->ids, s->n, s->skip, &s->prefix))) return st;
+        if ((st = decode_buf(s->t, &s->d, s->ids, s->n, s->skip, &s->prefix))) return st;
         s->prefix_index = new_pi;
     }
     return MX_OK;
@@ -780,7 +785,7 @@ mx_status mx_detok_stream_push(mx_detok_stream *s, int32_t id, mx_buf *out) {
 
 void mx_detok_stream_flush(mx_detok_stream *s, mx_buf *out) {
     s->cur.n = 0;
-    if (s->n && decode_buf(s->t, s->ids, s->n, s->skip, &s->cur) == MX_OK && s->cur.n > s->prefix.n &&
+    if (s->n && decode_buf(s->t, &s->d, s->ids, s->n, s->skip, &s->cur) == MX_OK && s->cur.n > s->prefix.n &&
         (!s->prefix.n || !memcmp(s->cur.d, s->prefix.d, s->prefix.n)))
         mx_buf_append(out, s->cur.d + s->prefix.n, s->cur.n - s->prefix.n);
     s->n = 0; s->prefix_index = 0; s->prefix.n = 0;

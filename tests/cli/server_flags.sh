@@ -53,6 +53,81 @@ c=$(curl -s -o "$SRV_TMP/body" -w '%{http_code}' --unix-socket "$SOCK" -H 'Conte
 [ "$c" = 200 ] && [ "$(jget "j['usage']['completion_tokens'] > 0")" = True ] && pass unix_socket || fail unix_socket "HTTP $c $(tail -2 "$SRV_TMP/unix.out")"
 srv_stop "$UPID"
 [ ! -e "$SOCK" ] && pass unix_socket_removed || fail unix_socket_removed "socket file left behind"
+# ---- /health is 503 while the model loads (test hook delays the load) ----
+MLXCEL_TEST_LOAD_DELAY_MS=2500 "$MLXCEL_SERVER_BIN" --port 0 >"$SRV_TMP/slow.out" 2>"$SRV_TMP/slow.log" &
+SPID=$!; SRV_PIDS+=("$SPID")
+for i in $(seq 1 100); do SRV_URL=$(sed -n 's/^listening on \(http:.*\)$/\1/p' "$SRV_TMP/slow.out"); [ -n "$SRV_URL" ] && break; sleep 0.05; done
+c=$(get /health); expect_error health_503_while_loading 503 "$c" unavailable_error
+c=$(post /v1/chat/completions '{"messages":[{"role":"user","content":"x"}]}'); expect_error chat_503_while_loading 503 "$c" unavailable_error
+for i in $(seq 1 200); do [ "$(get /health)" = 200 ] && break; sleep 0.1; done
+c=$(get /health); [ "$c" = 200 ] && pass health_200_after_loading || fail health_200_after_loading "HTTP $c"
+srv_stop "$SPID"
+
+# ---- --chat-template-file: Qwen3's real template renders every golden conversation (tools,
+# tool calls, kwargs) byte-exact through /apply-template ----
+python3 -c "import json,sys; open(sys.argv[2],'w').write(json.load(open(sys.argv[1]))['chat_template'])" \
+  "$MLXCEL_ROOT/tests/fixtures/tokenizers/qwen3/tokenizer_config.json" "$SRV_TMP/qwen3.jinja"
+srv_start tmpl --chat-template-file "$SRV_TMP/qwen3.jinja" --timeout 2 || { fail server_start_tmpl "see above"; t_done; }
+python3 - "$SRV_URL" "$MLXCEL_ROOT/tests/fixtures/goldens/chat/qwen3.json" <<'PY'
+import json, sys, urllib.request
+g = json.load(open(sys.argv[2]))
+for c in g["cases"]:
+    body = {"messages": c["messages"], "add_generation_prompt": c["add_generation_prompt"]}
+    if c["tools"]: body["tools"] = c["tools"]
+    if c["kwargs"]: body["chat_template_kwargs"] = c["kwargs"]
+    req = urllib.request.Request(sys.argv[1] + "/apply-template", json.dumps(body).encode(), {"Content-Type": "application/json"})
+    try:
+        got = json.load(urllib.request.urlopen(req, timeout=60))["prompt"]
+    except Exception as e:
+        got = f"error {e}"
+    name = "template_file_golden_" + c["name"]
+    print(f"PASS {name}" if got == c["prompt"] else f"FAIL {name}: got {got[:200]!r}")
+PY
+c=$(post /apply-template '{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"get_weather"}}],"tool_choice":"none"}')
+[ "$c" = 200 ] && ! jget "j['prompt']" | grep -q 'get_weather' && pass tool_choice_none || fail tool_choice_none "$c $(body | head -c 300)"
+c=$(post /v1/chat/completions '{"messages":[{"role":"user","content":"Weather?"},{"role":"assistant","content":null,"tool_calls":[{"id":"1","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Paris\"}"}}]},{"role":"tool","tool_call_id":"1","content":"sunny"}],"tools":[{"type":"function","function":{"name":"get_weather"}}],"max_tokens":3}')
+[ "$c" = 200 ] && pass chat_tool_roles_template || fail chat_tool_roles_template "$c $(body | head -c 300)"
+# --timeout: an idle half-sent request is dropped after about 2 s
+python3 - "$SRV_URL" <<'PY'
+import socket, sys, time, urllib.parse
+u = urllib.parse.urlparse(sys.argv[1])
+s = socket.create_connection((u.hostname, u.port)); s.settimeout(15)
+s.sendall(b"POST /completion HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
+t0 = time.time()
+try: data = s.recv(100)
+except Exception: data = b"?"
+dt = time.time() - t0
+print("PASS timeout_drops_idle" if data == b"" and 1 <= dt <= 10 else f"FAIL timeout_drops_idle: recv {data!r} after {dt:.1f} s")
+PY
+srv_stop "$SRV_PID"
+
+# ---- the model generating bytes that are not UTF-8: the answer stays valid JSON and UTF-8 ----
+srv_start bytes || { fail server_start_bytes "see above"; t_done; }
+ID80=$(python3 - "$MLXCEL_ROOT/models/fortune-6m-mlx-q4/tokenizer.json" <<'PY'
+import json, sys
+bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
+cs = bs[:]; n = 0
+for b in range(256):
+    if b not in bs: bs.append(b); cs.append(256 + n); n += 1
+ch = chr(cs[bs.index(0x80)])            # the byte-level symbol of a lone continuation byte 0x80
+print(json.load(open(sys.argv[1]))["model"]["vocab"][ch])
+PY
+)
+for mode in false true; do
+  code=$(curl -s -m 60 -H 'Content-Type: application/json' -o "$SRV_TMP/bytes" -w '%{http_code}' \
+    -d "{\"prompt\":\"The computer\",\"n_predict\":3,\"temperature\":0,\"logit_bias\":[[$ID80,100]],\"stream\":$mode}" "$SRV_URL/completion")
+  ok=$(python3 - "$SRV_TMP/bytes" "$ID80" <<'PY'
+import json, sys
+raw = open(sys.argv[1], "rb").read().decode("utf-8")       # raises if not UTF-8
+evs = [json.loads(l[6:]) for l in raw.splitlines() if l.startswith("data: ")] or [json.loads(raw)]
+txt = "".join(e["content"] for e in evs)
+toks = [t for e in evs for t in e["tokens"]]
+print(toks == [int(sys.argv[2])] * 3 and txt == "\ufffd" * 3)
+PY
+)
+  [ "$code" = 200 ] && [ "$ok" = True ] && pass "invalid_utf8_output_stream_$mode" || fail "invalid_utf8_output_stream_$mode" "HTTP $code ok=$ok $(head -c 300 "$SRV_TMP/bytes")"
+done
+srv_stop "$SRV_PID"
 # no metrics endpoint without --metrics: 501
 srv_start nometrics || { fail server_start_nometrics "see above"; t_done; }
 c=$(get /metrics); expect_error metrics_off_501 501 "$c" not_supported_error

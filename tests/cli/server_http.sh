@@ -190,6 +190,34 @@ c=$(curl -s -o "$SRV_TMP/body" -w '%{http_code}' -H 'Content-Type: application/j
 expect_error body_too_large 413 "$c" invalid_request_error
 c=$(curl -s -o "$SRV_TMP/body" -w '%{http_code}' -H 'Content-Type: application/json' -H 'Transfer-Encoding: chunked' --data-binary @"$SRV_TMP/big" "$U/completion")
 expect_error body_too_large_chunked 413 "$c" invalid_request_error
+# mutated request bodies (random bytes, truncations, wrong types in every field): only 200/400
+python3 - "$U" <<'PY'
+import json, random, sys, http.client, urllib.parse
+u = urllib.parse.urlparse(sys.argv[1])
+rng = random.Random(1234)
+base = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2, "temperature": 0.5, "top_p": 0.9,
+        "top_k": 5, "min_p": 0.1, "seed": 3, "stop": ["x"], "logit_bias": {"5": 1}, "logprobs": True,
+        "top_logprobs": 2, "presence_penalty": 0.1, "stream": False, "n_predict": 2, "prompt": "Hi"}
+odd = [None, True, -1, 1e308, -1e308, 2**63, "", "\u0000", [], {}, [1, "a"], {"a": None}, 0.5, "x" * 300]
+bad = []
+for i in range(150):
+    b = dict(base)
+    k = rng.choice(list(base)); b[k] = rng.choice(odd)
+    if rng.random() < 0.3:
+        k2 = rng.choice(list(base)); b[k2] = rng.choice(odd)
+    raw = json.dumps(b).encode()
+    r = rng.random()
+    if r < 0.15: raw = raw[: rng.randrange(len(raw))]
+    elif r < 0.3:
+        raw = bytearray(raw); raw[rng.randrange(len(raw))] = rng.randrange(256); raw = bytes(raw)
+    path = rng.choice(["/v1/chat/completions", "/v1/completions", "/completion", "/tokenize", "/apply-template"])
+    c = http.client.HTTPConnection(u.hostname, u.port, timeout=60)
+    c.request("POST", path, raw, {"Content-Type": "application/json"})
+    resp = c.getresponse(); data = resp.read(); c.close()
+    if resp.status not in (200, 400): bad.append((resp.status, path, raw[:120], data[:120]))
+    elif resp.status == 400 and "error" not in json.loads(data): bad.append((400, path, raw[:120], data[:120]))
+print("PASS mutated_requests_only_200_or_400" if not bad else f"FAIL mutated_requests_only_200_or_400: {len(bad)} bad, first {bad[0]}")
+PY
 # the server is still fine after all that
 c=$(post /completion '{"prompt":"A wise man once said","n_predict":32,"temperature":0}')
 [ "$c" = 200 ] && [ "$(jget "j['content']")" = "$want" ] && pass alive_after_errors || fail alive_after_errors "$c"

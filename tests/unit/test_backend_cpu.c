@@ -255,14 +255,14 @@ static void test_layernorm(void) {
 }
 
 /* ---------- rope ---------- */
-static void test_rope(void) {
-    int n = 4, nh = 3, hd = 16, rot = 12;
-    float x[4 * 3 * 16], x0[4 * 3 * 16], inv[6];
+static void check_rope(int rot, float factor, float base) {
+    int n = 4, nh = 3, hd = 16;
+    float x[4 * 3 * 16], x0[4 * 3 * 16], inv[8];
     int32_t pos[4] = {0, 1, 17, 1000};
     fill(x, n * nh * hd, 1.0f);
     memcpy(x0, x, sizeof x);
-    for (int i = 0; i < rot / 2; i++) inv[i] = (float)pow(10000.0, -2.0 * i / rot);
-    mx_rope rp = {rot, inv, 1.25f};
+    for (int i = 0; i < rot / 2; i++) inv[i] = (float)pow(base, -2.0 * i / rot);
+    mx_rope rp = {rot, inv, factor};
     mx_attn_meta m = {0};
     m.n_tokens = n; m.pos = pos;
     B.i->rope(B.ctx, x, n, nh, hd, &rp, &m);
@@ -275,12 +275,22 @@ static void test_rope(void) {
                 if (i < rot) {
                     int j = i % (rot / 2);
                     double ang = (double)((float)pos[t] * inv[j]);
-                    double cs = cos(ang) * 1.25, sn = sin(ang) * 1.25;
+                    double cs = cos(ang) * factor, sn = sin(ang) * factor;
                     ref = i < rot / 2 ? a[i] * cs - a[i + rot / 2] * sn : a[i] * cs + a[i - rot / 2] * sn;
                 } else ref = a[i];
-                TCHECK(fabs(o[i] - ref) < 2e-6 * (fabs(ref) + 1), "t %d h %d i %d: %g vs %g", t, h, i, o[i], ref);
+                TCHECK(fabs(o[i] - ref) < 2e-6 * (fabs(ref) + 1), "rot %d factor %g t %d h %d i %d: %g vs %g", rot, factor,
+                       t, h, i, o[i], ref);
             }
         }
+}
+static void test_rope(void) {
+    /* alternating configurations exercise the backend's cos/sin table cache */
+    for (int rep = 0; rep < 2; rep++) {
+        check_rope(12, 1.25f, 10000.0f);
+        check_rope(16, 1.0f, 10000.0f);
+        check_rope(16, 1.0f, 1000000.0f);
+        check_rope(8, 0.5f, 500.0f);
+    }
 }
 
 /* ---------- attention ---------- */

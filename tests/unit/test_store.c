@@ -228,6 +228,28 @@ static void t_sha256(void) {
     TCHECK(!strcmp(hex, "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0"), "million a: %s", hex);
 }
 
+static void t_hub_listing(void) {
+    const char *ok = "{\"siblings\":[{\"rfilename\":\"config.json\",\"size\":12},{\"rfilename\":\"sub/a.safetensors\","
+                     "\"lfs\":{\"size\":99,\"sha256\":\"ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad\"}},"
+                     "{\"rfilename\":\"neg\",\"size\":-4},{\"nope\":1}]}";
+    mx_hub_file *f = NULL;
+    int n = 0;
+    { mx_status _rs = mx_hub_parse_listing(ok, strlen(ok), "o/r", &f, &n); TCHECK(_rs == MX_OK, "parse: %s", mx_last_error()); if (_rs) return; }
+    TCHECK(n == 3, "n %d", n);
+    TCHECK(!strcmp(f[0].name, "config.json") && f[0].size == 12 && !f[0].sha[0], "first");
+    TCHECK(!strcmp(f[1].name, "sub/a.safetensors") && f[1].size == 99 && f[1].sha[0] == 'b', "lfs size and sha");
+    TCHECK(f[2].size == -1, "negative size is unknown");
+    mx_hub_files_free(f, n);
+    const char *bad[] = {"../x", "a/../b", "/etc/passwd", "a/", "a//b", "./a", "a\\b", "..", "a/.."};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        char body[256];
+        snprintf(body, sizeof body, "{\"siblings\":[{\"rfilename\":\"%s\"}]}", bad[i]);
+        TCHECK(mx_hub_parse_listing(body, strlen(body), "o/r", &f, &n) == MX_ERR_FORMAT && strstr(mx_last_error(), "unsafe"), "'%s' accepted", bad[i]);
+    }
+    TCHECK(mx_hub_parse_listing("{}", 2, "o/r", &f, &n) == MX_ERR_FORMAT && strstr(mx_last_error(), "siblings"), "no siblings");
+    TCHECK(mx_hub_parse_listing("<html>", 6, "o/r", &f, &n) == MX_ERR_FORMAT, "not json");
+}
+
 int main(void) {
     snprintf(g_tmp, sizeof g_tmp, "/tmp/mlxcel-test-store-XXXXXX");
     if (!mkdtemp(g_tmp)) { printf("FAIL mkdtemp\n"); return 1; }
@@ -240,6 +262,7 @@ int main(void) {
     RUN(t_quantize_known);
     RUN(t_quantize_bits);
     RUN(t_sha256);
+    RUN(t_hub_listing);
     nftw(g_tmp, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
     TEST_EXIT();
 }

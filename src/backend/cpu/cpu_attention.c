@@ -22,23 +22,6 @@ typedef struct {
 #define GB 8 /* q heads handled together */
 
 #ifdef __AVX512F__
-static inline __m512 exp512(__m512 x) {
-    x = _mm512_max_ps(x, _mm512_set1_ps(-88.0f));
-    x = _mm512_min_ps(x, _mm512_set1_ps(88.0f));
-    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.0f / 5040);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    return _mm512_scalef_ps(p, n);
-}
-
 /* r[i] = sum of the lanes of v[i], i < 16 */
 static inline __m512 reduce16(const __m512 *v) {
     __m512 t[8], u[4], w[2];
@@ -102,7 +85,7 @@ static inline __attribute__((always_inline)) void attn_heads(const attn_job *j, 
         for (int i = 0; i < cs; i += 16) {
             __m512 x = _mm512_load_ps(s + i);
             __mmask16 ok = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-INFINITY), _CMP_NEQ_OQ);
-            __m512 e = _mm512_maskz_mov_ps(ok, exp512(_mm512_sub_ps(x, vm)));
+            __m512 e = _mm512_maskz_mov_ps(ok, mx_exp512(_mm512_sub_ps(x, vm)));
             _mm512_store_ps(s + i, e);
             sum = _mm512_add_ps(sum, e);
         }

@@ -174,10 +174,18 @@ static void rmsnorm_fn(void *arg, int64_t b, int64_t e, int tid) {
         const float *x = j->x + r * d;
         float *y = j->y + r * d;
         double ss = 0;
-        for (int i = 0; i < d; i++) ss += (double)x[i] * x[i];
+        int i = 0;
+#ifdef __AVX512F__
+        __m512 acc = _mm512_setzero_ps();
+        for (; i + 16 <= d; i += 16) { __m512 v = _mm512_loadu_ps(x + i); acc = _mm512_fmadd_ps(v, v, acc); }
+        float lanes[16];
+        _mm512_storeu_ps(lanes, acc);
+        for (int k = 0; k < 16; k++) ss += lanes[k];
+#endif
+        for (; i < d; i++) ss += (double)x[i] * x[i];
         float inv = 1.0f / sqrtf((float)(ss / d) + j->eps);
-        if (j->gf) for (int i = 0; i < d; i++) y[i] = (x[i] * inv) * j->gf[i];
-        else for (int i = 0; i < d; i++) y[i] = x[i] * inv;
+        if (j->gf) for (i = 0; i < d; i++) y[i] = (x[i] * inv) * j->gf[i];
+        else for (i = 0; i < d; i++) y[i] = x[i] * inv;
     }
 }
 
@@ -230,35 +238,88 @@ static void cpu_layernorm(void *ctx, const float *x, const mx_vec *g, const mx_v
 /* ---------------------------------------------------------------------------------------- */
 /* RoPE                                                                                     */
 
-typedef struct { float *x; int n_heads, head_dim; const mx_rope *rope; const mx_attn_meta *meta; } rope_job;
+typedef struct { float *x; int n_heads, head_dim, half; const float *cs; const mx_attn_meta *meta; } rope_job;
 static void rope_fn(void *arg, int64_t b, int64_t e, int tid) {
     rope_job *j = arg;
-    int half = j->rope->rot_dim / 2;
-    float cs[1024], sn[1024];
+    int half = j->half;
     for (int64_t t = b; t < e; t++) {
-        float pos = (float)j->meta->pos[t];
-        for (int i = 0; i < half; i++) {
-            float ang = pos * j->rope->inv_freq[i];
-            cs[i] = (float)cos((double)ang) * j->rope->attn_factor;
-            sn[i] = (float)sin((double)ang) * j->rope->attn_factor;
-        }
+        const float *cs = j->cs + (int64_t)j->meta->pos[t] * half * 2;
         for (int h = 0; h < j->n_heads; h++) {
             float *v = j->x + (t * j->n_heads + h) * (int64_t)j->head_dim;
             for (int i = 0; i < half; i++) {
-                float a = v[i], bb = v[i + half];
-                v[i] = a * cs[i] - bb * sn[i];
-                v[i + half] = bb * cs[i] + a * sn[i];
+                float a = v[i], bb = v[i + half], c = cs[2 * i], s = cs[2 * i + 1];
+                v[i] = a * c - bb * s;
+                v[i + half] = bb * c + a * s;
             }
         }
     }
 }
+
+typedef struct { struct mx_cpu_rope_tab *tab; int from; } ropetab_job;
+static void ropetab_fn(void *arg, int64_t b, int64_t e, int tid) {
+    ropetab_job *j = arg;
+    int half = j->tab->rot_dim / 2;
+    for (int64_t p = j->from + b; p < j->from + e; p++) {
+        float *cs = j->tab->cs + p * half * 2;
+        for (int i = 0; i < half; i++) {
+            float ang = (float)p * j->tab->inv_freq[i]; /* f32 angle, as HF computes it */
+            cs[2 * i] = (float)cos((double)ang) * j->tab->attn_factor;
+            cs[2 * i + 1] = (float)sin((double)ang) * j->tab->attn_factor;
+        }
+    }
+}
+
+/* cos/sin table for this configuration covering positions [0, max_pos], or NULL on OOM. */
+static const float *rope_table(mx_cpu_ctx *c, const mx_rope *rope, int max_pos) {
+    int half = rope->rot_dim / 2;
+    struct mx_cpu_rope_tab *tab = NULL;
+    for (int i = 0; i < 2 && !tab; i++) {
+        struct mx_cpu_rope_tab *t = &c->rope_tab[i];
+        if (t->inv_freq && t->rot_dim == rope->rot_dim && t->attn_factor == rope->attn_factor &&
+            !memcmp(t->inv_freq, rope->inv_freq, (size_t)half * sizeof(float)))
+            tab = t;
+    }
+    if (!tab) { /* replace the least recently used entry */
+        tab = c->rope_tab[0].used <= c->rope_tab[1].used ? &c->rope_tab[0] : &c->rope_tab[1];
+        free(tab->inv_freq); free(tab->cs);
+        memset(tab, 0, sizeof *tab);
+        tab->inv_freq = malloc((size_t)half * sizeof(float));
+        if (!tab->inv_freq) return NULL;
+        memcpy(tab->inv_freq, rope->inv_freq, (size_t)half * sizeof(float));
+        tab->rot_dim = rope->rot_dim;
+        tab->attn_factor = rope->attn_factor;
+    }
+    tab->used = ++c->rope_clock;
+    if (max_pos >= tab->n_pos) {
+        if (max_pos >= tab->cap) {
+            int cap = tab->cap ? tab->cap : 256;
+            while (cap <= max_pos) cap *= 2;
+            float *ncs = realloc(tab->cs, (size_t)cap * half * 2 * sizeof(float));
+            if (!ncs) return NULL;
+            tab->cs = ncs;
+            tab->cap = cap;
+        }
+        ropetab_job j = {tab, tab->n_pos};
+        mx_pool_run(c->pool, max_pos + 1 - tab->n_pos, 64, ropetab_fn, &j);
+        tab->n_pos = max_pos + 1;
+    }
+    return tab->cs;
+}
+
 static void cpu_rope(void *ctx, float *x, int n, int n_heads, int head_dim, const mx_rope *rope, const mx_attn_meta *meta) {
     mx_cpu_ctx *c = ctx;
-    if (rope->rot_dim <= 0 || rope->rot_dim > head_dim || rope->rot_dim / 2 > 1024) {
+    if (rope->rot_dim <= 0 || rope->rot_dim > head_dim || rope->rot_dim % 2) {
         MX_LOGE("cpu rope: bad rot_dim %d for head_dim %d", rope->rot_dim, head_dim);
         return;
     }
-    rope_job j = {x, n_heads, head_dim, rope, meta};
+    int max_pos = 0;
+    for (int t = 0; t < n; t++) {
+        if (meta->pos[t] < 0) { MX_LOGE("cpu rope: negative position %d", meta->pos[t]); return; }
+        if (meta->pos[t] > max_pos) max_pos = meta->pos[t];
+    }
+    const float *cs = rope_table(c, rope, max_pos);
+    if (!cs) { MX_LOGE("cpu rope: out of memory"); return; }
+    rope_job j = {x, n_heads, head_dim, rope->rot_dim / 2, cs, meta};
     mx_pool_run(c->pool, n, 1, rope_fn, &j);
 }
 
@@ -281,13 +342,36 @@ static inline float act1(mx_act a, float x) {
 
 typedef struct { mx_act act; const float *a, *b; int64_t stride; float *y; int d; float s; } ew_job;
 
+#ifdef __AVX512F__
+/* silu and gelu-tanh for 16 floats; other activations return false */
+static inline __m512 act16(mx_act a, __m512 x) {
+    if (a == MX_ACT_SILU) /* x / (1 + e^-x) */
+        return _mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0f), mx_exp512(_mm512_sub_ps(_mm512_setzero_ps(), x))));
+    if (a == MX_ACT_GELU_TANH) { /* x / (1 + e^(-2u)), u = sqrt(2/pi) (x + 0.044715 x^3) */
+        __m512 x3 = _mm512_mul_ps(_mm512_mul_ps(x, x), x);
+        __m512 u = _mm512_mul_ps(_mm512_set1_ps(-1.5957691216057308f), _mm512_fmadd_ps(_mm512_set1_ps(0.044715f), x3, x));
+        return _mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0f), mx_exp512(u)));
+    }
+    return _mm512_max_ps(x, _mm512_setzero_ps()); /* relu */
+}
+#endif
+
+static void act_row(mx_act act, const float *g, const float *u, float *y, int64_t d) {
+    int64_t i = 0;
+#ifdef __AVX512F__
+    if (act != MX_ACT_GELU)
+        for (; i + 16 <= d; i += 16) {
+            __m512 v = act16(act, _mm512_loadu_ps(g + i));
+            if (u) v = _mm512_mul_ps(v, _mm512_loadu_ps(u + i));
+            _mm512_storeu_ps(y + i, v);
+        }
+#endif
+    for (; i < d; i++) y[i] = u ? act1(act, g[i]) * u[i] : act1(act, g[i]);
+}
+
 static void act_mul_fn(void *arg, int64_t b, int64_t e, int tid) {
     ew_job *j = arg;
-    for (int64_t r = b; r < e; r++) {
-        const float *g = j->a + r * j->stride, *u = j->b + r * j->stride;
-        float *y = j->y + r * j->d;
-        for (int i = 0; i < j->d; i++) y[i] = act1(j->act, g[i]) * u[i];
-    }
+    for (int64_t r = b; r < e; r++) act_row(j->act, j->a + r * j->stride, j->b + r * j->stride, j->y + r * j->d, j->d);
 }
 static void cpu_act_mul(void *ctx, mx_act act, const float *gate, const float *up, int64_t stride, float *y, int n, int d) {
     mx_cpu_ctx *c = ctx;
@@ -298,7 +382,7 @@ static void cpu_act_mul(void *ctx, mx_act act, const float *gate, const float *u
 #define EW_GRAIN 16384
 static void act_fn(void *arg, int64_t b, int64_t e, int tid) {
     ew_job *j = arg;
-    for (int64_t i = b; i < e; i++) j->y[i] = act1(j->act, j->a[i]);
+    act_row(j->act, j->a + b, NULL, j->y + b, e - b);
 }
 static void cpu_act(void *ctx, mx_act act, const float *x, float *y, int64_t count) {
     mx_cpu_ctx *c = ctx;
@@ -381,6 +465,7 @@ void mx_backend_cpu_free(mx_backend *b) {
     cpu_kv_free(c);
     for (int i = 0; i < MX_CPU_MAX_THREADS; i++) free(c->tscratch[i]);
     free(c->shared);
+    for (int i = 0; i < 2; i++) { free(c->rope_tab[i].inv_freq); free(c->rope_tab[i].cs); }
     free(c);
     b->ctx = NULL;
     b->i = NULL;

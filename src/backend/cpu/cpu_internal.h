@@ -6,6 +6,27 @@
 #include "mlxcel/backend.h"
 
 #include <string.h>
+#ifdef __AVX512F__
+#include <immintrin.h>
+/* e^x for 16 floats, within a few ulp of expf (x clamped to [-88, 88]). */
+static inline __m512 mx_exp512(__m512 x) {
+    x = _mm512_max_ps(x, _mm512_set1_ps(-88.0f));
+    x = _mm512_min_ps(x, _mm512_set1_ps(88.0f));
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.0f / 5040);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    return _mm512_scalef_ps(p, n);
+}
+#endif
 
 #define MX_CPU_MAX_THREADS 256
 
@@ -21,6 +42,15 @@ typedef struct mx_cpu_ctx {
     /* per-thread scratch (grown on demand, never shrunk) */
     void *tscratch[MX_CPU_MAX_THREADS];
     size_t tscratch_size[MX_CPU_MAX_THREADS];
+    /* RoPE cos/sin tables for the last two configurations seen (rows computed up to n_pos) */
+    struct mx_cpu_rope_tab {
+        int rot_dim, n_pos, cap;
+        float attn_factor;
+        float *inv_freq;        /* [rot_dim/2] copy, the cache key */
+        float *cs;              /* [cap][rot_dim/2][2] cos, sin (times attn_factor) */
+        uint64_t used;
+    } rope_tab[2];
+    uint64_t rope_clock;
     /* shared scratch for one op call (activation sums, quantized activations) */
     void *shared;
     size_t shared_size;

@@ -1,9 +1,11 @@
 /* backend/cuda/backend_cuda.cu: the CUDA implementation of mx_backend_i (mlxcel/backend.h):
- * device memory, weight upload, paged KV cache, and every op as CUDA kernels on one stream.
- * Matrix-vector products for decode (n <= 8 rows) are our own kernels reading the packed weights
- * once for all rows (bf16/f16/f32 dense, MLX affine q4/q8 fast, other bit widths generic);
- * larger batches dequantize a slice of rows into a bf16 scratch buffer and use cuBLAS tensor-core
- * GEMM. It is not the model (models/), the sampler or the scheduler.
+ * device memory, weight upload, paged KV cache (bf16, or f32 with MLXCEL_CUDA_KV=f32), every op
+ * as CUDA kernels on one stream, and CUDA graphs of repeated steps (step_begin/step_end in
+ * mlxcel/backend_cuda.h). Matrix-vector products for decode (n <= 8 rows) are our own kernels
+ * reading the packed weights once for all rows (bf16/f16/f32 dense, MLX affine q4/q8 fast, other
+ * bit widths generic); larger batches dequantize slices of rows into a bf16 scratch buffer and
+ * use cuBLAS tensor-core GEMM. It is not the model (models/), the sampler or the scheduler.
+ * Measurements and what to speed up next: NOTES.md beside this file.
  *
  * Errors: ops return void; the first failure is kept in the context (mx_backend_cuda_status). */
 #include <cuda_runtime.h>
@@ -253,16 +255,18 @@ __device__ __forceinline__ uint32_t ld_stream32(const uint32_t *p) {
 
 /* Quantized q4/q8, one u32 word (8 or 4 codes of one group) per lane per step, so that a warp
  * reads 128 contiguous bytes of a row per load and the matching x values contiguously.
- * A code q becomes f = 1 + q/2^bits by placing it in the top mantissa bits of 1.0f (two integer
- * ops), so over a word sum (s q + b) x = 2^bits s * sum f x + (b - 2^bits s) * sum x, where
- * sum x is shared by the MV_R rows. MU words per row are loaded before any is used. */
+ * A code q becomes a float f = f0 + q/K with one byte permute (q4: after splitting the word
+ * into its even and odd nibbles, one per byte): q4 puts the nibble in bits 16-19 under exponent
+ * byte 0x3F (f = 0.5 + q/256); q8 puts the byte under 2^23 and subtracts 2^23 (f = q exactly).
+ * So over a word sum (s q + b) x = K s * sum f x + (b - K s f0) * sum x, where sum x is shared
+ * by the MV_R rows. MU words per row are loaded before any is used. */
 template <int BITS, typename ST, int NB>
 __global__ void __launch_bounds__(MV_WARPS * 32)
 k_mv_q(const uint32_t *__restrict__ W, const ST *__restrict__ S, const ST *__restrict__ B,
        const float *__restrict__ bias, const float *__restrict__ x, float *__restrict__ y,
        int rows, int cols, int gs_shift, int n) {
-    constexpr int VPW = 32 / BITS, MU = BITS == 4 ? 4 : 8;
-    constexpr float QS = (float)(1 << BITS);
+    constexpr int VPW = 32 / BITS, MU = 8;
+    constexpr float QK = BITS == 4 ? 256.f : 1.f, QF0 = BITS == 4 ? 0.5f : 0.f;
     const int nw = cols / VPW, ng = cols >> gs_shift, lane = threadIdx.x & 31;
     const int nwarps = gridDim.x * MV_WARPS;
     for (int r0 = (blockIdx.x * MV_WARPS + (threadIdx.x >> 5)) * MV_R; r0 < rows; r0 += nwarps * MV_R) {
@@ -292,13 +296,18 @@ k_mv_q(const uint32_t *__restrict__ W, const ST *__restrict__ S, const ST *__res
                 float sc[MV_R], bc[MV_R], f[MV_R][VPW];
 #pragma unroll
                 for (int r = 0; r < MV_R; r++) {
-                    sc[r] = ld_s(sr[r] + g) * QS; bc[r] = ld_s(br[r] + g) - sc[r];
+                    sc[r] = ld_s(sr[r] + g) * QK; bc[r] = ld_s(br[r] + g) - sc[r] * QF0;
+                    const uint32_t wd = q[r][u];
+                    if (BITS == 4) {
+                        const uint32_t lo = wd & 0x0f0f0f0fu, hi = (wd >> 4) & 0x0f0f0f0fu;
 #pragma unroll
-                    for (int j = 0; j < VPW; j++) {
-                        const uint32_t wd = q[r][u];
-                        uint32_t v = (BITS == 4) ? ((j * 4 <= 19) ? (wd << (19 - j * 4)) : (wd >> (j * 4 - 19)))
-                                                 : ((j * 8 <= 15) ? (wd << (15 - j * 8)) : (wd >> (j * 8 - 15)));
-                        f[r][j] = __uint_as_float((v & (BITS == 4 ? 0x00780000u : 0x007f8000u)) | 0x3f800000u);
+                        for (int b = 0; b < 4; b++) {
+                            f[r][2 * b] = __uint_as_float(__byte_perm(lo, 0x3f000000u, 0x7044u | (b << 8)));
+                            f[r][2 * b + 1] = __uint_as_float(__byte_perm(hi, 0x3f000000u, 0x7044u | (b << 8)));
+                        }
+                    } else {
+#pragma unroll
+                        for (int b = 0; b < 4; b++) f[r][b] = __uint_as_float(__byte_perm(wd, 0x4b000000u, 0x7440u | b)) - 8388608.f;
                     }
                 }
 #pragma unroll
@@ -572,8 +581,9 @@ __global__ void k_kv_write(const float *k, const float *v, T *kp, T *vp, const i
     st_kv(vp + s * kvdim + e, v[i]);
 }
 
-#define ATT_WARPS 4
+#define ATT_WARPS 16
 #define ATT_MAXI 8   /* head_dim <= 256 */
+#define ATT_P 4
 
 /* One block per (token, head); warps take positions in turn with an online softmax, lanes split
  * head_dim; the warps' partial results are merged at the end. */
@@ -602,29 +612,52 @@ k_attn(const float *q, const T *kp, const T *vp, float *out, const int32_t *pos,
     const int p0 = window > 0 ? max(0, pos[t] - window + 1) : 0;
     const int32_t *btr = bt + (size_t)seq[t] * max_blocks;
     float m = -INFINITY, l = 0.f;
-    for (int p = p0 + w; p <= p_end; p += ATT_WARPS) {
-        int blk = btr[p / block_size];
-        if (blk < 0 || blk >= n_blocks) continue;   /* as the CPU reference: such positions are skipped */
-        int64_t s = (int64_t)blk * block_size + p % block_size;
-        const T *kr = kp + s * kvdim + (size_t)kvh * D;
-        const T *vr = vp + s * kvdim + (size_t)kvh * D;
-        float dot = 0.f;
+    /* ATT_P positions per warp and step: their loads and reductions overlap */
+    for (int p = p0 + w * ATT_P; p <= p_end; p += ATT_WARPS * ATT_P) {
+        const T *kr[ATT_P], *vr[ATT_P];
+        bool ok[ATT_P];
+        float dot[ATT_P];
+#pragma unroll
+        for (int j = 0; j < ATT_P; j++) {
+            int pj = p + j, blk = pj <= p_end ? btr[pj / block_size] : -1;
+            ok[j] = blk >= 0 && blk < n_blocks;   /* as the CPU reference: bad blocks are skipped */
+            int64_t s = ok[j] ? (int64_t)blk * block_size + pj % block_size : 0;
+            kr[j] = kp + s * kvdim + (size_t)kvh * D;
+            vr[j] = vp + s * kvdim + (size_t)kvh * D;
+            dot[j] = 0.f;
+        }
 #pragma unroll
         for (int i = 0; i < ATT_MAXI; i++) {
             int d = lane + 32 * i;
-            if (i < ni && d < D) dot = fmaf(qv[i], ld_s(kr + d), dot);
+            if (i < ni && d < D) {
+#pragma unroll
+                for (int j = 0; j < ATT_P; j++) dot[j] = fmaf(qv[i], ld_s(kr[j] + d), dot[j]);
+            }
         }
-        dot = warp_sum(dot);
-        if (softcap > 0.f) dot = softcap * tanhf(dot / softcap);
-        float mn = fmaxf(m, dot);
-        float corr = __expf(m - mn), e = __expf(dot - mn);
-        l = l * corr + e;
+        float mx = m;
+#pragma unroll
+        for (int j = 0; j < ATT_P; j++) {
+            dot[j] = warp_sum(dot[j]);
+            if (softcap > 0.f) dot[j] = softcap * tanhf(dot[j] / softcap);
+            if (!ok[j]) dot[j] = -INFINITY;
+            mx = fmaxf(mx, dot[j]);
+        }
+        if (mx == -INFINITY) continue;
+        float corr = __expf(m - mx), e[ATT_P];
+        l *= corr;
+#pragma unroll
+        for (int j = 0; j < ATT_P; j++) { e[j] = __expf(dot[j] - mx); l += e[j]; }
 #pragma unroll
         for (int i = 0; i < ATT_MAXI; i++) {
             int d = lane + 32 * i;
-            if (i < ni && d < D) acc[i] = fmaf(e, ld_s(vr + d), acc[i] * corr);
+            if (i < ni && d < D) {
+                float a = acc[i] * corr;
+#pragma unroll
+                for (int j = 0; j < ATT_P; j++) a = fmaf(e[j], ld_s(vr[j] + d), a);
+                acc[i] = a;
+            }
         }
-        m = mn;
+        m = mx;
     }
     if (lane == 0) { sm[w] = m; sl[w] = l; }
 #pragma unroll
