@@ -123,6 +123,12 @@ typedef struct mx_backend_i {
      * of the call), MX_PREC_AUTO to go back to the backend's default. A backend told to be exact
      * everywhere (MLXCEL_PRECISE=1, mx_backend_cpu_set_precise) ignores MX_PREC_FAST. */
     void (*set_precision)(void *ctx, int mode);
+    /* Repeated steps (optional, may be NULL): the ops between step_begin(key) and step_end form
+     * one decode step that a backend may record and replay (CUDA graphs). The key must fix the op
+     * sequence and sizes. Only ops may run inside (no alloc/free/write/read/sync). If step_end
+     * fails, the step's ops did not run: run them again outside a step. */
+    mx_status (*step_begin)(void *ctx, uint64_t key);
+    mx_status (*step_end)(void *ctx);
 } mx_backend_i;
 
 enum { MX_PREC_AUTO = 0, MX_PREC_EXACT = 1, MX_PREC_FAST = 2 };

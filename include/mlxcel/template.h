@@ -18,9 +18,10 @@ typedef struct mx_template mx_template;
 
 /* Find the chat template of a model or tokenizer directory: DIR/chat_template.jinja, else
  * DIR/tokenizer_config.json's "chat_template" (a string, or a list of {name, template}: "tool_use"
- * when `want_tools` and present, else "default"). On success *src_out is malloc'ed source.
- * MX_ERR_IO: the directory has no chat template (neither file, or no "chat_template" key);
- * MX_ERR_FORMAT: tokenizer_config.json is malformed or the named list has no usable entry. */
+ * when `want_tools` and present, else "default"), else DIR/chat_template.json's "chat_template"
+ * (processor layout). On success *src_out is malloc'ed source.
+ * MX_ERR_IO: the directory has no chat template at all (a base model: callers may fall back to
+ * the raw prompt); MX_ERR_FORMAT: a file is malformed or the named list has no usable entry. */
 mx_status mx_chat_template_find(const char *dir, bool want_tools, char **src_out);
 
 /* Parse template source. Syntax errors: MX_ERR_FORMAT, message "template line N: ...". */

@@ -35,6 +35,14 @@ void mx_tokenizer_free(mx_tokenizer *t);
  * *n_ids is 0). */
 mx_status mx_tokenizer_encode(const mx_tokenizer *t, const char *text, size_t len, bool add_special,
                               int32_t **ids, int *n_ids);
+/* Flags for mx_tokenizer_encode_ex. */
+enum {
+    MX_TOK_ADD_SPECIAL = 1,      /* as add_special above */
+    MX_TOK_SPLIT_SPECIAL = 2,    /* do not match special added tokens in the text: encode them as plain
+                                    text (HF encode_special_tokens / split_special_tokens=True) */
+};
+mx_status mx_tokenizer_encode_ex(const mx_tokenizer *t, const char *text, size_t len, unsigned flags,
+                                 int32_t **ids, int *n_ids);
 /* Decode ids to UTF-8 text (malloc'ed, NUL-terminated) as HF's decode does. Ids outside the vocab
  * are skipped. skip_special drops special added tokens. */
 mx_status mx_tokenizer_decode(const mx_tokenizer *t, const int32_t *ids, int n, bool skip_special, char **text);

@@ -128,7 +128,7 @@ int cmd_bench(int argc, char **argv) {
         int k = max_tokens < 16 ? max_tokens : 16;
         for (int i = 0; i < k; i++) { tok[i] = RAND_TOK(); pos[i] = i; seq[i] = 0; }
         rows[0] = k - 1;
-        mx_batch b = {k, tok, pos, seq, B, blocks_per_seq, tables, 1, rows};
+        mx_batch b = {k, tok, pos, seq, B, blocks_per_seq, tables, 1, rows, 0};
         if (mx_model_forward(m, &b, logits)) { rc = cli_fail("bench", NULL); goto done; }
     }
     if (n_prompt > 0) {
@@ -138,7 +138,7 @@ int cmd_bench(int argc, char **argv) {
                 int k = (int)(n_prompt - off < max_tokens ? n_prompt - off : max_tokens);
                 for (int i = 0; i < k; i++) { tok[i] = RAND_TOK(); pos[i] = off + i; seq[i] = 0; }
                 rows[0] = k - 1;
-                mx_batch b = {k, tok, pos, seq, B, blocks_per_seq, tables, off + k == n_prompt ? 1 : 0, rows};
+                mx_batch b = {k, tok, pos, seq, B, blocks_per_seq, tables, off + k == n_prompt ? 1 : 0, rows, 0};
                 if (mx_model_forward(m, &b, logits)) { rc = cli_fail("bench", NULL); goto done; }
             }
             samples[r] = (double)n_prompt / (mx_time_s() - t0);

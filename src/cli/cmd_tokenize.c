@@ -20,8 +20,8 @@ static void tok_usage(FILE *f) {
         "  -m, --model MODEL   model directory (or store name) holding tokenizer.json [+ tokenizer_config.json]\n"
         "  --tokenizer DIR     same, for a directory with only tokenizer files\n"
         "  -p, --prompt TEXT   text to encode\n"
-        "  -f, --file FILE     encode the whole file's contents\n"
-        "  --jsonl FILE        each line a JSON string; prints one JSON array of ids per line\n"
+        "  -f, --file FILE     encode the whole file's contents (- for standard input)\n"
+        "  --jsonl FILE        each line a JSON string; prints one JSON array of ids per line (- for stdin)\n"
         "  --special           add special tokens (post-processor, add_bos_token), as add_special_tokens=True\n"
         "  --json              print a JSON array instead of space-separated ids\n"
         "  --bench             time loading and single-thread encoding (of FILE, or built-in English prose)\n"
@@ -130,6 +130,19 @@ static int run_bench(const char *dir, const char *file, int repeat) {
     return 0;
 }
 
+/* Whole file, or standard input for "-" (NUL-terminated, length in *len). */
+static char *read_input(const char *path, size_t *len) {
+    if (strcmp(path, "-")) return mx_read_file(path, len);
+    mx_buf b = {0};
+    char tmp[65536];
+    size_t n;
+    while ((n = fread(tmp, 1, sizeof tmp, stdin)) > 0)
+        if (!mx_buf_append(&b, tmp, n)) { mx_buf_free(&b); return NULL; }
+    if (!b.data && !mx_buf_append(&b, "", 0)) return NULL;
+    *len = b.len;
+    return b.data;
+}
+
 /* Flag value helper: returns NULL (and prints) when missing. */
 static const char *val(int argc, char **argv, int *i, const char *cmd) {
     if (*i + 1 >= argc) { fprintf(stderr, "mlxcel %s: %s needs a value\n", cmd, argv[*i]); return NULL; }
@@ -168,7 +181,7 @@ int cmd_tokenize(int argc, char **argv) {
     if (mx_tokenizer_load(dir, &t)) { free(rdir); return cli_fail("tokenize", "cannot load the tokenizer"); }
     int rc = 0;
     if (jsonl) {
-        FILE *f = fopen(jsonl, "rb");
+        FILE *f = strcmp(jsonl, "-") ? fopen(jsonl, "rb") : stdin;
         if (!f) { mx_tokenizer_free(t); free(rdir); fprintf(stderr, "mlxcel tokenize: %s: cannot open\n", jsonl); return 1; }
         char *line = NULL; size_t cap = 0; ssize_t n; long lineno = 0;
         while ((n = getline(&line, &cap, f)) > 0) {
@@ -190,12 +203,12 @@ int cmd_tokenize(int argc, char **argv) {
             json_decref(v);
         }
         free(line);
-        fclose(f);
+        if (f != stdin) fclose(f);
     } else {
         size_t len;
         char *text = NULL;
         if (file) {
-            text = mx_read_file(file, &len);
+            text = read_input(file, &len);
             if (!text) { mx_tokenizer_free(t); free(rdir); return cli_fail("tokenize", "cannot read the input file"); }
         }
         int32_t *ids; int k;

@@ -4,6 +4,7 @@
 #include "cli/cli.h"
 #include "cli/model_open.h"
 
+#include "mlxcel/backend_cuda.h"
 #include "mlxcel/store.h"
 #include "mlxcel/template.h"
 
@@ -11,11 +12,11 @@
 #include <string.h>
 
 mx_status cli_backend_init(mx_backend *be) {
-    return mx_backend_cpu_init(be);
+    return mx_backend_auto_init(be);
 }
 
 void cli_backend_free(mx_backend *be) {
-    mx_backend_cpu_free(be);
+    mx_backend_auto_free(be);
 }
 
 mx_status cli_resolve_model(const char *arg, char **dir_out) {

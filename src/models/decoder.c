@@ -230,28 +230,13 @@ static void mm(mx_model *m, const mx_weight *w, const float *x, float *y, int n,
     bi->set_precision(bc, MX_PREC_AUTO);
 }
 
-mx_status mx_model_forward(mx_model *m, const mx_batch *b, float *logits_host) {
+/* The op sequence of one forward pass (everything but reading the logits back). */
+static void forward_ops(mx_model *m, const mx_batch *b, const mx_attn_meta *pmeta) {
     const mx_backend_i *bi = m->be->i;
     void *bc = m->be->ctx;
     const mx_model_config *c = &m->cfg;
-    const int n = b->n_tokens;
-    if (!m->n_blocks) return mx_errorf(MX_ERR_INVALID_ARG, "model not prepared");
-    if (n <= 0 || n > m->max_tokens) return mx_errorf(MX_ERR_RANGE, "batch of %d tokens (limit %d)", n, m->max_tokens);
-    if (b->n_logits < 0 || b->n_logits > n) return mx_errorf(MX_ERR_RANGE, "bad logit row count");
-    if (b->n_decode < 0 || b->n_decode > n) return mx_errorf(MX_ERR_RANGE, "bad decode row count");
-    const int nd = b->n_decode;
-    for (int i = 0; i < n; i++) {
-        int32_t t = b->tokens[i], p = b->pos[i], s = b->seq[i];
-        if (t < 0 || t >= c->vocab_size) return mx_errorf(MX_ERR_RANGE, "token id %d is outside the vocabulary (%d)", t, c->vocab_size);
-        if (s < 0 || s >= b->n_seqs) return mx_errorf(MX_ERR_RANGE, "bad sequence index %d", s);
-        if (p < 0 || p / m->block_size >= b->max_blocks) return mx_errorf(MX_ERR_RANGE, "position %d outside the sequence's blocks", p);
-        int32_t blk = b->block_tables[(size_t)s * b->max_blocks + p / m->block_size];
-        if (blk < 0 || blk >= m->n_blocks) return mx_errorf(MX_ERR_RANGE, "bad KV block %d", blk);
-        m->slot[i] = blk * m->block_size + p % m->block_size;
-    }
-    for (int i = 0; i < b->n_logits; i++)
-        if (b->logit_rows[i] < 0 || b->logit_rows[i] >= n) return mx_errorf(MX_ERR_RANGE, "bad logit row");
-    mx_attn_meta meta = {n, b->pos, m->slot, b->seq, b->n_seqs, b->max_blocks, b->block_tables};
+    const int n = b->n_tokens, nd = b->n_decode;
+    const mx_attn_meta meta = *pmeta;
     const int H = c->hidden_size, hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads, I = c->intermediate_size;
     const float eps = c->norm_eps;
 
@@ -278,10 +263,46 @@ mx_status mx_model_forward(mx_model *m, const mx_batch *b, float *logits_host) {
         mm(m, &L->down, m->g, m->h, n, nd);
         bi->add(bc, m->x, m->h, m->x, (int64_t)n * H);
     }
-    if (b->n_logits == 0) { bi->sync(bc); return MX_OK; }
+    if (b->n_logits == 0) return;
     bi->gather_rows(bc, m->x, b->logit_rows, b->n_logits, H, m->rows);
     bi->rmsnorm(bc, m->rows, &m->final_norm, eps, 0.0f, m->rows, b->n_logits, H);
     mm(m, &m->lm_head, m->rows, m->logits, b->n_logits, b->n_logits);  /* logits: exact */
+}
+
+mx_status mx_model_forward(mx_model *m, const mx_batch *b, float *logits_host) {
+    const mx_backend_i *bi = m->be->i;
+    void *bc = m->be->ctx;
+    const mx_model_config *c = &m->cfg;
+    const int n = b->n_tokens;
+    if (!m->n_blocks) return mx_errorf(MX_ERR_INVALID_ARG, "model not prepared");
+    if (n <= 0 || n > m->max_tokens) return mx_errorf(MX_ERR_RANGE, "batch of %d tokens (limit %d)", n, m->max_tokens);
+    if (b->n_logits < 0 || b->n_logits > n) return mx_errorf(MX_ERR_RANGE, "bad logit row count");
+    if (b->n_decode < 0 || b->n_decode > n) return mx_errorf(MX_ERR_RANGE, "bad decode row count");
+    for (int i = 0; i < n; i++) {
+        int32_t t = b->tokens[i], p = b->pos[i], s = b->seq[i];
+        if (t < 0 || t >= c->vocab_size) return mx_errorf(MX_ERR_RANGE, "token id %d is outside the vocabulary (%d)", t, c->vocab_size);
+        if (s < 0 || s >= b->n_seqs) return mx_errorf(MX_ERR_RANGE, "bad sequence index %d", s);
+        if (p < 0 || p / m->block_size >= b->max_blocks) return mx_errorf(MX_ERR_RANGE, "position %d outside the sequence's blocks", p);
+        int32_t blk = b->block_tables[(size_t)s * b->max_blocks + p / m->block_size];
+        if (blk < 0 || blk >= m->n_blocks) return mx_errorf(MX_ERR_RANGE, "bad KV block %d", blk);
+        m->slot[i] = blk * m->block_size + p % m->block_size;
+    }
+    for (int i = 0; i < b->n_logits; i++)
+        if (b->logit_rows[i] < 0 || b->logit_rows[i] >= n) return mx_errorf(MX_ERR_RANGE, "bad logit row");
+    mx_attn_meta meta = {n, b->pos, m->slot, b->seq, b->n_seqs, b->max_blocks, b->block_tables};
+    /* A decode-only batch is a repeated step: backends that can record it (CUDA graphs) replay it. */
+    bool step = bi->step_begin && bi->step_end && b->n_decode == n && n <= 0xffff;
+    if (step) {
+        uint64_t key = (uint64_t)n | (uint64_t)(b->n_logits & 0xffff) << 16 |
+                       (uint64_t)(b->n_seqs & 0xffff) << 32 | (uint64_t)(b->max_blocks & 0xffff) << 48;
+        step = bi->step_begin(bc, key) == MX_OK;
+    }
+    forward_ops(m, b, &meta);
+    if (step && bi->step_end(bc) != MX_OK) {
+        mx_clear_error();
+        forward_ops(m, b, &meta);   /* the recorded step did not run: run it op by op */
+    }
+    if (b->n_logits == 0) { bi->sync(bc); return MX_OK; }
     bi->read(bc, logits_host, m->logits, (size_t)b->n_logits * c->vocab_size * sizeof(float));
     return MX_OK;
 }

@@ -115,7 +115,7 @@ enum MHD_Result mx_api_metrics(mx_srv *s, struct MHD_Connection *c) {
       st.t_gen_total_s > 0 ? (double)st.n_gen_tokens_total / st.t_gen_total_s : 0.0);
     M("kv_cache_usage_ratio", "gauge", "KV-cache usage. 1 means 100 percent usage.", "%.6f",
       st.kv_total_blocks ? (double)st.kv_used_blocks / st.kv_total_blocks : 0.0);
-    M("kv_cache_tokens", "gauge", "KV-cache tokens.", "%lld", (long long)st.kv_used_blocks * 16);
+    M("kv_cache_tokens", "gauge", "KV-cache tokens.", "%lld", (long long)st.kv_used_blocks * mx_model_block_size(s->model));
     M("requests_processing", "gauge", "Number of requests processing.", "%d", st.n_processing);
     M("requests_deferred", "gauge", "Number of requests deferred.", "%d", st.n_deferred);
     M("n_past_max", "counter", "Largest observed n_past.", "%d", st.n_past_max);

@@ -368,10 +368,6 @@ static mx_status load_all(mx_srv *s) {
     }
     if ((st = mx_backend_auto_init(&s->be))) return st;
     s->be_init = true;
-    /* Greedy output must not depend on what else shares the batch: the CPU backend's fast matmul
-     * (int8/bf16 activations) kicks in by batch size, so the server runs it in exact f32 mode
-     * (decode at batch 1 uses the exact path anyway). No-op on other backends. */
-    mx_backend_cpu_set_precise(&s->be, true);
     if (p->random_config) {
         size_t len;
         char *txt = mx_read_file(p->random_config, &len);

@@ -46,7 +46,7 @@ static tv mkfunc(tctx *c, const char *name) {
     return v;
 }
 
-static const char *const globals[] = {"range", "dict", "namespace", "raise_exception", "strftime_now", "joiner", NULL};
+static const char *const globals[] = {"range", "dict", "namespace", "raise_exception", "strftime_now", NULL};
 
 bool builtin_global(tctx *c, const char *name, tv *out) {
     for (int i = 0; globals[i]; i++)

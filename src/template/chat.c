@@ -85,6 +85,27 @@ static bool file_exists(const char *p) {
     return stat(p, &sb) == 0 && S_ISREG(sb.st_mode);
 }
 
+/* Last resort: a processor's chat_template.json ({"chat_template": "..."}), as multimodal
+ * checkpoints ship it. */
+static mx_status find_processor_template(const char *dir, char **src_out) {
+    char *pp = path_join(dir, "chat_template.json");
+    if (!pp) return mx_errorf(MX_ERR_NOMEM, "chat template: out of memory");
+    if (!file_exists(pp)) {
+        free(pp);
+        return mx_errorf(MX_ERR_IO, "%s: no chat template (no chat_template.jinja, no chat_template in tokenizer_config.json, no chat_template.json)", dir);
+    }
+    json_error_t je;
+    json_t *j = json_load_file(pp, 0, &je);
+    mx_status st = MX_OK;
+    json_t *ct = json_is_object(j) ? json_object_get(j, "chat_template") : NULL;
+    if (!j) st = mx_errorf(MX_ERR_FORMAT, "%s: line %d: %s", pp, je.line, je.text);
+    else if (!json_is_string(ct)) st = mx_errorf(MX_ERR_FORMAT, "%s: \"chat_template\" must be a string", pp);
+    else if (!(*src_out = strdup(json_string_value(ct)))) st = mx_errorf(MX_ERR_NOMEM, "chat template: out of memory");
+    json_decref(j);
+    free(pp);
+    return st;
+}
+
 mx_status mx_chat_template_find(const char *dir, bool want_tools, char **src_out) {
     *src_out = NULL;
     if (!dir) return mx_errorf(MX_ERR_INVALID_ARG, "chat template: no directory");
@@ -102,14 +123,14 @@ mx_status mx_chat_template_find(const char *dir, bool want_tools, char **src_out
     if (!cp) return mx_errorf(MX_ERR_NOMEM, "chat template: out of memory");
     if (!file_exists(cp)) {
         free(cp);
-        return mx_errorf(MX_ERR_IO, "%s: no chat template (no chat_template.jinja or tokenizer_config.json)", dir);
+        return find_processor_template(dir, src_out);
     }
     json_error_t je;
     json_t *cfg = json_load_file(cp, JSON_DECODE_ANY | JSON_DECODE_INT_AS_REAL, &je);
     mx_status st = MX_OK;
     if (!cfg) { st = mx_errorf(MX_ERR_FORMAT, "%s: line %d: %s", cp, je.line, je.text); goto done; }
     json_t *ct = json_is_object(cfg) ? json_object_get(cfg, "chat_template") : NULL;
-    if (!ct || json_is_null(ct)) { st = mx_errorf(MX_ERR_IO, "%s: no chat template (no chat_template.jinja, and no chat_template in tokenizer_config.json)", dir); goto done; }
+    if (!ct || json_is_null(ct)) { st = find_processor_template(dir, src_out); goto done; }
     const char *src = NULL;
     if (json_is_string(ct)) src = json_string_value(ct);
     else if (json_is_array(ct)) {

@@ -182,6 +182,7 @@ struct mx_tokenizer {
     /* tokenizer_config.json */
     char *bos_str, *eos_str; int32_t bos_id, eos_id;
     bool add_bos, add_eos;
+    bool post_bos, post_eos;       /* the post-processor template already adds them */
     /* regexes */
     pcre2_code *bl_re;              /* GPT-2 ByteLevel regex when needed */
     tk_cache *cache;

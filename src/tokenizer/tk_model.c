@@ -240,7 +240,10 @@ static mx_status wordpiece_word(const mx_tokenizer *t, tk_ctx *c, const char *w,
         size_t start = 0;
         bool bad = false;
         while (start < n) {
-            size_t end = n;
+            /* no vocab entry is longer than max_piece_len bytes: skip hopeless substrings */
+            size_t lim = start + t->max_piece_len - (start > 0 && t->max_piece_len >= t->cont_prefix_len ? t->cont_prefix_len : 0);
+            size_t end = lim < n ? lim : n;
+            while (end > start && end < n && ((unsigned char)w[end] & 0xC0) == 0x80) end--;
             int32_t cur = -1;
             while (start < end) {
                 int32_t id;

@@ -103,7 +103,7 @@ static bool starts_with_word(const char *s, size_t n) {
 }
 
 /* Split s on added tokens of trie tr (HF AddedVocabulary::find_matches). */
-static bool split_added(const mx_tokenizer *t, const tk_trie *tr, const char *s, size_t n, tk_plist *out) {
+static bool split_added(const mx_tokenizer *t, const tk_trie *tr, const char *s, size_t n, bool skip_special, tk_plist *out) {
     size_t start_off = 0, i = 0;
     if (tr->n) {
         while (i < n) {
@@ -121,6 +121,7 @@ static bool split_added(const mx_tokenizer *t, const tk_trie *tr, const char *s,
             if (best < 0) { i++; continue; }
             const tk_added *a = &t->added[best];
             size_t start = i, stop = i + blen;
+            if (skip_special && a->special) { i = stop; continue; }
             if (a->single_word) {
                 bool sp = start == 0 || !ends_with_word(s, start);
                 bool ep = stop == n || !starts_with_word(s + stop, n - stop);
@@ -308,9 +309,9 @@ static mx_status load_model(mx_tokenizer *t, const tj *model, const tj *added) {
         }
         t->byte_fallback = tj_bool(tj_get(model, "byte_fallback"), false);
         t->fuse_unk = true;
-        for (int32_t i = 0; i < t->n_tok; i++)
-            if (t->tok_len[i] != UINT32_MAX && t->tok_len[i] > t->max_piece_len) t->max_piece_len = t->tok_len[i];
     }
+    for (int32_t i = 0; i < t->n_tok; i++)   /* longest vocab entry: bounds the substring searches */
+        if (t->tok_len[i] != UINT32_MAX && t->tok_len[i] > t->max_piece_len) t->max_piece_len = t->tok_len[i];
     if (t->model == MODEL_BPE && !t->ignore_merges && !t->cont_prefix_len && !t->eow_suffix_len &&
         tk_smap_get(&t->vocab, "\xE2\x96\x81", 3) >= 0) {
         /* characters c such that some token contains "c\u2581" (c itself not U+2581) */
@@ -478,6 +479,15 @@ static mx_status load_config(mx_tokenizer *t, const char *cfg, size_t len) {
     if (st) return st;
     t->bos_id = t->bos_str ? mx_tokenizer_token_id(t, t->bos_str) : -1;
     t->eos_id = t->eos_str ? mx_tokenizer_token_id(t, t->eos_str) : -1;
+    /* transformers honours add_bos_token/add_eos_token by rebuilding the post-processor; when
+     * tokenizer.json's own template already puts them there, nothing is added twice */
+    bool before = true;
+    for (int i = 0; t->has_post && i < t->post.n; i++) {
+        int32_t v = t->post.items[i];
+        if (v == TK_SEQ_A) { before = false; continue; }
+        if (before && v == t->bos_id) t->post_bos = true;
+        if (!before && v == t->eos_id) t->post_eos = true;
+    }
     return MX_OK;
 }
 
@@ -586,7 +596,12 @@ void mx_tokenizer_free(mx_tokenizer *t) {
 
 /* ---- encode ---- */
 mx_status mx_tokenizer_encode(const mx_tokenizer *t, const char *text, size_t len, bool add_special, int32_t **ids, int *n_ids) {
+    return mx_tokenizer_encode_ex(t, text, len, add_special ? MX_TOK_ADD_SPECIAL : 0, ids, n_ids);
+}
+
+mx_status mx_tokenizer_encode_ex(const mx_tokenizer *t, const char *text, size_t len, unsigned flags, int32_t **ids, int *n_ids) {
     *ids = NULL; *n_ids = 0;
+    bool add_special = flags & MX_TOK_ADD_SPECIAL, split_special = flags & MX_TOK_SPLIT_SPECIAL;
     if (!text && len) return mx_errorf(MX_ERR_INVALID_ARG, "tokenizer: NULL text");
     if (len > INT32_MAX / 2) return mx_errorf(MX_ERR_INVALID_ARG, "tokenizer: text too long (%zu bytes)", len);
     if (!text) text = "";
@@ -596,7 +611,7 @@ mx_status mx_tokenizer_encode(const mx_tokenizer *t, const char *text, size_t le
     tk_ids out = {0};
     mx_status st = MX_OK;
     if (!tk_ids_reserve(&out, len / 3 + 8)) { st = NOMEM; goto done; }
-    if (!split_added(t, &t->trie_raw, text, len, &pa)) { st = NOMEM; goto done; }
+    if (!split_added(t, &t->trie_raw, text, len, split_special, &pa)) { st = NOMEM; goto done; }
     for (size_t i = 0; i < pa.n; i++) {
         tk_piece p = pa.p[i];
         if (p.id >= 0) { if (!tk_ids_push(&out, p.id)) { st = NOMEM; goto done; } continue; }
@@ -606,7 +621,7 @@ mx_status mx_tokenizer_encode(const mx_tokenizer *t, const char *text, size_t le
             ns = c.nb.d; nn = c.nb.n;
         }
         pb.n = 0;
-        if (!split_added(t, &t->trie_norm, ns, nn, &pb)) { st = NOMEM; goto done; }
+        if (!split_added(t, &t->trie_norm, ns, nn, split_special, &pb)) { st = NOMEM; goto done; }
         for (size_t k = 0; k < pb.n; k++) {
             tk_piece q = pb.p[k];
             if (q.id >= 0) { if (!tk_ids_push(&out, q.id)) { st = NOMEM; goto done; } continue; }
@@ -619,9 +634,12 @@ mx_status mx_tokenizer_encode(const mx_tokenizer *t, const char *text, size_t le
         }
     }
     if (add_special) {
-        if (t->has_post && t->post.n != 1) {
-            size_t extra = (size_t)t->post.n;
-            int32_t *v = malloc((out.n + extra + 1) * sizeof *v);
+        if (t->has_post && !(t->post.n == 1 && t->post.items[0] == TK_SEQ_A)) {
+            size_t na = 0;
+            for (int i = 0; i < t->post.n; i++) na += t->post.items[i] == TK_SEQ_A;
+            size_t extra = (size_t)t->post.n - na;
+            if (na > 1 && out.n > SIZE_MAX / 4 / na) { st = NOMEM; goto done; }
+            int32_t *v = malloc((out.n * na + extra + 1) * sizeof *v);
             if (!v) { st = NOMEM; goto done; }
             size_t k = 0;
             for (int i = 0; i < t->post.n; i++) {
@@ -629,14 +647,14 @@ mx_status mx_tokenizer_encode(const mx_tokenizer *t, const char *text, size_t le
                 else v[k++] = t->post.items[i];
             }
             free(out.v);
-            out.v = v; out.n = k; out.cap = out.n + extra + 1;
+            out.v = v; out.n = k; out.cap = k + 1;
         }
-        if (t->add_bos && t->bos_id >= 0 && (out.n == 0 || out.v[0] != t->bos_id)) {
+        if (t->add_bos && t->bos_id >= 0 && !t->post_bos) {
             if (!tk_ids_push(&out, 0)) { st = NOMEM; goto done; }
             memmove(out.v + 1, out.v, (out.n - 1) * sizeof *out.v);
             out.v[0] = t->bos_id;
         }
-        if (t->add_eos && t->eos_id >= 0 && (out.n == 0 || out.v[out.n - 1] != t->eos_id))
+        if (t->add_eos && t->eos_id >= 0 && !t->post_eos)
             if (!tk_ids_push(&out, t->eos_id)) { st = NOMEM; goto done; }
     }
     if (out.n > INT32_MAX) { st = mx_errorf(MX_ERR_RANGE, "tokenizer: too many tokens"); goto done; }

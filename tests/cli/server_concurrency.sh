@@ -116,4 +116,17 @@ c.request("POST", "/completion", json.dumps({"prompt": "x", "n_predict": 2}), {"
 r = c.getresponse(); r.read()
 print("PASS queue_recovers" if r.status == 200 else f"FAIL queue_recovers: HTTP {r.status}")
 PY
+# ---- SIGTERM with a stream in flight: the stream ends, the server exits 0 within seconds ----
+srv_start term -np 2 -c 1024 || { fail server_start_term "see above"; t_done; }
+curl -s -N -m 60 -H 'Content-Type: application/json' \
+  -d '{"prompt":"The computer","n_predict":1000,"ignore_eos":true,"stream":true}' "$SRV_URL/completion" >"$SRV_TMP/term_stream" &
+CPID=$!
+for i in $(seq 1 100); do grep -q 'data: ' "$SRV_TMP/term_stream" && break; sleep 0.05; done
+kill -TERM "$SRV_PID"
+t0=$(date +%s)
+wait "$SRV_PID"; rc=$?
+wait "$CPID"
+dt=$(( $(date +%s) - t0 ))
+if [ "$rc" = 0 ] && [ "$dt" -le 10 ] && grep -q 'data: ' "$SRV_TMP/term_stream"; then pass sigterm_during_stream
+else fail sigterm_during_stream "exit $rc after $dt s; $(tail -c 200 "$SRV_TMP/term_stream")"; fi
 t_done

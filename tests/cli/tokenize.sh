@@ -31,6 +31,11 @@ out=$("$M" tokenize --tokenizer "$Q" -f "$TMP/in.txt")
 want=$(python3 -c "import json; d=json.load(open('$R/tests/fixtures/goldens/tokenizers/qwen3.json')); print(' '.join(str(i) for c in d['cases'] if c['text']=='def add(a, b):\n    return a + b\n' for i in c['ids']))")
 [ -n "$want" ] && [ "$out" = "$want" ] && pass tokenize_file || fail tokenize_file "$out want $want"
 
+out=$(printf 'def add(a, b):\n    return a + b\n' | "$M" tokenize --tokenizer "$Q" -f -)
+[ "$out" = "$want" ] && pass tokenize_stdin || fail tokenize_stdin "$out want $want"
+out=$(printf '"Hello, world!"\n"<|im_start|>"\n' | "$M" tokenize --tokenizer "$Q" --jsonl -)
+[ "$out" = "$(printf '[9707, 11, 1879, 0]\n[151644]')" ] && pass tokenize_jsonl_stdin || fail tokenize_jsonl_stdin "$out"
+
 # --jsonl: every golden text of llama2, one JSON string a line; each output line the ids_with_special
 python3 -c "import json; d=json.load(open('$R/tests/fixtures/goldens/tokenizers/llama2.json')); [print(json.dumps(c['text'])) for c in d['cases']]" > "$TMP/in.jsonl"
 "$M" tokenize --tokenizer "$R/tests/fixtures/tokenizers/llama2" --jsonl "$TMP/in.jsonl" --special > "$TMP/out.jsonl" 2>"$TMP/err"

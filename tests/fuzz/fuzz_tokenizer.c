@@ -29,12 +29,13 @@ static const char BUILTIN[] =
 static mx_tokenizer *g_builtin;
 
 static void exercise(const mx_tokenizer *t, const char *text, size_t len) {
-    for (int sp = 0; sp < 2; sp++) {
+    for (int sp = 0; sp < 3; sp++) {
         int32_t *ids; int n;
-        if (mx_tokenizer_encode(t, text, len, sp, &ids, &n) != MX_OK) continue;
+        unsigned fl = sp == 0 ? 0 : sp == 1 ? MX_TOK_ADD_SPECIAL : MX_TOK_SPLIT_SPECIAL;
+        if (mx_tokenizer_encode_ex(t, text, len, fl, &ids, &n) != MX_OK) continue;
         char *s; size_t sl;
-        if (mx_tokenizer_decode_n(t, ids, n, sp, &s, &sl) == MX_OK) free(s);
-        mx_detok_stream *ds = mx_detok_stream_new(t, sp);
+        if (mx_tokenizer_decode_n(t, ids, n, sp == 1, &s, &sl) == MX_OK) free(s);
+        mx_detok_stream *ds = mx_detok_stream_new(t, sp == 1);
         if (ds) {
             mx_buf out = {0};
             for (int i = 0; i < n; i++) mx_detok_stream_push(ds, ids[i], &out);

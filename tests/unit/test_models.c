@@ -2,6 +2,7 @@
  * teacher-forced logits within 1e-4 of the golden relative to each row's largest |logit|, and
  * greedy continuations equal to the goldens (fixtures: greedy_ids, text_greedy_ids; the demo
  * model fortune-6m and its q4/q8 versions: prompt{0,1,2}_greedy_ids and logits). */
+#include "mlxcel/backend_cuda.h"
 #include "mlxcel/engine.h"
 #include "mlxcel/io.h"
 #include "mlxcel/model.h"
@@ -10,7 +11,11 @@
 #include <math.h>
 
 static mx_backend g_be;
+static mx_backend g_cpu;     /* exact CPU reference for near-tie checks when g_be is the GPU */
+static bool g_gpu;
 static double g_tol = 1e-4;
+#define GPU_TOL 3e-2         /* bf16 activations and KV cache on the GPU */
+static const char *g_dir;
 
 static const mx_st_tensor *need(mx_safetensors *g, const char *name) {
     const mx_st_tensor *t = mx_st_find(g, name);
@@ -33,6 +38,36 @@ static double rel_err(const float *a, const float *gold, int rows, int V) {
     return worst;
 }
 
+/* On the GPU: is the reference's step `i` (prompt + golden[0..i)) a near-tie, i.e. the margin
+ * between its two best logits (exact CPU math) within GPU_TOL of the row's largest |logit|? */
+static bool near_tie(const mx_st_tensor *prompt, const int32_t *gold, int i) {
+    int np = (int)prompt->shape[0], n = np + i;
+    int32_t *ids = malloc((size_t)n * sizeof *ids);
+    mx_model *m = NULL;
+    float *l = NULL;
+    bool tie = false;
+    if (!ids) return false;
+    memcpy(ids, prompt->data, (size_t)np * sizeof *ids);
+    memcpy(ids + np, gold, (size_t)i * sizeof *ids);
+    mx_backend_cpu_set_precise(&g_cpu, true);
+    if (mx_model_load(g_dir, &g_cpu, &m) == MX_OK && mx_gen_prepare(m, 128, 0) == MX_OK &&
+        mx_teacher_logits(m, ids, n, 0, &l) == MX_OK) {
+        int V = mx_model_cfg(m)->vocab_size;
+        const float *row = l + (size_t)(n - 1) * V;
+        float a = -1e30f, b = -1e30f, mx = 0;
+        for (int j = 0; j < V; j++) {
+            if (fabsf(row[j]) > mx) mx = fabsf(row[j]);
+            if (row[j] > a) { b = a; a = row[j]; } else if (row[j] > b) b = row[j];
+        }
+        tie = (a - b) <= GPU_TOL * mx;
+        fprintf(stderr, "near-tie check at step %d: margin %.4g, row max %.4g -> %s\n", i, a - b, mx, tie ? "allowed" : "not a tie");
+    }
+    free(l);
+    mx_model_free(m);
+    free(ids);
+    return tie;
+}
+
 static void check_greedy(mx_model *m, const mx_st_tensor *prompt, const mx_st_tensor *gold, const char *what) {
     TREQUIRE(prompt && gold && prompt->dtype == MX_DTYPE_I32 && gold->dtype == MX_DTYPE_I32, "%s: golden tensors", what);
     mx_gen_opts o = {0};
@@ -47,8 +82,12 @@ static void check_greedy(mx_model *m, const mx_st_tensor *prompt, const mx_st_te
     TREQUIRE(st == MX_OK, "%s: generate: %s", what, mx_last_error());
     TCHECK(n_out == (int)gold->shape[0], "%s: %d tokens, expected %lld", what, n_out, (long long)gold->shape[0]);
     const int32_t *g = gold->data;
-    for (int i = 0; i < n_out && i < (int)gold->shape[0]; i++)
-        if (out[i] != g[i]) { TCHECK(0, "%s: token %d is %d, golden %d", what, i, out[i], g[i]); break; }
+    for (int i = 0; i < n_out && i < (int)gold->shape[0]; i++) {
+        if (out[i] == g[i]) continue;
+        if (g_gpu && near_tie(prompt, g, i)) break;   /* allowed: the reference's top two are within tolerance */
+        TCHECK(0, "%s: token %d is %d, golden %d", what, i, out[i], g[i]);
+        break;
+    }
     free(out);
 }
 
@@ -71,6 +110,7 @@ static void fixture(const char *name) {
     char dir[1024], gpath[1200];
     snprintf(dir, sizeof dir, "%s/tests/fixtures/models/%s", t_root(), name);
     snprintf(gpath, sizeof gpath, "%s/golden.safetensors", dir);
+    g_dir = dir;
     mx_safetensors *g = NULL;
     TREQUIRE(mx_st_open(gpath, &g) == MX_OK, "golden: %s", mx_last_error());
     mx_model *m = NULL;
@@ -96,6 +136,7 @@ static void demo(const char *name) {
     char dir[1024], gpath[1200], nm[64];
     snprintf(dir, sizeof dir, "%s/models/%s", t_root(), name);
     snprintf(gpath, sizeof gpath, "%s/golden.safetensors", dir);
+    g_dir = dir;
     mx_safetensors *g = NULL;
     TREQUIRE(mx_st_open(gpath, &g) == MX_OK, "golden: %s", mx_last_error());
     mx_model *m = NULL;
@@ -118,11 +159,17 @@ done:
 }
 
 int main(void) {
-    if (mx_backend_cpu_init(&g_be) != MX_OK) { printf("FAIL backend: %s\n", mx_last_error()); return 1; }
+    /* MLXCEL_DEVICE picks the backend (CPU by default on a machine without a GPU); on the GPU the
+     * logits tolerance is GPU_TOL and a greedy mismatch is accepted only at a reference near-tie. */
+    if (mx_backend_auto_init(&g_be) != MX_OK) { printf("FAIL backend: %s\n", mx_last_error()); return 1; }
+    if (mx_backend_cpu_init(&g_cpu) != MX_OK) { printf("FAIL backend: %s\n", mx_last_error()); return 1; }
+    g_gpu = mx_backend_is_gpu(&g_be);
+    fprintf(stderr, "test_models: backend %s\n", g_be.i->name);
     const char *fx[] = {"llama", "llama-tied", "qwen2", "qwen3", "mistral", "llama-mlx-q4", "llama-mlx-q8", "qwen3-mlx-q4", "qwen3-mlx-q8"};
     char name[96];
     for (size_t i = 0; i < sizeof fx / sizeof *fx; i++) {
         snprintf(name, sizeof name, "parity_%s", fx[i]);
+        g_tol = g_gpu ? GPU_TOL : 1e-4;
         RUN_NAMED(name, fixture, fx[i]);
     }
     /* The demo goldens of the quantized versions come from transformers on weights dequantized
@@ -133,9 +180,10 @@ int main(void) {
     const char *dm[] = {"fortune-6m", "fortune-6m-mlx-q4", "fortune-6m-mlx-q8"};
     for (size_t i = 0; i < 3; i++) {
         snprintf(name, sizeof name, "parity_%s", dm[i]);
-        g_tol = i == 0 ? 1e-4 : 1e-3;
+        g_tol = g_gpu ? GPU_TOL : i == 0 ? 1e-4 : 1e-3;
         RUN_NAMED(name, demo, dm[i]);
     }
-    mx_backend_cpu_free(&g_be);
+    mx_backend_auto_free(&g_be);
+    mx_backend_cpu_free(&g_cpu);
     TEST_EXIT();
 }

@@ -529,6 +529,82 @@ static const struct tcase CASES[] = {
      "{{ 'x' in none }}",
      "{}",
      NULL, "not iterable"},
+    {"generator_truthy",
+     "{% if [] | select %}T{% endif %}{% if [] | select | list %}L{% endif %}",
+     "{}",
+     "T", NULL},
+    {"generator_first_join_sum",
+     "{{ [1,2] | select | first }}{{ [1,2] | map('string') | join }}{{ [1,2] | select | sum }}",
+     "{}",
+     "1123", NULL},
+    {"generator_single_use",
+     "{% set g = [1,2] | select %}{% for x in g %}{{ x }}{% endfor %}{% for x in g %}{{ x }}{% endfor %}",
+     "{}",
+     "12", NULL},
+    {"select_on_none",
+     "{{ none | select | list }}{{ none | map(attribute='x') | list }}{{ 0 | rejectattr('a') | list }}",
+     "{}",
+     "[][][]", NULL},
+    {"wordcount_regex",
+     "{{ 'a-b c_d 2.5 \303\251t\303\251' | wordcount }}",
+     "{}",
+     "6", NULL},
+    {"callable_undefined",
+     "{{ nope is callable }}{{ 'x'.upper is callable }}{{ 1 is callable }}",
+     "{}",
+     "TrueTrueFalse", NULL},
+    {"percent_list_arg",
+     "{{ 'user' % ['x'] }}",
+     "{}",
+     "user", NULL},
+    {"safe_stringifies",
+     "{{ (1, 2) | safe ~ '' }}{{ ([1] | safe)[0] }}",
+     "{}",
+     "(1, 2)[", NULL},
+    {"truncate_list_short",
+     "{{ ['x', 'y'] | truncate(5, leeway=0) }}",
+     "{}",
+     "['x', 'y']", NULL},
+    {"lower_test_on_list",
+     "{{ ['a', 0] is lower }}{{ 'ABC' is upper }}",
+     "{}",
+     "TrueTrue", NULL},
+    {"err_generator_length",
+     "{{ [1,2] | select | length }}",
+     "{}",
+     NULL, "has no len()"},
+    {"err_generator_last",
+     "{{ [1,2] | select | last }}",
+     "{}",
+     NULL, "not reversible"},
+    {"err_generator_tojson",
+     "{{ [1,2] | select | tojson }}",
+     "{}",
+     NULL, "not JSON serializable"},
+    {"err_slice_int",
+     "{{ x[1:] }}",
+     "{\"x\": 5}",
+     NULL, "not subscriptable"},
+    {"err_unhashable_in",
+     "{{ [1] in {'a': 1} }}",
+     "{}",
+     NULL, "unhashable"},
+    {"err_int_undefined",
+     "{{ nope | int }}",
+     "{}",
+     NULL, "'nope' is undefined"},
+    {"err_indent_list",
+     "{{ [1] | indent }}",
+     "{}",
+     NULL, "indent"},
+    {"err_list_lt_tuple",
+     "{{ [1] < (1,) }}",
+     "{}",
+     NULL, "not supported between"},
+    {"err_percent_unused",
+     "{{ 'abc' % 'x' }}",
+     "{}",
+     NULL, "not all arguments converted"},
     {"err_raise",
      "{{ raise_exception('Bad roles!') }}",
      "{}",
@@ -741,6 +817,19 @@ static void named_template_list(void) {
     fclose(f);
     TCHECK(mx_chat_template_find(dir, false, &src) == MX_ERR_FORMAT && !src, "bad json must fail");
     TCHECK(mx_template_special_tokens(dir, &bos, &eos) == MX_ERR_FORMAT, "bad json tokens");
+    /* no chat_template key: chat_template.json (processor layout) is the fallback */
+    f = fopen(p, "w");
+    fputs("{\"bos_token\": \"<s>\"}", f);
+    fclose(f);
+    TCHECK(mx_chat_template_find(dir, false, &src) == MX_ERR_IO && !src, "no template anywhere must be MX_ERR_IO");
+    char pj[512];
+    snprintf(pj, sizeof pj, "%s/chat_template.json", dir);
+    f = fopen(pj, "w");
+    fputs("{\"chat_template\": \"P{{ messages | length }}\"}", f);
+    fclose(f);
+    TCHECK(mx_chat_template_find(dir, false, &src) == MX_OK && src && !strcmp(src, "P{{ messages | length }}"), "chat_template.json");
+    free(src); src = NULL;
+    remove(pj);
     remove(p);
     rmdir(dir);
 }

@@ -208,6 +208,14 @@ static void t_config(void) {
         if (want[i].add_bos || want[i].bos_id >= 0) TCHECK(n >= 2 && ids[0] == want[i].bos_id && ids[1] != want[i].bos_id, "%s: no single leading BOS (%d %d)", want[i].name, ids[0], n > 1 ? ids[1] : -1);
         else TCHECK(n >= 1 && ids[0] != mx_tokenizer_eos_id(t), "%s", want[i].name);
         free(ids);
+        /* a BOS written in the text is kept, and add_special adds one more (as transformers does) */
+        if (want[i].bos) {
+            char txt[128];
+            snprintf(txt, sizeof txt, "%sHi", want[i].bos);
+            { mx_status _st = mx_tokenizer_encode(t, txt, strlen(txt), true, &ids, &n); TREQUIRE(_st == MX_OK, "encode"); }
+            TCHECK(n >= 3 && ids[0] == want[i].bos_id && ids[1] == want[i].bos_id && ids[2] != want[i].bos_id, "%s: BOS in text: %d %d %d", want[i].name, ids[0], n > 1 ? ids[1] : -1, n > 2 ? ids[2] : -1);
+            free(ids);
+        }
         { mx_status _st = mx_tokenizer_encode(t, "Hello world", 11, false, &ids, &n); TREQUIRE(_st == MX_OK, "encode"); }
         TCHECK(n >= 1 && ids[0] != want[i].bos_id, "%s: BOS without add_special", want[i].name);
         free(ids);
@@ -238,6 +246,18 @@ static void t_lookups(void) {
     { mx_status _st = mx_tokenizer_decode(t, ids, 5, false, &s); TREQUIRE(_st == MX_OK, "decode"); }
     TCHECK(!strcmp(s, "<|im_start|>Hello<|im_end|>"), "keep special '%s'", s);
     free(s);
+    /* MX_TOK_SPLIT_SPECIAL: special tokens in the text are plain text (qwen3 golden case 51 shape) */
+    {
+        int32_t *v2; int n2;
+        const char *txt = "<|im_start|>user";
+        TCHECK(mx_tokenizer_encode_ex(t, txt, strlen(txt), MX_TOK_SPLIT_SPECIAL, &v2, &n2) == MX_OK, "encode_ex");
+        bool has = false;
+        for (int i = 0; i < n2; i++) if (v2[i] == 151644) has = true;
+        TCHECK(!has && n2 > 3, "special matched despite MX_TOK_SPLIT_SPECIAL (%d ids)", n2);
+        char *back;
+        TCHECK(mx_tokenizer_decode(t, v2, n2, true, &back) == MX_OK && !strcmp(back, txt), "split special round trip");
+        free(back); free(v2);
+    }
     /* invalid UTF-8 input is an error, not a crash */
     int32_t *v; int n;
     TCHECK(mx_tokenizer_encode(t, "a\xFF", 2, false, &v, &n) == MX_ERR_INVALID_ARG, "invalid UTF-8 accepted");

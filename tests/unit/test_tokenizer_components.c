@@ -263,6 +263,21 @@ static void t_post_processors(void) {
     ENC(t, "a", true, 1, 3, 2);
     ENC(t, "", true, 1, 2);
     mx_tokenizer_free(t);
+    /* odd templates: the sequence twice, or no sequence at all */
+    snprintf(js, sizeof js, "{%s,\"post_processor\":{\"type\":\"TemplateProcessing\",\"single\":[{\"Sequence\":{\"id\":\"A\",\"type_id\":0}},"
+        "{\"SpecialToken\":{\"id\":\"</s>\",\"type_id\":0}},{\"Sequence\":{\"id\":\"A\",\"type_id\":0}}],"
+        "\"special_tokens\":{\"</s>\":{\"id\":\"</s>\",\"ids\":[2],\"tokens\":[\"</s>\"]}}}}", base);
+    t = mk(js);
+    TREQUIRE(t, "template AA");
+    ENC(t, "a a a", true, 3, 3, 3, 2, 3, 3, 3);
+    mx_tokenizer_free(t);
+    snprintf(js, sizeof js, "{%s,\"post_processor\":{\"type\":\"TemplateProcessing\",\"single\":[{\"SpecialToken\":{\"id\":\"</s>\",\"type_id\":0}}],"
+        "\"special_tokens\":{\"</s>\":{\"id\":\"</s>\",\"ids\":[2],\"tokens\":[\"</s>\"]}}}}", base);
+    t = mk(js);
+    TREQUIRE(t, "template no A");
+    ENC(t, "a a", true, 2);
+    ENC(t, "a a", false, 3, 3);
+    mx_tokenizer_free(t);
     /* add_bos_token / add_eos_token from tokenizer_config.json */
     snprintf(js, sizeof js, "{%s}", base);
     const char *cfg = "{\"add_bos_token\":true,\"add_eos_token\":true,\"bos_token\":{\"content\":\"<s>\"},\"eos_token\":\"</s>\"}";

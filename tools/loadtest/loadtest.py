@@ -90,6 +90,18 @@ def main():
     levels = [int(x) for x in args.concurrency.split(",")]
     if any(c < 1 or c > 256 for c in levels):
         sys.exit("loadtest: concurrency levels must be in 1..256")
+    deadline = time.time() + 300                                  # wait for the model to load
+    while True:
+        try:
+            c = http.client.HTTPConnection(u.hostname, u.port or 80, timeout=10)
+            c.request("GET", "/health")
+            if c.getresponse().status == 200:
+                break
+        except OSError:
+            pass
+        if time.time() > deadline:
+            sys.exit("loadtest: the server did not become healthy")
+        time.sleep(0.2)
     one_request(u.hostname, u.port or 80, args.prompt, 4, 120)   # warm up
     out = []
     for c in levels:

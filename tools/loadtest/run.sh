@@ -33,4 +33,5 @@ serve_and_load demo 256 2 -c 512
 
 echo "== qwen3-0.6b (random, q4): mlxcel bench (decode, batch 1)"
 "$B/mlxcel" bench --config bench/configs/qwen3-0.6b.json --random --q-bits 4 --q-group-size 64 -p 0 -n 64 -r 2
-serve_and_load qwen3-0.6b-random-q4 64 1 -c 256 --random-config bench/configs/qwen3-0.6b.json --q-bits 4
+serve_and_load qwen3-0.6b-random-q4 64 1 -c 256 --random-config bench/configs/qwen3-0.6b.json --q-bits 4 \
+  -m tests/fixtures/tokenizers/qwen3   # tokenizer and chat template of the real Qwen3

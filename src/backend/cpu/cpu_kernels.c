@@ -1,15 +1,17 @@
 /* cpu_kernels.c: SIMD matmul kernels of the CPU backend (AVX-512; the portable path is the exact
  * reference in cpu_matmul.c).
  *
- *  - gemv (any n, used for n < fast_min_n or in precise mode): exact f32. Per row and group the
- *    packed weights are unpacked to floats in a small L1 buffer (in a format-friendly order; the
- *    activations are permuted the same way once per call), dotted with every token in f32 FMA,
- *    scaled by the group scale; the group bias term is bias[g] * sum(x in group).
+ *  - gemv (n < 8, or any n in precise mode): exact f32. Each row's packed values are unpacked
+ *    in registers 32 at a time (in a format-friendly order; the activations are permuted the same
+ *    way once per call), FMA'd with up to 8 tokens, scaled per group; the group offset term is
+ *    sum_g bias[g] * sum(x in group g). Decode is bound by reading the weights: software
+ *    prefetch MX_PF_DIST ahead, rows split over the pool.
  *  - int8 GEMM (quantized weights, n >= fast_min_n, not precise): activations are quantized to
- *    int8 per token and group (absmax/127), the unsigned q values of a 16-row tile are unpacked
- *    once into a VNNI layout ([k/4][16 rows][4]) and reused for every token with vpdpbusd.
- *  - f32 GEMM (dense weights, n >= 8, any mode; exact): 16-row tiles converted to f32 in a
- *    [k][16] layout, reused for every token with broadcast FMAs.
+ *    int8 per token and group (absmax/127); the unsigned q values of a 32-row tile are unpacked
+ *    once into a VNNI layout ([k/4][32 rows][4 bytes]) and reused for every token with vpdpbusd;
+ *    int32 group sums are scaled by scale[g] * dx and the offset term uses the exact f32 x sums.
+ *  - f32 GEMM (dense weights, n >= 8, any mode; exact): 32-row tiles converted to f32 in a
+ *    [k][32] layout, reused for every token with broadcast FMAs.
  * It does not allocate per call once the scratch buffers have grown. */
 #include "cpu_kernels.h"
 
@@ -33,10 +35,18 @@ static int fmt_order(const mx_weight *w) {
     return ORD_NAT;
 }
 
+/* 32 values -> evens then odds */
+static inline void eo32(const float *x, float *out) {
+    const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i od = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    __m512 a = _mm512_loadu_ps(x), b = _mm512_loadu_ps(x + 16);
+    _mm512_storeu_ps(out, _mm512_permutex2var_ps(a, ev, b));
+    _mm512_storeu_ps(out + 16, _mm512_permutex2var_ps(a, od, b));
+}
+
 static void permute_eo(const float *x, float *out, int64_t K) {
     int64_t k = 0;
-    for (; k + 32 <= K; k += 32)
-        for (int i = 0; i < 16; i++) { out[k + i] = x[k + 2 * i]; out[k + 16 + i] = x[k + 2 * i + 1]; }
+    for (; k + 32 <= K; k += 32) eo32(x + k, out + k);
     for (; k < K; k++) out[k] = x[k];
 }
 
@@ -68,10 +78,54 @@ static inline __m512i genq_16(const genq *g, const uint8_t *p) {
 }
 #endif
 
+/* 16x16 dword transpose: dst + j*dst_stride gets column j of the rows src + i*src_stride. */
+static inline void transpose16(const int32_t *src, int64_t src_stride, int32_t *dst, int64_t dst_stride) {
+    __m512i r[16], t[16], u[16];
+    for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_si512(src + i * src_stride);
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 4; i++) { /* u[4i + c] lane L = rows 4i..4i+3 of column 4L + c */
+        u[4 * i + 0] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+        u[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+        u[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+        u[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+    }
+    for (int c = 0; c < 4; c++) { /* 4x4 transpose of 128-bit lanes */
+        __m512i a = _mm512_shuffle_i32x4(u[c], u[4 + c], _MM_SHUFFLE(1, 0, 1, 0));
+        __m512i b = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], _MM_SHUFFLE(1, 0, 1, 0));
+        __m512i a2 = _mm512_shuffle_i32x4(u[c], u[4 + c], _MM_SHUFFLE(3, 2, 3, 2));
+        __m512i b2 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], _MM_SHUFFLE(3, 2, 3, 2));
+        _mm512_storeu_si512(dst + (0 + c) * dst_stride, _mm512_shuffle_i32x4(a, b, _MM_SHUFFLE(2, 0, 2, 0)));
+        _mm512_storeu_si512(dst + (4 + c) * dst_stride, _mm512_shuffle_i32x4(a, b, _MM_SHUFFLE(3, 1, 3, 1)));
+        _mm512_storeu_si512(dst + (8 + c) * dst_stride, _mm512_shuffle_i32x4(a2, b2, _MM_SHUFFLE(2, 0, 2, 0)));
+        _mm512_storeu_si512(dst + (12 + c) * dst_stride, _mm512_shuffle_i32x4(a2, b2, _MM_SHUFFLE(3, 1, 3, 1)));
+    }
+}
+
+/* [32][cols] dwords (row stride cols) -> [cols][32] */
+static void transpose_tile32(const int32_t *rows, int64_t cols, int32_t *tile) {
+    const __m512i vidx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                            _mm512_set1_epi32((int)cols));
+    int64_t c = 0;
+    for (; c + 16 <= cols; c += 16) {
+        transpose16(rows + c, cols, tile + c * 32, 32);
+        transpose16(rows + 16 * cols + c, cols, tile + c * 32 + 16, 32);
+    }
+    for (; c < cols; c++) {
+        _mm512_store_si512(tile + c * 32, _mm512_i32gather_epi32(vidx, rows + c, 4));
+        _mm512_store_si512(tile + c * 32 + 16, _mm512_i32gather_epi32(vidx, rows + 16 * cols + c, 4));
+    }
+}
+
 /* ---------------------------------------------------------------------------------------- */
 /* exact gemv                                                                               */
 
 #define GEMV_T 8         /* tokens per pass */
+#ifndef MX_PF_DIST
+#define MX_PF_DIST 4096  /* software prefetch distance (bytes) in the weight stream (dense: twice) */
+#endif
 #define TILE_R 16        /* rows per GEMM tile */
 
 enum { F_Q4 = 0, F_Q8, F_QGEN, F_BF16, F_F16, F_F32 };
@@ -179,9 +233,9 @@ static inline __attribute__((always_inline)) void gemv_rows(int FMT, int NT, int
                 __m512 d[GEMV_T], d2 = _mm512_setzero_ps();
 #pragma GCC unroll 8
                 for (int t = 0; t < NT; t++) d[t] = _mm512_setzero_ps();
-                _mm_prefetch(p + 2048, _MM_HINT_T0);
 #pragma GCC unroll 4
                 for (int c = 0; c < GS; c += 32) {
+                    if ((c * bits / 8) % 64 == 0) _mm_prefetch(p + MX_PF_DIST, _MM_HINT_T0);
                     __m512 w0, w1;
                     load32(FMT, p, gqp, bits, &w0, &w1);
                     p += chunk;
@@ -204,7 +258,8 @@ static inline __attribute__((always_inline)) void gemv_rows(int FMT, int NT, int
             }
         } else {
             for (int64_t k = 0; k < K32; k += 32) {
-                _mm_prefetch(p + 2048, _MM_HINT_T0);
+                _mm_prefetch(p + 2 * MX_PF_DIST, _MM_HINT_T0);
+                if (esz == 4) _mm_prefetch(p + 2 * MX_PF_DIST + 64, _MM_HINT_T0);
                 __m512 w0, w1;
                 load32(FMT, p, gqp, 0, &w0, &w1);
                 p += chunk;
@@ -359,7 +414,16 @@ static inline void row_to_u8(const mx_weight *w, int64_t r, uint8_t *out) {
     if (bits == 8) { memcpy(out, p, (size_t)K); return; }
     if (bits == 4) {
         const __m128i m = _mm_set1_epi8(0x0f);
-        for (int64_t k = 0; k < K; k += 32) {
+        const __m512i m5 = _mm512_set1_epi8(0x0f);
+        const __m512i ia = _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11), ib = _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15);
+        int64_t k0 = 0;
+        for (; k0 + 128 <= K; k0 += 128) { /* 64 bytes: per 16-byte lane, low nibbles then high nibbles */
+            __m512i b = _mm512_loadu_si512(p + k0 / 2);
+            __m512i lo = _mm512_and_si512(b, m5), hi = _mm512_and_si512(_mm512_srli_epi16(b, 4), m5);
+            _mm512_storeu_si512(out + k0, _mm512_permutex2var_epi64(lo, ia, hi));
+            _mm512_storeu_si512(out + k0 + 64, _mm512_permutex2var_epi64(lo, ib, hi));
+        }
+        for (int64_t k = k0; k < K; k += 32) {
             __m128i b = _mm_loadu_si128((const __m128i *)(p + k / 2));
             _mm_storeu_si128((__m128i *)(out + k), _mm_and_si128(b, m));
             _mm_storeu_si128((__m128i *)(out + k + 16), _mm_and_si128(_mm_srli_epi16(b, 4), m));
@@ -387,8 +451,9 @@ static inline void row_to_u8(const mx_weight *w, int64_t r, uint8_t *out) {
  * sv/bv [ng][32] scales/biases, xq [T][K] int8, dx/xs [T][ng]. */
 static inline __attribute__((always_inline)) void q8_block(const uint32_t *tile, const float *sv, const float *bv,
                                                            const int8_t *xq, const float *dx, const float *xs,
-                                                           int64_t K, int gs, int64_t ng, int T, float *y, int64_t N,
+                                                           int64_t K, int GS, int64_t ng, int T, float *y, int64_t N,
                                                            int64_t r0, __mmask16 m0, __mmask16 m1) {
+    const int gs = GS;
     __m512 f0[GEMM_T], f1[GEMM_T];
 #pragma GCC unroll 8
     for (int t = 0; t < T; t++) { f0[t] = _mm512_setzero_ps(); f1[t] = _mm512_setzero_ps(); }
@@ -396,8 +461,10 @@ static inline __attribute__((always_inline)) void q8_block(const uint32_t *tile,
         __m512i i0[GEMM_T], i1[GEMM_T];
 #pragma GCC unroll 8
         for (int t = 0; t < T; t++) { i0[t] = _mm512_setzero_si512(); i1[t] = _mm512_setzero_si512(); }
-        const int64_t kb = g * (gs / 4), ke = kb + gs / 4;
-        for (int64_t k4 = kb; k4 < ke; k4++) {
+        const int64_t kb = g * (gs / 4);
+#pragma GCC unroll 32
+        for (int kk = 0; kk < GS / 4; kk++) {
+            const int64_t k4 = kb + kk;
             __m512i w0 = _mm512_load_si512(tile + k4 * QR), w1 = _mm512_load_si512(tile + k4 * QR + 16);
 #pragma GCC unroll 8
             for (int t = 0; t < T; t++) {
@@ -424,6 +491,21 @@ static inline __attribute__((always_inline)) void q8_block(const uint32_t *tile,
     }
 }
 
+static inline __attribute__((always_inline)) void q8_tokens(const q8_job *j, const uint32_t *tile, const float *sv,
+                                                            const float *bv, int64_t K, int GS, int64_t ng, int64_t N,
+                                                            int64_t r0, __mmask16 m0, __mmask16 m1) {
+    int t = 0;
+    for (; t + GEMM_T <= j->n; t += GEMM_T)
+        q8_block(tile, sv, bv, j->xq + (int64_t)t * K, j->dx + t * ng, j->xsum + t * ng, K, GS, ng, GEMM_T,
+                 j->y + (int64_t)t * N, N, r0, m0, m1);
+    for (; t + 4 <= j->n; t += 4)
+        q8_block(tile, sv, bv, j->xq + (int64_t)t * K, j->dx + t * ng, j->xsum + t * ng, K, GS, ng, 4,
+                 j->y + (int64_t)t * N, N, r0, m0, m1);
+    for (; t < j->n; t++)
+        q8_block(tile, sv, bv, j->xq + (int64_t)t * K, j->dx + t * ng, j->xsum + t * ng, K, GS, ng, 1,
+                 j->y + (int64_t)t * N, N, r0, m0, m1);
+}
+
 static void q8_fn(void *arg, int64_t tb, int64_t te, int tid) {
     q8_job *j = arg;
     const mx_weight *w = j->w;
@@ -438,8 +520,6 @@ static void q8_fn(void *arg, int64_t tb, int64_t te, int tid) {
     float *sv = (float *)(rows + (size_t)K * QR);           /* [ng][QR] */
     float *bv = sv + ng * QR;
     const int64_t K4 = K / 4;
-    const __m512i vidx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                            _mm512_set1_epi32((int)K4));
     for (int64_t tile_i = tb; tile_i < te; tile_i++) {
         int64_t r0 = tile_i * QR;
         int nr = (int)(N - r0 < QR ? N - r0 : QR);
@@ -447,12 +527,7 @@ static void q8_fn(void *arg, int64_t tb, int64_t te, int tid) {
             if (i < nr) row_to_u8(w, r0 + i, rows + (size_t)i * K);
             else memset(rows + (size_t)i * K, 0, (size_t)K);
         }
-        /* transpose [QR][K/4] dwords -> [K/4][QR] */
-        const int *rw = (const int *)rows;
-        for (int64_t k4 = 0; k4 < K4; k4++) {
-            _mm512_store_si512(tile + k4 * QR, _mm512_i32gather_epi32(vidx, rw + k4, 4));
-            _mm512_store_si512(tile + k4 * QR + 16, _mm512_i32gather_epi32(vidx, rw + 16 * K4 + k4, 4));
-        }
+        transpose_tile32((const int32_t *)rows, K4, (int32_t *)tile); /* [QR][K/4] dwords -> [K/4][QR] */
         for (int i = 0; i < QR; i++) {
             if (i < nr) {
                 for (int64_t g = 0; g < ng; g++) {
@@ -463,16 +538,11 @@ static void q8_fn(void *arg, int64_t tb, int64_t te, int tid) {
         }
         __mmask16 m0 = (__mmask16)(nr >= 16 ? 0xffff : (1u << nr) - 1);
         __mmask16 m1 = (__mmask16)(nr <= 16 ? 0 : nr >= 32 ? 0xffff : (1u << (nr - 16)) - 1);
-        int t = 0;
-        for (; t + GEMM_T <= j->n; t += GEMM_T)
-            q8_block(tile, sv, bv, j->xq + (int64_t)t * K, j->dx + t * ng, j->xsum + t * ng, K, gs, ng, GEMM_T,
-                     j->y + (int64_t)t * N, N, r0, m0, m1);
-        for (; t + 4 <= j->n; t += 4)
-            q8_block(tile, sv, bv, j->xq + (int64_t)t * K, j->dx + t * ng, j->xsum + t * ng, K, gs, ng, 4,
-                     j->y + (int64_t)t * N, N, r0, m0, m1);
-        for (; t < j->n; t++)
-            q8_block(tile, sv, bv, j->xq + (int64_t)t * K, j->dx + t * ng, j->xsum + t * ng, K, gs, ng, 1,
-                     j->y + (int64_t)t * N, N, r0, m0, m1);
+        switch (gs) {
+        case 32: q8_tokens(j, tile, sv, bv, K, 32, ng, N, r0, m0, m1); break;
+        case 64: q8_tokens(j, tile, sv, bv, K, 64, ng, N, r0, m0, m1); break;
+        default: q8_tokens(j, tile, sv, bv, K, 128, ng, N, r0, m0, m1); break;
+        }
     }
 }
 
@@ -486,16 +556,11 @@ static void qprep_fn(void *arg, int64_t b, int64_t e, int tid) {
         int8_t *q = p->xq + t * K;
         for (int64_t g = 0; g < ng; g++) {
             const float *v = x + g * p->gs;
-            __m512 mx = _mm512_setzero_ps(), s = _mm512_setzero_ps();
-            for (int i = 0; i < p->gs; i += 16) {
-                __m512 a = _mm512_loadu_ps(v + i);
-                s = _mm512_add_ps(s, a);
-                mx = _mm512_max_ps(mx, _mm512_abs_ps(a));
-            }
+            __m512 mx = _mm512_setzero_ps();
+            for (int i = 0; i < p->gs; i += 16) mx = _mm512_max_ps(mx, _mm512_abs_ps(_mm512_loadu_ps(v + i)));
             float amax = _mm512_reduce_max_ps(mx);
             float d = amax / 127.0f, id = amax > 0 ? 127.0f / amax : 0.0f;
             p->dx[t * ng + g] = d;
-            (void)s;
             /* The group-bias term uses the sum of the *quantized* activations, so that the result
              * is exactly sum((scale*q + bias) * xq): the activation rounding error is then not
              * amplified by the weights' zero-point offset (q is unsigned, bias ~ -scale*2^(b-1)). */
@@ -503,10 +568,7 @@ static void qprep_fn(void *arg, int64_t b, int64_t e, int tid) {
             __m512 vid = _mm512_set1_ps(id);
             for (int i = 0; i < p->gs; i += 32) {
                 const float *src = v + i;
-                if (p->ord == ORD_EO) {
-                    for (int k = 0; k < 16; k++) { tmp[k] = src[2 * k]; tmp[16 + k] = src[2 * k + 1]; }
-                    src = tmp;
-                }
+                if (p->ord == ORD_EO) { eo32(src, tmp); src = tmp; }
                 for (int h = 0; h < 32; h += 16) {
                     __m512i qi = _mm512_cvt_roundps_epi32(_mm512_mul_ps(_mm512_loadu_ps(src + h), vid),
                                                           _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
@@ -522,7 +584,7 @@ static void qprep_fn(void *arg, int64_t b, int64_t e, int tid) {
 
 static bool gemm_q8(mx_cpu_ctx *c, const mx_weight *w, const float *x, float *y, int n) {
     const int64_t K = w->cols, ng = K / w->group_size;
-    if (w->group_size % 32) return false;
+    if (w->group_size != 32 && w->group_size != 64 && w->group_size != 128) return false;
     size_t need = (size_t)n * (size_t)K + (size_t)n * (size_t)ng * 2 * sizeof(float) + 256;
     uint8_t *sh = mx_cpu_shared(c, need);
     if (!sh) return false;
@@ -572,8 +634,6 @@ static void df_fn(void *arg, int64_t tb, int64_t te, int tid) {
     float *tile = mx_cpu_tscratch(j->c, tid, (size_t)K * DT_R * 4 * 2 + 128);
     if (!tile) { MX_LOGE("cpu matmul: out of memory"); return; }
     float *rows = tile + (size_t)K * DT_R; /* [DT_R][K] */
-    const __m512i vidx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                            _mm512_set1_epi32((int)K));
     for (int64_t ti = tb; ti < te; ti++) {
         int64_t r0 = ti * DT_R;
         int nr = (int)(N - r0 < DT_R ? N - r0 : DT_R);
@@ -581,10 +641,7 @@ static void df_fn(void *arg, int64_t tb, int64_t te, int tid) {
             if (i < nr) mx_cpu_to_f32(w->dtype, w->w, (r0 + i) * K, K, rows + (size_t)i * K);
             else memset(rows + (size_t)i * K, 0, (size_t)K * sizeof(float));
         }
-        for (int64_t k = 0; k < K; k++) { /* transpose [DT_R][K] -> [K][DT_R] */
-            _mm512_store_ps(tile + k * DT_R, _mm512_i32gather_ps(vidx, rows + k, 4));
-            _mm512_store_ps(tile + k * DT_R + 16, _mm512_i32gather_ps(vidx, rows + 16 * K + k, 4));
-        }
+        transpose_tile32((const int32_t *)rows, K, (int32_t *)tile); /* [DT_R][K] -> [K][DT_R] */
         __mmask16 m0 = (__mmask16)(nr >= 16 ? 0xffff : (1u << nr) - 1);
         __mmask16 m1 = (__mmask16)(nr <= 16 ? 0 : nr >= 32 ? 0xffff : (1u << (nr - 16)) - 1);
         int t = 0;

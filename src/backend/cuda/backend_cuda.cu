@@ -581,13 +581,12 @@ __global__ void k_kv_write(const float *k, const float *v, T *kp, T *vp, const i
     st_kv(vp + s * kvdim + e, v[i]);
 }
 
-#define ATT_WARPS 16
 #define ATT_MAXI 8   /* head_dim <= 256 */
 #define ATT_P 4
 
 /* One block per (token, head); warps take positions in turn with an online softmax, lanes split
  * head_dim; the warps' partial results are merged at the end. */
-template <typename T>
+template <typename T, int ATT_WARPS>
 __global__ void __launch_bounds__(ATT_WARPS * 32)
 k_attn(const float *q, const T *kp, const T *vp, float *out, const int32_t *pos, const int32_t *seq,
        const int32_t *bt, int n_seqs, int max_blocks, int block_size, int n_blocks, int n_heads, int n_kv, int D, float scale,
@@ -1112,16 +1111,24 @@ static void c_attention(void *ctx, int layer, const float *q, const float *k, co
     int kvdim = p->n_kv_heads * p->head_dim;
     size_t per = (size_t)c->kv.n_blocks * c->kv.block_size * kvdim;
     dim3 grid((unsigned)n, (unsigned)p->n_heads);
+    /* few (token, head) blocks (decode): 16 warps a block share the positions; else 4 */
+    bool wide = (int64_t)n * p->n_heads < 4 * c->prop.multiProcessorCount;
     if (c->kv.dtype == MX_DTYPE_F32) {
         float *kp = (float *)c->kpool + per * layer, *vp = (float *)c->vpool + per * layer;
         k_kv_write<float><<<nblk((int64_t)n * kvdim, 256), 256, 0, c->st>>>(k, v, kp, vp, dm.slot, kvdim, n, (int64_t)c->kv.n_blocks * c->kv.block_size);
-        k_attn<float><<<grid, ATT_WARPS * 32, 0, c->st>>>(q, kp, vp, out, dm.pos, dm.seq, dm.bt, meta->n_seqs, meta->max_blocks,
+        if (wide) k_attn<float, 16><<<grid, 16 * 32, 0, c->st>>>(q, kp, vp, out, dm.pos, dm.seq, dm.bt, meta->n_seqs, meta->max_blocks,
+                                                          c->kv.block_size, c->kv.n_blocks, p->n_heads, p->n_kv_heads, p->head_dim,
+                                                          p->scale, p->sliding_window, p->softcap);
+        else k_attn<float, 4><<<grid, 4 * 32, 0, c->st>>>(q, kp, vp, out, dm.pos, dm.seq, dm.bt, meta->n_seqs, meta->max_blocks,
                                                           c->kv.block_size, c->kv.n_blocks, p->n_heads, p->n_kv_heads, p->head_dim,
                                                           p->scale, p->sliding_window, p->softcap);
     } else {
         __nv_bfloat16 *kp = (__nv_bfloat16 *)c->kpool + per * layer, *vp = (__nv_bfloat16 *)c->vpool + per * layer;
         k_kv_write<__nv_bfloat16><<<nblk((int64_t)n * kvdim, 256), 256, 0, c->st>>>(k, v, kp, vp, dm.slot, kvdim, n, (int64_t)c->kv.n_blocks * c->kv.block_size);
-        k_attn<__nv_bfloat16><<<grid, ATT_WARPS * 32, 0, c->st>>>(q, kp, vp, out, dm.pos, dm.seq, dm.bt, meta->n_seqs, meta->max_blocks,
+        if (wide) k_attn<__nv_bfloat16, 16><<<grid, 16 * 32, 0, c->st>>>(q, kp, vp, out, dm.pos, dm.seq, dm.bt, meta->n_seqs, meta->max_blocks,
+                                                                  c->kv.block_size, c->kv.n_blocks, p->n_heads, p->n_kv_heads, p->head_dim,
+                                                                  p->scale, p->sliding_window, p->softcap);
+        else k_attn<__nv_bfloat16, 4><<<grid, 4 * 32, 0, c->st>>>(q, kp, vp, out, dm.pos, dm.seq, dm.bt, meta->n_seqs, meta->max_blocks,
                                                                   c->kv.block_size, c->kv.n_blocks, p->n_heads, p->n_kv_heads, p->head_dim,
                                                                   p->scale, p->sliding_window, p->softcap);
     }
@@ -1174,10 +1181,21 @@ static void c_softcap(void *ctx, float *x, float cap, int64_t count) {
     LAUNCHED(c, "softcap");
 }
 
+extern "C" mx_status mx_backend_cuda_step_begin(mx_backend *b, uint64_t key);
+extern "C" mx_status mx_backend_cuda_step_end(mx_backend *b);
+static mx_status c_step_begin(void *ctx, uint64_t key) {
+    mx_backend b; b.i = NULL; b.ctx = ctx;
+    return mx_backend_cuda_step_begin(&b, key);
+}
+static mx_status c_step_end(void *ctx) {
+    mx_backend b; b.i = NULL; b.ctx = ctx;
+    return mx_backend_cuda_step_end(&b);
+}
+
 static const mx_backend_i g_cuda_i = {
     "cuda", c_alloc, c_free, c_write, c_read, c_sync, c_weight_prepare, c_vec_prepare, c_kv_init, c_kv_free,
     c_matmul, c_embed, c_rmsnorm, c_layernorm, c_rope, c_attention, c_act_mul, c_act, c_add, c_scale,
-    c_gather_rows, c_softcap,
+    c_gather_rows, c_softcap, NULL /* set_precision */, c_step_begin, c_step_end,
 };
 
 /* ------------------------------------------------------------------------------------------ */
