@@ -61,7 +61,7 @@ struct mx_sched {
     int *row_slot;               /* logits row -> slot */
     float *logits;
     mx_token_logprob top[MX_MAX_TOP_LOGPROBS];
-    int32_t eos[MX_MAX_EOS + 1]; int n_eos;
+    int32_t eos[MX_MAX_EOS + 16]; int n_eos;   /* end-of-generation ids: config EOS + end-of-turn tokens */
 
     pthread_t thread; bool thread_started;
     pthread_mutex_t mu;
@@ -501,6 +501,15 @@ mx_status mx_sched_new(mx_model *m, const mx_tokenizer *tok, const mx_sched_para
     for (int i = 0; i < cfg->n_eos && i < MX_MAX_EOS; i++) s->eos[s->n_eos++] = cfg->eos_ids[i];
     int32_t te = tok ? mx_tokenizer_eos_id(tok) : -1;
     if (te >= 0 && !is_eos(s, te)) s->eos[s->n_eos++] = te;
+    /* End-of-turn tokens end generation too (llama.cpp's end-of-generation set): a chat model that
+     * closes its turn with one that config.json does not list as EOS would otherwise run on into
+     * the next turn. Only special added tokens count. */
+    static const char *const eot[] = {"<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
+                                      "<|end_of_text|>", "<|return|>", "<|eom_id|>", "<\uff5cend\u2581of\u2581sentence\uff5c>"};
+    for (size_t i = 0; tok && i < sizeof eot / sizeof eot[0] && s->n_eos < (int)(sizeof s->eos / sizeof s->eos[0]); i++) {
+        int32_t id = mx_tokenizer_token_id(tok, eot[i]);
+        if (id >= 0 && id < s->vocab && mx_tokenizer_is_special(tok, id) && !is_eos(s, id)) s->eos[s->n_eos++] = id;
+    }
     s->block_size = 16;
     s->max_blocks = (s->p.n_ctx + s->block_size - 1) / s->block_size;
     int n_blocks = s->max_blocks * s->p.n_parallel;

@@ -4,6 +4,7 @@
  * serve). Endpoint bodies live in api.c and gen.c. Not the engine. */
 #include "server/internal.h"
 #include "mlxcel/backend_cuda.h"
+#include "mlxcel/store.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -357,8 +358,12 @@ static const char *k_chatml =
 static mx_status load_all(mx_srv *s) {
     const mx_server_params *p = s->p;
     mx_status st;
-    if (p->model) snprintf(s->model_path, sizeof s->model_path, "%s", p->model);
-    else if (!mx_server_find_demo_model(s->model_path, sizeof s->model_path)) return MX_ERR_IO;
+    if (p->model) {   /* a directory, or a repository id from the store / HF cache (downloaded if absent) */
+        char *dir = NULL;
+        if ((st = mx_model_resolve(p->model, true, &dir))) return st;
+        snprintf(s->model_path, sizeof s->model_path, "%s", dir);
+        free(dir);
+    } else if (!mx_server_find_demo_model(s->model_path, sizeof s->model_path)) return MX_ERR_IO;
     if (p->n_threads > 0) mx_pool_global_set_threads(p->n_threads);
     const char *delay = getenv("MLXCEL_TEST_LOAD_DELAY_MS");   /* test hook: a slow load (503 /health) */
     if (delay && atoi(delay) > 0) {

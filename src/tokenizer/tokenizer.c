@@ -429,9 +429,11 @@ static mx_status load_post(mx_tokenizer *t, const tj *j, tk_post *cur) {
         const tj *single = tj_get(j, "single"), *sp = tj_get(j, "special_tokens");
         if (!single || single->type != TJ_ARR) return mx_errorf(MX_ERR_FORMAT, "tokenizer.json: TemplateProcessing needs a single template list");
         size_t cap = 0;
-        for (uint32_t i = 0; i < single->n; i++) {
+        for (uint32_t i = 0; i < single->n; i++) {   /* mirrors the filling loop below */
             const tj *stok = tj_get(&single->u.a[i], "SpecialToken");
-            const tj *ids = stok ? tj_get(tj_get(sp, tj_str(tj_get(stok, "id")) ? tj_str(tj_get(stok, "id")) : ""), "ids") : NULL;
+            if (tj_get(&single->u.a[i], "Sequence") || !stok) { cap++; continue; }
+            const char *name = tj_str(tj_get(stok, "id"));
+            const tj *ids = name ? tj_get(tj_get(sp, name), "ids") : NULL;
             cap += ids && ids->type == TJ_ARR ? ids->n : 1;
         }
         int32_t *it = malloc((cap + 1) * sizeof *it);

@@ -153,6 +153,10 @@ c=$(post /completion "{\"prompt\":\"The computer\",\"n_predict\":4,\"temperature
 c=$(post /v1/completions "{\"prompt\":\"The computer\",\"max_tokens\":4,\"temperature\":0,\"logit_bias\":{\"$cat_id\":100},\"logprobs\":2}")
 [ "$c" = 200 ] && [ "$(jget "j['choices'][0]['text'] == ' cat' * 4 and j['choices'][0]['logprobs']['tokens'] == [' cat'] * 4 and len(j['choices'][0]['logprobs']['top_logprobs'][0]) == 2")" = True ] \
   && pass logit_bias_openai || fail logit_bias_openai "$c $(body | head -c 400)"
+# an end-of-turn token (<|im_end|>, id 2, special; not config.json's EOS) ends generation too
+c=$(post /v1/chat/completions '{"messages":[{"role":"user","content":"Hi"}],"max_tokens":8,"temperature":0,"logit_bias":{"2":100}}')
+[ "$c" = 200 ] && [ "$(jget "'%s|%s|%s' % (j['choices'][0]['finish_reason'], j['usage']['completion_tokens'], j['choices'][0]['message']['content'])")" = "stop|1|" ] \
+  && pass end_of_turn_token_stops || fail end_of_turn_token_stops "$c $(body | head -c 300)"
 # chat logprobs / top_logprobs
 c=$(post /v1/chat/completions '{"messages":[{"role":"user","content":"Hi"}],"max_tokens":3,"temperature":0,"logprobs":true,"top_logprobs":3}')
 [ "$c" = 200 ] && [ "$(jget "all(len(e['top_logprobs'])==3 and e['logprob']<=0 and e['top_logprobs'][0]['logprob']>=e['top_logprobs'][1]['logprob'] and e['token']==e['top_logprobs'][0]['token'] for e in j['choices'][0]['logprobs']['content']) and len(j['choices'][0]['logprobs']['content'])>0")" = True ] \

@@ -83,6 +83,11 @@ await check('openai_error_context', async () => {
   }
 });
 
+await check('openai_error_404', async () => {
+  try { await client.models.retrieve('no-such-model'); return 'no error'; }
+  catch (e) { return (e instanceof OpenAI.NotFoundError && e.status === 404 && e.error?.type === 'not_found_error') || `${e.constructor.name} ${e.status}`; }
+});
+
 await check('openai_error_401', async () => {
   const bad = new OpenAI({ baseURL, apiKey: 'wrong-key', maxRetries: 0 });
   try { await bad.chat.completions.create({ model, messages, max_tokens: 2 }); return 'no error'; }
