@@ -37,6 +37,7 @@ typedef struct mx_gen_params {
     const int32_t *prompt; int n_prompt;   /* copied */
     int n_predict;                         /* max generated tokens; -1: until the context is full */
     bool ignore_eos;
+    bool cache_prompt;                     /* reuse a free slot's KV for a common prompt prefix */
     bool logprobs;                         /* report each token's logprob (top n: sampling.n_logprobs) */
     mx_sampling sampling;                  /* logit_bias array copied */
     const char *const *stops; int n_stops; /* copied */
@@ -62,6 +63,7 @@ typedef struct mx_gen_update {
     char stop_word[256];         /* the stop string that matched (MX_FINISH_STOP) */
     char error[256];
     int n_prompt, n_gen;         /* totals so far */
+    int n_cached;                /* prompt tokens whose KV came from an earlier request (not recomputed) */
     int slot;                    /* slot id, -1 while queued */
     double t_prompt_ms, t_gen_ms;/* prompt processing time, generation time so far */
 } mx_gen_update;

@@ -24,6 +24,7 @@ struct mx_gen {
     int32_t *prompt; int n_prompt;
     int n_predict;
     bool ignore_eos;
+    bool cache_prompt;
     bool logprobs;
     int n_logprobs;
     mx_sampler *sampler;
@@ -39,6 +40,8 @@ typedef struct slot {
     int32_t *table; int n_blocks;
     int32_t *hist; int n_hist;   /* prompt + generated ids */
     int n_past;                  /* positions written to the KV cache */
+    int n_cached;                /* free slot: hist[0, n_cached) are prompt positions still valid in
+                                  * its KV blocks (computed as prompt rows, as a fresh prefill would) */
     int n_gen;
     bool decoding;               /* prompt done; hist[n_hist-1] is the next token to feed */
     mx_detok_stream *detok;
@@ -136,7 +139,7 @@ bool mx_gen_take(mx_gen *g, int timeout_ms, mx_gen_update *u) {
     u->finish = g->out.finish;
     memcpy(u->stop_word, g->out.stop_word, sizeof u->stop_word);
     memcpy(u->error, g->out.error, sizeof u->error);
-    u->n_prompt = g->out.n_prompt; u->n_gen = g->out.n_gen; u->slot = g->out.slot;
+    u->n_prompt = g->out.n_prompt; u->n_gen = g->out.n_gen; u->slot = g->out.slot; u->n_cached = g->out.n_cached;
     u->t_prompt_ms = g->out.t_prompt_ms; u->t_gen_ms = g->out.t_gen_ms;
     pthread_mutex_unlock(&g->mu);
     return changed;
@@ -171,6 +174,7 @@ mx_status mx_sched_submit(mx_sched *s, const mx_gen_params *p, mx_gen **out) {
     g->n_prompt = p->n_prompt;
     g->n_predict = p->n_predict;
     g->ignore_eos = p->ignore_eos;
+    g->cache_prompt = p->cache_prompt;
     g->n_logprobs = p->sampling.n_logprobs;
     g->logprobs = p->logprobs || p->sampling.n_logprobs > 0;
     g->out.slot = -1;
@@ -241,7 +245,8 @@ static void emit(mx_sched *s, slot *sl, const char *text, size_t len, const mx_g
     pthread_mutex_unlock(&g->mu);
 }
 
-/* End a slot's request: flush held text unless a stop string ended it, free the slot. */
+/* End a slot's request: flush held text unless a stop string ended it, free the slot, then tell
+ * the consumer (so a client that sees its answer end finds the slot free). */
 static void retire(mx_sched *s, slot *sl, mx_finish fin, const char *stop_word, const char *err) {
     if (fin != MX_FINISH_STOP && fin != MX_FINISH_ERROR && fin != MX_FINISH_CANCELLED) {
         sl->text.len = 0;
@@ -249,24 +254,36 @@ static void retire(mx_sched *s, slot *sl, mx_finish fin, const char *stop_word, 
         mx_detok_stream_flush(sl->detok, &sl->piece);
         if (sl->piece.len) mx_stop_feed(sl->stop, sl->piece.data, sl->piece.len, &sl->text);
         mx_stop_flush(sl->stop, &sl->text);
-        if (sl->text.len) emit(s, sl, sl->text.data, sl->text.len, NULL, MX_FINISH_NONE, NULL, NULL);
     }
+    /* last text and final counts/timings (not yet the end) */
+    emit(s, sl, sl->text.data, fin == MX_FINISH_STOP || fin == MX_FINISH_ERROR || fin == MX_FINISH_CANCELLED ? 0 : sl->text.len,
+         NULL, MX_FINISH_NONE, NULL, NULL);
+    sl->text.len = 0;
     double now = mx_time_s();
-    emit(s, sl, NULL, 0, NULL, fin, stop_word, err);
+    mx_gen *g = sl->g;
     pthread_mutex_lock(&s->mu);
     s->st.n_gen_tokens_total += (uint64_t)sl->n_gen;
     if (sl->t_first > 0) s->st.t_gen_total_s += now - sl->t_first;
-    mx_kv_alloc_release(s->kv, sl->table, &sl->n_blocks);
+    /* Keep the blocks and the prompt's KV for a later request with the same prefix. The pool holds
+     * n_ctx positions per slot, so blocks kept here never starve another slot. Generated positions
+     * are not reused: they were computed on the decode path, a fresh prefill would differ. */
+    sl->n_cached = g->cache_prompt && fin != MX_FINISH_ERROR ? (g->n_prompt < sl->n_past ? g->n_prompt : sl->n_past) : 0;
     mx_detok_stream_free(sl->detok); sl->detok = NULL;
     mx_stop_free(sl->stop); sl->stop = NULL;
-    mx_gen *g = sl->g;
     sl->g = NULL;
-    sl->n_gen = 0; sl->n_past = 0; sl->n_hist = 0; sl->decoding = false;
+    sl->n_gen = 0; sl->n_past = 0; sl->n_hist = sl->n_cached; sl->decoding = false;
     s->n_active--;
     s->st.n_processing = s->n_active;
     publish(s, sl);
     s->st.kv_used_blocks = s->st.kv_total_blocks - mx_kv_alloc_n_free(s->kv);
     pthread_mutex_unlock(&s->mu);
+    pthread_mutex_lock(&g->mu);
+    g->out.finish = fin;
+    if (stop_word) snprintf(g->out.stop_word, sizeof g->out.stop_word, "%s", stop_word);
+    if (err) snprintf(g->out.error, sizeof g->out.error, "%s", err);
+    g->done = true;
+    pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
     gen_unref(g);
 }
 
@@ -287,8 +304,17 @@ static void admit(mx_sched *s) {
         }
         if (s->n_active >= s->p.n_parallel) break;
         slot *sl = NULL;
-        for (int i = 0; i < s->p.n_parallel; i++) if (!s->slots[i].g) { sl = &s->slots[i]; break; }
+        int best = -1;
+        for (int i = 0; i < s->p.n_parallel; i++) {
+            slot *c = &s->slots[i];
+            if (c->g) continue;
+            int k = 0;
+            if (g->cache_prompt)
+                while (k < c->n_cached && k < g->n_prompt && c->hist[k] == g->prompt[k]) k++;
+            if (k > best) { best = k; sl = c; }
+        }
         if (!sl) break;
+        if (best > g->n_prompt - 1) best = g->n_prompt - 1;   /* the last prompt row gives the logits */
         s->q_head = g->next;
         if (!s->q_head) s->q_tail = NULL;
         g->next = NULL;
@@ -309,7 +335,10 @@ static void admit(mx_sched *s) {
         sl->g = g;
         memcpy(sl->hist, g->prompt, (size_t)g->n_prompt * sizeof *sl->hist);
         sl->n_hist = g->n_prompt;
-        sl->n_past = 0; sl->n_gen = 0; sl->decoding = false;
+        sl->n_past = best; sl->n_cached = 0; sl->n_gen = 0; sl->decoding = false;
+        pthread_mutex_lock(&g->mu);
+        g->out.n_cached = best;
+        pthread_mutex_unlock(&g->mu);
         sl->t_start = mx_time_s(); sl->t_first = 0;
         s->n_active++;
         publish(s, sl);

@@ -217,8 +217,8 @@ mx_status mx_server_parse_args(int argc, char **argv, mx_server_params *p, bool 
 }
 
 static bool is_model_dir(const char *d) {
-    char cfg[PATH_MAX + 32];
-    snprintf(cfg, sizeof cfg, "%s/config.json", d);
+    char cfg[PATH_MAX + 512];
+    if ((size_t)snprintf(cfg, sizeof cfg, "%s/config.json", d) >= sizeof cfg) return false;
     struct stat st;
     return stat(cfg, &st) == 0 && S_ISREG(st.st_mode);
 }

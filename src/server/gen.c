@@ -16,7 +16,7 @@ typedef struct gen_req {
     mx_gen_kind kind;
     bool stream, include_usage;
     int n_predict;
-    bool ignore_eos;
+    bool ignore_eos, cache_prompt;
     mx_sampling samp;
     mx_logit_bias *bias; int n_bias;
     char *stops[MAX_STOPS]; int n_stops;
@@ -174,7 +174,7 @@ static bool parse_request(mx_srv *s, json_t *req, gen_req *r, char *err, size_t 
     int vocab = mx_model_cfg(s->model)->vocab_size;
     mx_sampling_default(&r->samp);
     r->n_predict = s->p->n_predict;
-    double d; long long i; bool b; int k;
+    double d; long long i; int k;
     if (get_bool(req, "stream", &r->stream, err, errn) < 0) return false;
     json_t *so = json_object_get(req, "stream_options");
     if (so && !json_is_null(so)) {
@@ -208,7 +208,8 @@ static bool parse_request(mx_srv *s, json_t *req, gen_req *r, char *err, size_t 
     else r->samp.seed = (uint64_t)(mx_time_s() * 1e9) ^ ((uint64_t)r->req_id * 0x9E3779B97F4A7C15ull);
     if ((k = get_int(req, "n", 1, 1, &i, err, errn)) < 0) { snprintf(err, errn, "'n' must be 1 (one choice per request)"); return false; }
     if (get_bool(req, "ignore_eos", &r->ignore_eos, err, errn) < 0) return false;
-    if (get_bool(req, "cache_prompt", &b, err, errn) < 0) return false;
+    r->cache_prompt = true;
+    if (get_bool(req, "cache_prompt", &r->cache_prompt, err, errn) < 0) return false;
     if ((k = get_int(req, "id_slot", -1, s->p->n_parallel - 1, &i, err, errn)) < 0) return false;
     if (!parse_logit_bias(r, json_object_get(req, "logit_bias"), vocab, err, errn)) return false;
     r->samp.logit_bias = r->bias; r->samp.n_logit_bias = r->n_bias;
@@ -270,18 +271,19 @@ static const char *finish_str(mx_finish f) {
 
 static json_t *timings_json(const mx_gen_update *u) {
     double pms = u->t_prompt_ms, gms = u->t_gen_ms;
-    return json_pack("{s:i,s:f,s:f,s:f,s:i,s:f,s:f,s:f}",
-                     "prompt_n", u->n_prompt, "prompt_ms", pms,
-                     "prompt_per_token_ms", u->n_prompt ? pms / u->n_prompt : 0.0,
-                     "prompt_per_second", pms > 0 ? 1e3 * u->n_prompt / pms : 0.0,
+    int pn = u->n_prompt - u->n_cached;   /* prompt tokens processed (the rest came from the cache) */
+    return json_pack("{s:i,s:i,s:f,s:f,s:f,s:i,s:f,s:f,s:f}",
+                     "cache_n", u->n_cached, "prompt_n", pn, "prompt_ms", pms,
+                     "prompt_per_token_ms", pn ? pms / pn : 0.0,
+                     "prompt_per_second", pms > 0 ? 1e3 * pn / pms : 0.0,
                      "predicted_n", u->n_gen, "predicted_ms", gms,
                      "predicted_per_token_ms", u->n_gen ? gms / u->n_gen : 0.0,
                      "predicted_per_second", gms > 0 ? 1e3 * u->n_gen / gms : 0.0);
 }
 
 static json_t *usage_json(const mx_gen_update *u) {
-    return json_pack("{s:i,s:i,s:i}", "prompt_tokens", u->n_prompt, "completion_tokens", u->n_gen,
-                     "total_tokens", u->n_prompt + u->n_gen);
+    return json_pack("{s:i,s:i,s:i,s:{s:i}}", "prompt_tokens", u->n_prompt, "completion_tokens", u->n_gen,
+                     "total_tokens", u->n_prompt + u->n_gen, "prompt_tokens_details", "cached_tokens", u->n_cached);
 }
 
 static json_t *bytes_of(const char *t, size_t n) {
@@ -383,7 +385,7 @@ static json_t *llama_final(mx_srv *s, const gen_req *r, const mx_gen_update *u, 
                           "stop", 1, "model", s->model_id, "tokens_predicted", u->n_gen,
                           "tokens_evaluated", u->n_prompt, "stop_type", stop_type(u->finish),
                           "stopping_word", u->finish == MX_FINISH_STOP ? u->stop_word : "",
-                          "truncated", 0, "tokens_cached", u->n_prompt + u->n_gen,
+                          "truncated", 0, "tokens_cached", u->n_cached,
                           "timings", timings_json(u),
                           "generation_settings", json_pack("{s:i,s:f,s:i,s:f,s:f,s:I}", "n_predict", r->n_predict,
                                                            "temperature", (double)r->samp.temperature, "top_k", r->samp.top_k,
@@ -607,7 +609,7 @@ enum MHD_Result mx_api_generate(mx_srv *s, struct MHD_Connection *c, mx_gen_kind
         return mx_send_error(c, ek, "%s", err);
     }
     mx_gen_params gp = {
-        .prompt = r.prompt, .n_prompt = r.n_prompt, .n_predict = r.n_predict, .ignore_eos = r.ignore_eos,
+        .prompt = r.prompt, .n_prompt = r.n_prompt, .n_predict = r.n_predict, .ignore_eos = r.ignore_eos, .cache_prompt = r.cache_prompt,
         .logprobs = r.logprobs, .sampling = r.samp, .stops = (const char *const *)r.stops, .n_stops = r.n_stops,
     };
     mx_gen *g = NULL;

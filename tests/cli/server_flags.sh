@@ -129,6 +129,11 @@ PY
 done
 srv_stop "$SRV_PID"
 # no metrics endpoint without --metrics: 501
-srv_start nometrics || { fail server_start_nometrics "see above"; t_done; }
+srv_start nometrics --no-slots || { fail server_start_nometrics "see above"; t_done; }
 c=$(get /metrics); expect_error metrics_off_501 501 "$c" not_supported_error
+c=$(get /slots); expect_error slots_off_501 501 "$c" not_supported_error
+# llama-server's n_probs on /completion: per-token probabilities with top alternatives
+c=$(post /completion '{"prompt":"The computer","n_predict":3,"temperature":0,"n_probs":2}')
+[ "$c" = 200 ] && [ "$(jget "len(j['completion_probabilities']) == 3 and all(len(p['top_logprobs']) == 2 and p['id'] == p['top_logprobs'][0]['id'] for p in j['completion_probabilities'])")" = True ] \
+  && pass completion_n_probs || fail completion_n_probs "$c $(body | head -c 300)"
 t_done

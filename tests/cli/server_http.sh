@@ -40,7 +40,7 @@ want=" the company is a beautiful world.
 got=$(jget "j['content']")
 [ "$c" = 200 ] && [ "$got" = "$want" ] && pass completion_greedy_golden || fail completion_greedy_golden "$c got '$got'"
 [ "$(jget "'%s|%s|%s' % (j['stop'], j['stop_type'], j['tokens_evaluated'] > 0)")" = "True|eos|True" ] \
-  && [ "$(jget "sorted(j['timings'].keys()) == sorted(['prompt_n','prompt_ms','prompt_per_token_ms','prompt_per_second','predicted_n','predicted_ms','predicted_per_token_ms','predicted_per_second'])")" = True ] \
+  && [ "$(jget "sorted(j['timings'].keys()) == sorted(['cache_n','prompt_n','prompt_ms','prompt_per_token_ms','prompt_per_second','predicted_n','predicted_ms','predicted_per_token_ms','predicted_per_second'])")" = True ] \
   && pass completion_shape || fail completion_shape "$(body | head -c 400)"
 
 # n_predict limit and ignore_eos
@@ -52,6 +52,14 @@ c=$(post /completion '{"prompt":"The computer","n_predict":7,"temperature":0,"ig
 c=$(post /completion "{\"prompt\":$toks,\"n_predict\":32,\"temperature\":0}")
 [ "$c" = 200 ] && [ "$(jget "j['content']")" = "$want" ] && pass completion_token_prompt || fail completion_token_prompt "$c $(body | head -c 300)"
 
+# prompt cache: the same prompt again reuses the slot's KV (all but the last prompt token), same text
+P='{"prompt":"Fortune cookies and the very long sentence of the prompt cache test","n_predict":12,"temperature":0,"ignore_eos":true'
+post /completion "$P,\"cache_prompt\":false}" >/dev/null; t0=$(jget "j['content']"); n0=$(jget "j['tokens_evaluated']")
+post /completion "$P}" >/dev/null
+post /completion "$P}" >/dev/null; t1=$(jget "j['content']"); c1=$(jget "j['timings']['cache_n']"); p1=$(jget "j['timings']['prompt_n']")
+post /completion "$P,\"cache_prompt\":false}" >/dev/null; c2=$(jget "j['timings']['cache_n']")
+[ "$t0" = "$t1" ] && [ "$c1" = $((n0 - 1)) ] && [ "$p1" = 1 ] && [ "$c2" = 0 ] && pass prompt_cache \
+  || fail prompt_cache "no-cache '$t0' vs cached '$t1'; cache_n $c1 prompt_n $p1 (prompt $n0), cache off: $c2"
 # native streaming: events until stop:true, concatenation equals the whole answer
 curl -s -m 60 -N -H 'Content-Type: application/json' -d '{"prompt":"A wise man once said","n_predict":32,"temperature":0,"stream":true}' \
   "$U/completion" >"$SRV_TMP/stream"

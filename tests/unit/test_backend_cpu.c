@@ -379,6 +379,54 @@ static void test_attention(void) {
     run_attention(12, 1, 72, 0, 0);   /* > 8 q heads per kv head, head_dim with a tail */
     run_attention(8, 8, 128, 0, 0);   /* MHA */
 }
+/* One long sequence: a 700-token prefill, then single-token decodes with one kv head (few work
+ * units, so the backend also splits the key range across threads and merges). */
+static void run_attention_long(int window) {
+    enum { NH = 4, NKV = 1, HD = 64, BS = 16, NB = 64, P = 700 };
+    mx_kv_desc kd = {1, NKV, HD, BS, NB, MX_DTYPE_F32};
+    TREQUIRE(B.i->kv_init(B.ctx, &kd) == MX_OK, "kv_init: %s", mx_last_error());
+    int32_t bt[NB];
+    for (int i = 0; i < NB; i++) bt[i] = NB - 1 - i;
+    float *q = malloc(sizeof(float) * (P + 2) * NH * HD), *out = malloc(sizeof(float) * P * NH * HD);
+    float *kk = malloc(sizeof(float) * (P + 2) * NKV * HD), *vv = malloc(sizeof(float) * (P + 2) * NKV * HD);
+    int32_t *pos = malloc(sizeof(int32_t) * P), *slot = malloc(sizeof(int32_t) * P), *seq = malloc(sizeof(int32_t) * P);
+    fill(q, (P + 2) * NH * HD, 2.0f); fill(kk, (P + 2) * NKV * HD, 2.0f); fill(vv, (P + 2) * NKV * HD, 1.0f);
+    for (int i = 0; i < P; i++) { pos[i] = i; seq[i] = 0; slot[i] = bt[i / BS] * BS + i % BS; }
+    mx_attn_params p = {NH, NKV, HD, 0.125f, window, 0};
+    mx_attn_meta m = {P, pos, slot, seq, 1, NB, bt};
+    B.i->attention(B.ctx, 0, q, kk, vv, out, &p, &m);
+    for (int step = 0; step <= 2 && !t_case_failed; step++) {
+        int t = step < 2 ? (step ? 350 : P - 1) : P; /* two prefill rows, then a decode at position P */
+        if (step == 2) {
+            int32_t dp = P, ds = bt[P / BS] * BS + P % BS, dq = 0;
+            mx_attn_meta dm = {1, &dp, &ds, &dq, 1, NB, bt};
+            B.i->attention(B.ctx, 0, q + (size_t)P * NH * HD, kk + (size_t)P * NKV * HD, vv + (size_t)P * NKV * HD, out, &p, &dm);
+        }
+        const float *o = step == 2 ? out : out + (size_t)t * NH * HD;
+        int lo = window > 0 && t - window + 1 > 0 ? t - window + 1 : 0;
+        for (int h = 0; h < NH; h++) {
+            double mx = -1e300, sum = 0, *sc = malloc(sizeof(double) * (P + 1));
+            for (int jx = lo; jx <= t; jx++) {
+                double d = 0;
+                for (int i = 0; i < HD; i++) d += (double)q[((size_t)t * NH + h) * HD + i] * kk[(size_t)jx * HD + i];
+                sc[jx] = d * 0.125;
+                if (sc[jx] > mx) mx = sc[jx];
+            }
+            for (int jx = lo; jx <= t; jx++) { sc[jx] = exp(sc[jx] - mx); sum += sc[jx]; }
+            for (int i = 0; i < HD; i++) {
+                double a = 0;
+                for (int jx = lo; jx <= t; jx++) a += sc[jx] / sum * vv[(size_t)jx * HD + i];
+                TCHECK(fabs(o[h * HD + i] - a) < 1e-5 * (fabs(a) + 0.1), "window %d pos %d head %d i %d: %g vs %g", window,
+                       t, h, i, o[h * HD + i], a);
+            }
+            free(sc);
+        }
+    }
+    free(q); free(out); free(kk); free(vv); free(pos); free(slot); free(seq);
+    B.i->kv_free(B.ctx);
+}
+static void test_attention_long(void) { run_attention_long(0); run_attention_long(300); }
+
 static void test_attention_window(void) { run_attention(4, 2, 16, 5, 0); run_attention(6, 2, 64, 17, 0); }
 static void test_attention_softcap(void) { run_attention(4, 2, 16, 0, 1.5f); run_attention(4, 2, 32, 3, 2.0f); }
 
@@ -461,6 +509,7 @@ int main(void) {
     RUN(test_rope);
     RUN(test_attention);
     RUN(test_attention_window);
+    RUN(test_attention_long);
     RUN(test_attention_softcap);
     RUN(test_act);
     RUN(test_elementwise);

@@ -21,7 +21,7 @@ static void encode(const char *text, int32_t **ids, int *n) {
 static mx_gen_params greedy(const int32_t *ids, int n, int n_predict) {
     mx_gen_params p;
     memset(&p, 0, sizeof p);
-    p.prompt = ids; p.n_prompt = n; p.n_predict = n_predict; p.ignore_eos = true;
+    p.prompt = ids; p.n_prompt = n; p.n_predict = n_predict; p.ignore_eos = true; p.cache_prompt = true;
     mx_sampling_default(&p.sampling);
     p.sampling.temperature = 0;
     return p;
@@ -87,7 +87,9 @@ static void test_batched_equals_alone(void) {
     TCHECK(st.n_decode_total > 0 && st.n_busy_slots_total > st.n_decode_total, "no shared batches: %llu seqs over %llu passes",
            (unsigned long long)st.n_busy_slots_total, (unsigned long long)st.n_decode_total);
     TCHECK(st.n_gen_tokens_total == 240, "generated %llu tokens, want 240", (unsigned long long)st.n_gen_tokens_total);
-    TCHECK(st.n_processing == 0 && st.kv_used_blocks == 0, "after: %d processing, %d blocks used", st.n_processing, st.kv_used_blocks);
+    TCHECK(st.n_processing == 0 && st.n_deferred == 0, "after: %d processing, %d waiting", st.n_processing, st.n_deferred);
+    /* free slots keep only their prompts' blocks (prompt cache): at most 6 prompts of < 32 tokens */
+    TCHECK(st.kv_used_blocks <= 6 * 2, "%d KV blocks still held", st.kv_used_blocks);
     for (int i = 0; i < 6; i++) { free(alone[i]); free(together[i]); free(ids[i]); }
     mx_sched_free(s);
 }
@@ -184,7 +186,7 @@ static void test_cancel_and_queue(void) {
     }
     mx_sched_stats st;
     mx_sched_stats_get(s, &st);
-    TCHECK(st.n_processing == 0 && st.kv_used_blocks == 0, "slot not freed: %d processing, %d blocks", st.n_processing, st.kv_used_blocks);
+    TCHECK(st.n_processing == 0 && st.kv_used_blocks <= 1, "slot not freed: %d processing, %d blocks", st.n_processing, st.kv_used_blocks);
     /* shutdown with a request running: it ends cancelled, later submits are refused */
     p = greedy(ids, n, 1000);
     TREQUIRE(mx_sched_submit(s, &p, &a) == MX_OK, "submit");
@@ -199,6 +201,42 @@ static void test_cancel_and_queue(void) {
     mx_sched_free(s);
 }
 
+/* A free slot keeps its prompt's KV: a request with the same prefix reuses it (only prompt
+ * positions, never generated ones) and gets the same greedy text as without the cache. */
+static void test_prompt_cache(void) {
+    fresh_model();
+    mx_sched_params sp = {.n_parallel = 2, .n_ctx = 256, .max_queue = 4};
+    mx_sched *s = NULL;
+    TREQUIRE(mx_sched_new(g_model, g_tok, &sp, &s) == MX_OK, "sched: %s", mx_last_error());
+    int32_t *a, *b; int na, nb;
+    encode("In the beginning there was a very long sentence about cookies", &a, &na);
+    encode("In the beginning there was a very long sentence about cookies and a cat", &b, &nb);
+    char *texts[4];
+    int cached[4];
+    /* b without cache, a (fills a slot), a again (cached up to its last token), b (cached prefix a) */
+    const int32_t *pr[4] = {b, a, a, b};
+    int np[4] = {nb, na, na, nb};
+    bool use[4] = {false, true, true, true};
+    for (int i = 0; i < 4; i++) {
+        mx_gen_params p = greedy(pr[i], np[i], 12);
+        p.cache_prompt = use[i];
+        mx_gen *g; mx_gen_update u;
+        TREQUIRE(mx_sched_submit(s, &p, &g) == MX_OK, "submit %d", i);
+        texts[i] = finish(g, &u);
+        cached[i] = u.n_cached;
+        mx_gen_update_free(&u);
+        mx_gen_release(g);
+    }
+    TCHECK(cached[0] == 0, "no-cache request reused %d", cached[0]);
+    TCHECK(cached[2] == na - 1, "same prompt: %d cached, want %d", cached[2], na - 1);
+    TCHECK(cached[3] >= na - 1 && cached[3] <= na, "longer prompt: %d cached, want about %d", cached[3], na);
+    TCHECK(!strcmp(texts[1], texts[2]), "a: '%s' vs cached '%s'", texts[1], texts[2]);
+    TCHECK(!strcmp(texts[0], texts[3]), "b: '%s' vs cached '%s'", texts[0], texts[3]);
+    for (int i = 0; i < 4; i++) free(texts[i]);
+    free(a); free(b);
+    mx_sched_free(s);
+}
+
 int main(void) {
     char dir[4096];
     t_path(dir, sizeof dir, "models/fortune-6m-mlx-q4");
@@ -209,6 +247,7 @@ int main(void) {
     RUN(test_batched_equals_alone);
     RUN(test_endings);
     RUN(test_cancel_and_queue);
+    RUN(test_prompt_cache);
     mx_tokenizer_free(g_tok);
     mx_model_free(g_model);
     mx_backend_cpu_free(&g_be);

@@ -127,6 +127,19 @@ static void t_stream(const char *unused) {
         if (why[0]) { bad++; if (!first[0]) snprintf(first, sizeof first, "emoji: %s", why); }
         free(ids);
     }
+    /* random ids (broken byte sequences, specials, byte-fallback pieces in any order) */
+    uint64_t r = 0x2545F4914F6CDD1Dull;
+    int vs = mx_tokenizer_vocab_size(g_tok);
+    for (int rep = 0; rep < 20 && vs > 0; rep++) {
+        int32_t rid[64];
+        for (int i = 0; i < 64; i++) {
+            r ^= r << 13; r ^= r >> 7; r ^= r << 17;
+            /* half from the low ids (bytes, byte-fallback tokens, specials), half anywhere */
+            rid[i] = (int32_t)((i & 1) ? r % (uint64_t)vs : r % 600);
+        }
+        stream_check(rid, 64, rep & 1, why, sizeof why);
+        if (why[0]) { bad++; if (!first[0]) snprintf(first, sizeof first, "random ids rep %d: %s", rep, why); }
+    }
     TCHECK(bad == 0, "%s: %zu streaming failures; first: %s", g_name, bad, first);
 }
 

@@ -17,6 +17,8 @@ typedef struct {
     const mx_attn_params *p;
     const mx_attn_meta *m;
     int max_ctx;
+    int split;          /* key ranges per (token, kv head); > 1 writes partial results */
+    float *part, *pml;  /* split > 1: [units][grp*hd] partial outputs, [units][grp][2] max/sum */
 } attn_job;
 
 #define GB 8 /* q heads handled together */
@@ -41,7 +43,8 @@ static inline __m512 reduce16(const __m512 *v) {
 /* One (token, kv head) unit: ng q heads starting at q (stride hd), keys at koff[0..cnt) (-1 = missing). */
 static inline __attribute__((always_inline)) void attn_heads(const attn_job *j, const float *q, float *out, int ng,
                                                              const int64_t *koff, int cnt,
-                                                             float *sc /* [GB][cnt rounded to 16] */) {
+                                                             float *sc /* [GB][cnt rounded to 16] */,
+                                                             float *ml /* NULL or [ng][2]: max, sum of exp */) {
     const mx_attn_params *p = j->p;
     const int hd = p->head_dim;
     const int cs = (cnt + 15) & ~15;
@@ -90,6 +93,7 @@ static inline __attribute__((always_inline)) void attn_heads(const attn_job *j, 
             sum = _mm512_add_ps(sum, e);
         }
         float tot = _mm512_reduce_add_ps(sum);
+        if (ml) { ml[2 * g] = m; ml[2 * g + 1] = tot; }
         __m512 inv = _mm512_set1_ps(tot > 0 ? 1.0f / tot : 0.0f);
         for (int i = 0; i < cs; i += 16) _mm512_store_ps(s + i, _mm512_mul_ps(_mm512_load_ps(s + i), inv));
     }
@@ -122,6 +126,7 @@ static inline __attribute__((always_inline)) void attn_heads(const attn_job *j, 
         float sum = 0;
         for (int i = 0; i < cnt; i++) { float e = s[i] == -INFINITY ? 0.0f : expf(s[i] - mx); s[i] = e; sum += e; }
         float inv = sum > 0 ? 1.0f / sum : 0.0f;
+        if (ml) { ml[2 * g] = mx == -INFINITY ? 0.0f : mx; ml[2 * g + 1] = sum; }
         float *o = out + (int64_t)g * hd;
         for (int e = 0; e < hd; e++) o[e] = 0;
         for (int i = 0; i < cnt; i++) {
@@ -135,16 +140,17 @@ static inline __attribute__((always_inline)) void attn_heads(const attn_job *j, 
 }
 
 /* ng as a compile-time constant so the per-head accumulators stay in registers */
-static void attn_heads_n(const attn_job *j, const float *q, float *out, int ng, const int64_t *koff, int cnt, float *sc) {
+static void attn_heads_n(const attn_job *j, const float *q, float *out, int ng, const int64_t *koff, int cnt, float *sc,
+                         float *ml) {
     switch (ng) {
-    case 1: attn_heads(j, q, out, 1, koff, cnt, sc); break;
-    case 2: attn_heads(j, q, out, 2, koff, cnt, sc); break;
-    case 3: attn_heads(j, q, out, 3, koff, cnt, sc); break;
-    case 4: attn_heads(j, q, out, 4, koff, cnt, sc); break;
-    case 5: attn_heads(j, q, out, 5, koff, cnt, sc); break;
-    case 6: attn_heads(j, q, out, 6, koff, cnt, sc); break;
-    case 7: attn_heads(j, q, out, 7, koff, cnt, sc); break;
-    default: attn_heads(j, q, out, 8, koff, cnt, sc); break;
+    case 1: attn_heads(j, q, out, 1, koff, cnt, sc, ml); break;
+    case 2: attn_heads(j, q, out, 2, koff, cnt, sc, ml); break;
+    case 3: attn_heads(j, q, out, 3, koff, cnt, sc, ml); break;
+    case 4: attn_heads(j, q, out, 4, koff, cnt, sc, ml); break;
+    case 5: attn_heads(j, q, out, 5, koff, cnt, sc, ml); break;
+    case 6: attn_heads(j, q, out, 6, koff, cnt, sc, ml); break;
+    case 7: attn_heads(j, q, out, 7, koff, cnt, sc, ml); break;
+    default: attn_heads(j, q, out, 8, koff, cnt, sc, ml); break;
     }
 }
 
@@ -161,16 +167,27 @@ static void attn_fn(void *arg, int64_t b, int64_t e, int tid) {
     int64_t *koff = (int64_t *)scr;
     float *sc = (float *)(scr + cs * sizeof(int64_t));
     for (int64_t u = b; u < e; u++) {
+        const int S = j->split, sp = (int)(u % S);
+        const int64_t tu = u / S;
         /* last tokens first: in a prefill they attend to the most keys, so dynamic chunking balances */
-        int t = m->n_tokens - 1 - (int)(u / nkv), kh = (int)(u % nkv);
+        int t = m->n_tokens - 1 - (int)(tu / nkv), kh = (int)(tu % nkv);
         int seq = m->seq[t], pos = m->pos[t];
         const float *q = j->q + (int64_t)t * p->n_heads * hd + (int64_t)kh * grp * hd;
-        float *out = j->out + (int64_t)t * p->n_heads * hd + (int64_t)kh * grp * hd;
+        float *out = S > 1 ? j->part + u * grp * hd : j->out + (int64_t)t * p->n_heads * hd + (int64_t)kh * grp * hd;
+        float *ml = S > 1 ? j->pml + u * grp * 2 : NULL;
         int lo = 0;
         if (p->sliding_window > 0 && pos - p->sliding_window + 1 > 0) lo = pos - p->sliding_window + 1;
         int cnt = pos - lo + 1;
-        if (seq < 0 || seq >= m->n_seqs || pos < 0 || cnt > j->max_ctx) {
+        if (seq < 0 || seq >= m->n_seqs || pos < 0 || cnt > j->max_ctx) cnt = 0;
+        if (S > 1) { /* this unit's share of the key range */
+            int cl = (cnt + S - 1) / S, s0 = sp * cl;
+            int s1 = s0 + cl < cnt ? s0 + cl : cnt;
+            lo += s0;
+            cnt = s1 > s0 ? s1 - s0 : 0;
+        }
+        if (cnt <= 0) {
             memset(out, 0, (size_t)grp * hd * sizeof(float));
+            if (ml) for (int g = 0; g < grp; g++) { ml[2 * g] = 0; ml[2 * g + 1] = 0; }
             continue;
         }
         const int32_t *bt = m->block_tables + (int64_t)seq * m->max_blocks;
@@ -181,7 +198,40 @@ static void attn_fn(void *arg, int64_t b, int64_t e, int tid) {
         }
         for (int g0 = 0; g0 < grp; g0 += GB) {
             int ng = grp - g0 < GB ? grp - g0 : GB;
-            attn_heads_n(j, q + (int64_t)g0 * hd, out + (int64_t)g0 * hd, ng, koff, cnt, sc);
+            attn_heads_n(j, q + (int64_t)g0 * hd, out + (int64_t)g0 * hd, ng, koff, cnt, sc, ml ? ml + 2 * g0 : NULL);
+        }
+    }
+}
+
+/* Combine the split key ranges of each (token, kv head): softmax-weighted by sum * e^(max - M). */
+static void attn_merge(const attn_job *j) {
+    const mx_attn_params *p = j->p;
+    const int hd = p->head_dim, nkv = p->n_kv_heads, grp = p->n_heads / p->n_kv_heads, S = j->split;
+    const int64_t units = (int64_t)j->m->n_tokens * nkv;
+    for (int64_t tu = 0; tu < units; tu++) {
+        int t = j->m->n_tokens - 1 - (int)(tu / nkv), kh = (int)(tu % nkv);
+        float *out = j->out + (int64_t)t * p->n_heads * hd + (int64_t)kh * grp * hd;
+        for (int g = 0; g < grp; g++) {
+            float M = -INFINITY, W = 0;
+            for (int s = 0; s < S; s++) {
+                const float *ml = j->pml + ((tu * S + s) * grp + g) * 2;
+                if (ml[1] > 0 && ml[0] > M) M = ml[0];
+            }
+            float wts[64];
+            for (int s = 0; s < S; s++) {
+                const float *ml = j->pml + ((tu * S + s) * grp + g) * 2;
+                wts[s] = ml[1] > 0 ? ml[1] * expf(ml[0] - M) : 0.0f;
+                W += wts[s];
+            }
+            float *o = out + (int64_t)g * hd;
+            for (int d = 0; d < hd; d++) o[d] = 0;
+            if (!(W > 0)) continue;
+            for (int s = 0; s < S; s++) {
+                if (wts[s] == 0) continue;
+                const float *src = j->part + (tu * S + s) * grp * hd + (int64_t)g * hd;
+                float w = wts[s] / W;
+                for (int d = 0; d < hd; d++) o[d] += w * src[d];
+            }
         }
     }
 }
@@ -214,6 +264,22 @@ void mx_cpu_attention(void *ctx, int layer, const float *q, const float *k, cons
     }
     int64_t cap = (int64_t)m->max_blocks * c->kv.block_size;
     if (max_ctx > cap) max_ctx = (int)(cap > 0 ? cap : 1);
-    attn_job j = {c, q, out, kc, vc, p, m, max_ctx};
-    mx_pool_run(c->pool, (int64_t)n * p->n_kv_heads, 1, attn_fn, &j);
+    attn_job j = {c, q, out, kc, vc, p, m, max_ctx, 1, NULL, NULL};
+    int64_t units = (int64_t)n * p->n_kv_heads;
+    /* few (token, kv head) units over a long context (decode, MQA): split the key range too */
+    if (c->n_threads > 1 && units < 2 * c->n_threads && max_ctx >= 256) {
+        int S = (int)((4 * c->n_threads + units - 1) / units);
+        if (S > max_ctx / 64) S = max_ctx / 64;
+        if (S > 64) S = 64;
+        int grp = p->n_heads / p->n_kv_heads;
+        size_t need = (size_t)(units * S) * (size_t)grp * ((size_t)p->head_dim + 2) * sizeof(float);
+        float *buf = S > 1 ? mx_cpu_shared(c, need) : NULL;
+        if (buf) {
+            j.split = S;
+            j.part = buf;
+            j.pml = buf + (size_t)(units * S) * grp * p->head_dim;
+        }
+    }
+    mx_pool_run(c->pool, units * j.split, 1, attn_fn, &j);
+    if (j.split > 1) attn_merge(&j);
 }

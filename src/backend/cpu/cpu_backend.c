@@ -224,7 +224,7 @@ static void cpu_rmsnorm(void *ctx, const float *x, const mx_vec *g, float eps, f
     float *buf = mx_cpu_shared(c, (size_t)d * sizeof(float));
     if (!buf) { MX_LOGE("cpu rmsnorm: out of memory"); return; }
     norm_job j = {x, g, NULL, eps, add_one, y, d, vec_f32(c, g, d, add_one, buf), NULL};
-    mx_pool_run(c->pool, n, 4, rmsnorm_fn, &j);
+    mx_pool_run(c->pool, n, d >= 4096 ? 1 : 4096 / d, rmsnorm_fn, &j); /* >= ~4K values per chunk */
 }
 
 static void cpu_layernorm(void *ctx, const float *x, const mx_vec *g, const mx_vec *b, float eps, float *y, int n, int d) {
@@ -232,7 +232,7 @@ static void cpu_layernorm(void *ctx, const float *x, const mx_vec *g, const mx_v
     float *buf = mx_cpu_shared(c, (size_t)d * 2 * sizeof(float));
     if (!buf) { MX_LOGE("cpu layernorm: out of memory"); return; }
     norm_job j = {x, g, b, eps, 0, y, d, vec_f32(c, g, d, 0, buf), vec_f32(c, b, d, 0, buf + d)};
-    mx_pool_run(c->pool, n, 4, layernorm_fn, &j);
+    mx_pool_run(c->pool, n, d >= 4096 ? 1 : 4096 / d, layernorm_fn, &j);
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -343,7 +343,7 @@ static inline float act1(mx_act a, float x) {
 typedef struct { mx_act act; const float *a, *b; int64_t stride; float *y; int d; float s; } ew_job;
 
 #ifdef __AVX512F__
-/* silu and gelu-tanh for 16 floats; other activations return false */
+/* silu, gelu-tanh or relu of 16 floats (exact gelu takes the scalar erfc path) */
 static inline __m512 act16(mx_act a, __m512 x) {
     if (a == MX_ACT_SILU) /* x / (1 + e^-x) */
         return _mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0f), mx_exp512(_mm512_sub_ps(_mm512_setzero_ps(), x))));

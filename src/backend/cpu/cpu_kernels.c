@@ -5,7 +5,9 @@
  *    in registers 32 at a time (in a format-friendly order; the activations are permuted the same
  *    way once per call), FMA'd with up to 8 tokens, scaled per group; the group offset term is
  *    sum_g bias[g] * sum(x in group g). Decode is bound by reading the weights: software
- *    prefetch MX_PF_DIST ahead, rows split over the pool.
+ *    prefetch MX_PF_DIST ahead, rows split over the pool. One token with q4/q8 and groups of
+ *    64/128 (decode) takes gemv_digits: x as three int8 digits per group (error <= 2^-22 of the
+ *    group's max |x|, below f32 rounding of the sum), exact int32 vpdpbusd sums.
  *  - int8 GEMM (quantized weights, n >= fast_min_n, not precise): activations are quantized to
  *    int8 per token and group (absmax/127); the unsigned q values of a 32-row tile are unpacked
  *    once into a VNNI layout ([k/4][32 rows][4 bytes]) and reused for every token with vpdpbusd;
@@ -126,7 +128,6 @@ static void transpose_tile32(const int32_t *rows, int64_t cols, int32_t *tile) {
 #ifndef MX_PF_DIST
 #define MX_PF_DIST 4096  /* software prefetch distance (bytes) in the weight stream (dense: twice) */
 #endif
-#define TILE_R 16        /* rows per GEMM tile */
 
 enum { F_Q4 = 0, F_Q8, F_QGEN, F_BF16, F_F16, F_F32 };
 
@@ -368,13 +369,12 @@ static void digits_prep(const float *x, int64_t K, int gs, int8_t *xd, float *dx
         dxd[g] = amax / 127.0f;
         const __m512 id = _mm512_set1_ps(amax > 0 ? 127.0f / amax : 0.0f), b254 = _mm512_set1_ps(254.0f);
         for (int i = 0; i < gs; i += 16) {
-            const int rn = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
             __m512 t = _mm512_mul_ps(_mm512_loadu_ps(v + i), id);
             t = _mm512_min_ps(_mm512_max_ps(t, _mm512_set1_ps(-127.0f)), _mm512_set1_ps(127.0f));
-            __m512 a = _mm512_roundscale_ps(t, rn);
+            __m512 a = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
             __m512 r1 = _mm512_mul_ps(_mm512_sub_ps(t, a), b254);      /* |r1| <= 127 */
-            __m512 b = _mm512_roundscale_ps(r1, rn);
-            __m512 c = _mm512_roundscale_ps(_mm512_mul_ps(_mm512_sub_ps(r1, b), b254), rn);
+            __m512 b = _mm512_roundscale_ps(r1, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+            __m512 c = _mm512_roundscale_ps(_mm512_mul_ps(_mm512_sub_ps(r1, b), b254), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
             _mm_storeu_si128((__m128i *)(xd + g * gs + i), _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(a)));
             _mm_storeu_si128((__m128i *)(xd + K + g * gs + i), _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(b)));
             _mm_storeu_si128((__m128i *)(xd + 2 * K + g * gs + i), _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(c)));
@@ -580,7 +580,9 @@ static inline __attribute__((always_inline)) void q8_block(const uint32_t *tile,
 #pragma GCC unroll 8
         for (int t = 0; t < T; t++) { i0[t] = _mm512_setzero_si512(); i1[t] = _mm512_setzero_si512(); }
         const int64_t kb = g * (gs / 4);
+#ifdef __OPTIMIZE__
 #pragma GCC unroll 32
+#endif
         for (int kk = 0; kk < GS / 4; kk++) {
             const int64_t k4 = kb + kk;
             __m512i w0 = _mm512_load_si512(tile + k4 * QR), w1 = _mm512_load_si512(tile + k4 * QR + 16);
