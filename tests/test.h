@@ -13,7 +13,8 @@ static char t_why[512];
 #define TCHECK(cond, ...) do { if (!(cond)) { if (!t_case_failed) { \
     int _n = snprintf(t_why, sizeof t_why, "%s:%d: ", __FILE__, __LINE__); \
     snprintf(t_why + _n, sizeof t_why - (size_t)_n, __VA_ARGS__); } t_case_failed = 1; } } while (0)
-#define TREQUIRE(cond, ...) do { TCHECK(cond, __VA_ARGS__); if (!(cond)) return; } while (0)
+/* TREQUIRE evaluates cond once (it may have side effects) and returns from the case if false. */
+#define TREQUIRE(cond, ...) do { int _ok = !!(cond); TCHECK(_ok, __VA_ARGS__); if (!_ok) return; } while (0)
 
 static inline void t_report(const char *name) {
     if (t_case_failed) { printf("FAIL %s: %s\n", name, t_why); t_total_failed++; }

@@ -229,6 +229,15 @@ static void test_rmsnorm(void) {
     B.i->rmsnorm(B.ctx, z, &g, 1e-6f, 0.0f, z, n, d);
     B.i->rmsnorm(B.ctx, x, &g, 1e-6f, 0.0f, y, n, d);
     TCHECK(!memcmp(z, y, sizeof z), "in-place rmsnorm differs");
+    /* many short rows (split across threads) equal the row-by-row results */
+    enum { R = 300, D = 64 };
+    float *xs = malloc(sizeof(float) * R * D), *ya = malloc(sizeof(float) * R * D), *yb = malloc(sizeof(float) * R * D);
+    fill(xs, R * D, 2.0f);
+    mx_vec g64 = {D, MX_DTYPE_BF16, g16, NULL};
+    B.i->rmsnorm(B.ctx, xs, &g64, 1e-5f, 1.0f, ya, R, D);
+    for (int r = 0; r < R; r++) B.i->rmsnorm(B.ctx, xs + r * D, &g64, 1e-5f, 1.0f, yb + r * D, 1, D);
+    TCHECK(!memcmp(ya, yb, sizeof(float) * R * D), "batched rmsnorm differs from row by row");
+    free(xs); free(ya); free(yb);
 }
 
 static void test_layernorm(void) {

@@ -221,6 +221,7 @@ static float *vec_f32(mx_cpu_ctx *c, const mx_vec *v, int d, float add, float *b
 
 static void cpu_rmsnorm(void *ctx, const float *x, const mx_vec *g, float eps, float add_one, float *y, int n, int d) {
     mx_cpu_ctx *c = ctx;
+    if (n <= 0 || d <= 0) return;
     float *buf = mx_cpu_shared(c, (size_t)d * sizeof(float));
     if (!buf) { MX_LOGE("cpu rmsnorm: out of memory"); return; }
     norm_job j = {x, g, NULL, eps, add_one, y, d, vec_f32(c, g, d, add_one, buf), NULL};
@@ -229,6 +230,7 @@ static void cpu_rmsnorm(void *ctx, const float *x, const mx_vec *g, float eps, f
 
 static void cpu_layernorm(void *ctx, const float *x, const mx_vec *g, const mx_vec *b, float eps, float *y, int n, int d) {
     mx_cpu_ctx *c = ctx;
+    if (n <= 0 || d <= 0) return;
     float *buf = mx_cpu_shared(c, (size_t)d * 2 * sizeof(float));
     if (!buf) { MX_LOGE("cpu layernorm: out of memory"); return; }
     norm_job j = {x, g, b, eps, 0, y, d, vec_f32(c, g, d, 0, buf), vec_f32(c, b, d, 0, buf + d)};
