@@ -2,7 +2,9 @@
  * format, GB/s of weights read for a batch-1 GEMV and GFLOP/s for a 128-token GEMM, then times a
  * whole-model-shaped sequence of matmuls (Qwen3-0.6B: 28 layers of q,k,v,o,gate,up,down plus the
  * tied lm_head) for decode (1 token) and a 128-token prompt (lm_head on the last token only, as
- * llama-bench does), as tok/s. Random weights; not a test.
+ * llama-bench does), as tok/s; then attention (128-token prompt, decode at position 127) and the
+ * other per-layer ops (norms, RoPE, act_mul, adds) over 28 layers. Random weights; not a test.
+ * The whole forward pass (with attention, sampling) is timed by `mlxcel bench --random`.
  *
  * usage: bench_kernels [--formats q4,q8,bf16,...] [--threads N] [--precise] [--no-model] [--no-kernels] */
 #include "mlxcel/backend.h"

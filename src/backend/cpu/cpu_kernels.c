@@ -125,6 +125,9 @@ static void transpose_tile32(const int32_t *rows, int64_t cols, int32_t *tile) {
 /* exact gemv                                                                               */
 
 #define GEMV_T 8         /* tokens per pass */
+#ifndef MX_PF_HINT
+#define MX_PF_HINT _MM_HINT_T0
+#endif
 #ifndef MX_PF_DIST
 #define MX_PF_DIST 4096  /* software prefetch distance (bytes) in the weight stream (dense: twice) */
 #endif
@@ -238,7 +241,7 @@ static inline __attribute__((always_inline)) void gemv_rows(int FMT, int NT, int
                 for (int t = 0; t < NT; t++) d[t] = _mm512_setzero_ps();
 #pragma GCC unroll 4
                 for (int c = 0; c < GS; c += 32) {
-                    if ((c * bits / 8) % 64 == 0) _mm_prefetch(p + MX_PF_DIST, _MM_HINT_T0);
+                    if ((c * bits / 8) % 64 == 0) _mm_prefetch(p + MX_PF_DIST, MX_PF_HINT);
                     __m512 w0, w1;
                     load32(FMT, p, gqp, bits, &w0, &w1);
                     p += chunk;
@@ -261,8 +264,8 @@ static inline __attribute__((always_inline)) void gemv_rows(int FMT, int NT, int
             }
         } else {
             for (int64_t k = 0; k < K32; k += 32) {
-                _mm_prefetch(p + 2 * MX_PF_DIST, _MM_HINT_T0);
-                if (esz == 4) _mm_prefetch(p + 2 * MX_PF_DIST + 64, _MM_HINT_T0);
+                _mm_prefetch(p + 2 * MX_PF_DIST, MX_PF_HINT);
+                if (esz == 4) _mm_prefetch(p + 2 * MX_PF_DIST + 64, MX_PF_HINT);
                 __m512 w0, w1;
                 load32(FMT, p, gqp, 0, &w0, &w1);
                 p += chunk;
@@ -319,10 +322,10 @@ static inline __attribute__((always_inline)) void gemv_digits(const gemv_job *j,
                 const int64_t k = g * GS + c;
                 __m512i wv;
                 if (BITS == 8) {
-                    _mm_prefetch((const char *)p + k + MX_PF_DIST, _MM_HINT_T0);
+                    _mm_prefetch((const char *)p + k + MX_PF_DIST, MX_PF_HINT);
                     wv = _mm512_loadu_si512(p + k);
                 } else { /* 64 nibbles -> bytes: low nibbles (even k) then high nibbles (odd k) */
-                    if (c % 128 == 0) _mm_prefetch((const char *)p + k / 2 + MX_PF_DIST, _MM_HINT_T0);
+                    if (c % 128 == 0) _mm_prefetch((const char *)p + k / 2 + MX_PF_DIST, MX_PF_HINT);
                     __m512i b = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(p + k / 2)));
                     wv = _mm512_and_si512(_mm512_srlv_epi16(b, sh4), m4);
                 }
