@@ -129,6 +129,9 @@ typedef struct mx_backend_i {
      * fails, the step's ops did not run: run them again outside a step. */
     mx_status (*step_begin)(void *ctx, uint64_t key);
     mx_status (*step_end)(void *ctx);
+    /* Optional (may be NULL): ys[k][n, ws[k].rows] = x[n, cols] W_k^T for nw (<= 4) weights of the
+     * same input, e.g. q/k/v or gate/up, in one pass (results as nw matmul calls). */
+    void (*matmul_multi)(void *ctx, int nw, const mx_weight *const *ws, const float *x, float *const *ys, int n);
 } mx_backend_i;
 
 enum { MX_PREC_AUTO = 0, MX_PREC_EXACT = 1, MX_PREC_FAST = 2 };

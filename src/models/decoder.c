@@ -230,6 +230,28 @@ static void mm(mx_model *m, const mx_weight *w, const float *x, float *y, int n,
     bi->set_precision(bc, MX_PREC_AUTO);
 }
 
+/* Like mm for nw weights sharing the input x (one backend pass where the backend offers it). */
+static void mmn(mx_model *m, int nw, const mx_weight *const *ws, const float *x, float *const *ys, int n, int nd) {
+    const mx_backend_i *bi = m->be->i;
+    void *bc = m->be->ctx;
+    if (!bi->matmul_multi) {
+        for (int k = 0; k < nw; k++) mm(m, ws[k], x, ys[k], n, nd);
+        return;
+    }
+    if (bi->set_precision && nd > 0 && nd < n) {   /* exact decode rows, then fast prompt rows */
+        float *yd[4];
+        bi->set_precision(bc, MX_PREC_EXACT);
+        bi->matmul_multi(bc, nw, ws, x, ys, nd);
+        for (int k = 0; k < nw; k++) yd[k] = ys[k] + (size_t)nd * ws[k]->rows;
+        bi->set_precision(bc, MX_PREC_FAST);
+        bi->matmul_multi(bc, nw, ws, x + (size_t)nd * ws[0]->cols, yd, n - nd);
+    } else {
+        if (bi->set_precision) bi->set_precision(bc, nd > 0 ? MX_PREC_EXACT : MX_PREC_FAST);
+        bi->matmul_multi(bc, nw, ws, x, ys, n);
+    }
+    if (bi->set_precision) bi->set_precision(bc, MX_PREC_AUTO);
+}
+
 /* The op sequence of one forward pass (everything but reading the logits back). */
 static void forward_ops(mx_model *m, const mx_batch *b, const mx_attn_meta *pmeta) {
     const mx_backend_i *bi = m->be->i;
@@ -244,9 +266,11 @@ static void forward_ops(mx_model *m, const mx_batch *b, const mx_attn_meta *pmet
     for (int l = 0; l < c->n_layers; l++) {
         layer *L = &m->layers[l];
         bi->rmsnorm(bc, m->x, &L->ln1, eps, 0.0f, m->h, n, H);
-        mm(m, &L->q, m->h, m->q, n, nd);
-        mm(m, &L->k, m->h, m->k, n, nd);
-        mm(m, &L->v, m->h, m->v, n, nd);
+        {
+            const mx_weight *w3[3] = {&L->q, &L->k, &L->v};
+            float *y3[3] = {m->q, m->k, m->v};
+            mmn(m, 3, w3, m->h, y3, n, nd);
+        }
         if (m->opts.qk_norm) {
             bi->rmsnorm(bc, m->q, &L->q_norm, eps, 0.0f, m->q, n * nh, hd);
             bi->rmsnorm(bc, m->k, &L->k_norm, eps, 0.0f, m->k, n * nkv, hd);
@@ -257,8 +281,11 @@ static void forward_ops(mx_model *m, const mx_batch *b, const mx_attn_meta *pmet
         mm(m, &L->o, m->att, m->h, n, nd);
         bi->add(bc, m->x, m->h, m->x, (int64_t)n * H);
         bi->rmsnorm(bc, m->x, &L->ln2, eps, 0.0f, m->h, n, H);
-        mm(m, &L->gate, m->h, m->g, n, nd);
-        mm(m, &L->up, m->h, m->u, n, nd);
+        {
+            const mx_weight *w2[2] = {&L->gate, &L->up};
+            float *y2[2] = {m->g, m->u};
+            mmn(m, 2, w2, m->h, y2, n, nd);
+        }
         bi->act_mul(bc, m->opts.act, m->g, m->u, I, m->g, n, I);
         mm(m, &L->down, m->g, m->h, n, nd);
         bi->add(bc, m->x, m->h, m->x, (int64_t)n * H);

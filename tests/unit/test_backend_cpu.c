@@ -504,6 +504,41 @@ static void test_memory(void) {
     TCHECK(B.i->kv_init(B.ctx, &bad) != MX_OK, "kv_init accepted 0 layers");
 }
 
+/* matmul_multi (q/k/v, gate/up in one pass) gives exactly what separate matmuls give, on the
+ * exact path and the fast path, for each format. */
+static void test_matmul_multi(void) {
+    struct { mx_dtype dt; int bits, gs; } fm[] = {{MX_DTYPE_U32, 4, 64}, {MX_DTYPE_U32, 8, 64}, {MX_DTYPE_U32, 4, 32},
+                                                   {MX_DTYPE_U32, 6, 64}, {MX_DTYPE_BF16, 0, 0}, {MX_DTYPE_F32, 0, 0}};
+    const int64_t K = 256, rows[3] = {96, 48, 48};
+    for (size_t f = 0; f < sizeof fm / sizeof *fm; f++)
+        for (int prec = 0; prec < 2; prec++)
+            for (int n = 1; n <= 9; n += 4) {
+                tw t[3];
+                const mx_weight *ws[3];
+                float *ys[3], *yr[3];
+                float *x = malloc((size_t)(n * K) * sizeof(float));
+                fill(x, n * K, 1.0f);
+                for (int k = 0; k < 3; k++) {
+                    tw_make(&t[k], rows[k], K, fm[f].dt, fm[f].bits, fm[f].gs, MX_DTYPE_BF16, k == 0, MX_DTYPE_BF16);
+                    ws[k] = &t[k].w;
+                    ys[k] = malloc((size_t)(n * rows[k]) * sizeof(float));
+                    yr[k] = malloc((size_t)(n * rows[k]) * sizeof(float));
+                }
+                B.i->set_precision(B.ctx, prec ? MX_PREC_FAST : MX_PREC_EXACT);
+                mx_backend_cpu_set_precise(&B, false);
+                B.i->matmul_multi(B.ctx, 3, ws, x, ys, n);
+                for (int k = 0; k < 3; k++) B.i->matmul(B.ctx, ws[k], x, yr[k], n);
+                B.i->set_precision(B.ctx, MX_PREC_AUTO);
+                mx_backend_cpu_set_precise(&B, true);
+                for (int k = 0; k < 3; k++) {
+                    TCHECK(!memcmp(ys[k], yr[k], (size_t)(n * rows[k]) * sizeof(float)),
+                           "format %zu prec %d n %d weight %d: multi differs from single", f, prec, n, k);
+                    tw_free(&t[k]); free(ys[k]); free(yr[k]);
+                }
+                free(x);
+            }
+}
+
 int main(void) {
     if (mx_backend_cpu_init(&B) != MX_OK) { printf("FAIL init: %s\n", mx_last_error()); return 1; }
     mx_backend_cpu_set_precise(&B, true);
@@ -511,6 +546,7 @@ int main(void) {
     RUN(test_matmul_dense);
     RUN(test_matmul_quant);
     RUN(test_matmul_large);
+    RUN(test_matmul_multi);
     RUN(test_bad_weight);
     RUN(test_embed);
     RUN(test_rmsnorm);

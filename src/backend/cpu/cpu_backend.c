@@ -440,7 +440,7 @@ static const mx_backend_i g_cpu_i = {
     .matmul = mx_cpu_matmul, .embed = cpu_embed, .rmsnorm = cpu_rmsnorm, .layernorm = cpu_layernorm,
     .rope = cpu_rope, .attention = mx_cpu_attention, .act_mul = cpu_act_mul, .act = cpu_act, .add = cpu_add,
     .scale = cpu_scale, .gather_rows = cpu_gather_rows, .softcap = cpu_softcap,
-    .set_precision = cpu_set_precision,
+    .set_precision = cpu_set_precision, .matmul_multi = mx_cpu_matmul_multi,
 };
 
 mx_status mx_backend_cpu_init(mx_backend *out) {

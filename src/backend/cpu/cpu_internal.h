@@ -82,6 +82,7 @@ float mx_cpu_dot(const float *a, const float *b, int64_t n);
 void mx_cpu_attention(void *ctx, int layer, const float *q, const float *k, const float *v, float *out,
                       const mx_attn_params *p, const mx_attn_meta *m);
 void mx_cpu_matmul(void *ctx, const mx_weight *w, const float *x, float *y, int n);
+void mx_cpu_matmul_multi(void *ctx, int nw, const mx_weight *const *ws, const float *x, float *const *ys, int n);
 /* Validate a weight's geometry; MX_OK or an error with a message. */
 mx_status mx_cpu_weight_check(const mx_weight *w);
 

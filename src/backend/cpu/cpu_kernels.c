@@ -466,7 +466,9 @@ static void prep_fn(void *arg, int64_t b, int64_t e, int tid) {
     }
 }
 
-static bool gemv(mx_cpu_ctx *c, const mx_weight *w, const float *x, float *y, int n) {
+/* Everything a gemv call does before the row loop: checks, activation prep (order, group sums,
+ * digits) in the shared scratch. Fills *jo (y left NULL); false if this path does not apply. */
+static bool gemv_setup(mx_cpu_ctx *c, const mx_weight *w, const float *x, int n, gemv_job *jo) {
     const int64_t K = w->cols;
     if (w->bits && w->group_size != 32 && w->group_size != 64 && w->group_size != 128) return false;
     if (w->bits && w->bits != 4 && w->bits != 8) {
@@ -495,7 +497,7 @@ static bool gemv(mx_cpu_ctx *c, const mx_weight *w, const float *x, float *y, in
     }
     int fmt = w->bits == 4 ? F_Q4 : w->bits == 8 ? F_Q8 : w->bits ? F_QGEN
             : w->dtype == MX_DTYPE_BF16 ? F_BF16 : w->dtype == MX_DTYPE_F16 ? F_F16 : F_F32;
-    gemv_job j = {c, w, xp ? xp : x, xsum, y, n, fmt, NULL, NULL};
+    gemv_job j = {c, w, xp ? xp : x, xsum, NULL, n, fmt, NULL, NULL};
 #if defined(__AVX512VNNI__)
     if (digits) {
         float *dxd = (float *)((char *)sh + dig_off);
@@ -507,9 +509,28 @@ static bool gemv(mx_cpu_ctx *c, const mx_weight *w, const float *x, float *y, in
         j.xd = xd; j.dxd = dxd;
     }
 #endif
+    *jo = j;
+    return true;
+}
+
+static bool gemv(mx_cpu_ctx *c, const mx_weight *w, const float *x, float *y, int n) {
+    gemv_job j;
+    if (!gemv_setup(c, w, x, n, &j)) return false;
+    j.y = y;
     mx_pool_run(c->pool, w->rows, 4, gemv_fn, &j);
     mx_cpu_add_bias(w, y, n);
     return true;
+}
+
+/* Several weights applied to the same input in one pool dispatch (fewer barriers per layer). */
+#define MULTI_MAX 4
+typedef struct { gemv_job j[MULTI_MAX]; int64_t off[MULTI_MAX + 1]; int nw; } multi_job;
+static void multi_fn(void *arg, int64_t b, int64_t e, int tid) {
+    multi_job *m = arg;
+    for (int k = 0; k < m->nw; k++) {
+        int64_t lo = b > m->off[k] ? b : m->off[k], hi = e < m->off[k + 1] ? e : m->off[k + 1];
+        if (lo < hi) gemv_fn(&m->j[k], lo - m->off[k], hi - m->off[k], tid);
+    }
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -783,6 +804,38 @@ static bool gemm_dense(mx_cpu_ctx *c, const mx_weight *w, const float *x, float 
 }
 
 #endif /* MX_HAVE_AVX512 */
+
+bool mx_cpu_matmul_multi_fast(mx_cpu_ctx *c, int nw, const mx_weight *const *ws, const float *x,
+                              float *const *ys, int n) {
+#ifdef MX_HAVE_AVX512
+    if (nw < 2 || nw > MULTI_MAX) return false;
+    const mx_weight *w0 = ws[0];
+    bool fast = !c->precise && c->prec_mode != MX_PREC_EXACT && (c->prec_mode == MX_PREC_FAST || n >= c->fast_min_n);
+    /* only where each weight would take the gemv path, with identical activation prep */
+    if (w0->bits ? fast : n >= 8) return false;
+    for (int k = 1; k < nw; k++) {
+        const mx_weight *w = ws[k];
+        if (w->cols != w0->cols || w->bits != w0->bits || w->group_size != w0->group_size ||
+            w->dtype != w0->dtype || (w->bits && w->scale_dtype != w0->scale_dtype)) return false;
+    }
+    multi_job m;
+    if (!gemv_setup(c, w0, x, n, &m.j[0])) return false;
+    m.nw = nw;
+    m.off[0] = 0;
+    for (int k = 0; k < nw; k++) {
+        m.j[k] = m.j[0];
+        m.j[k].w = ws[k];
+        m.j[k].y = ys[k];
+        m.off[k + 1] = m.off[k] + ws[k]->rows;
+    }
+    mx_pool_run(c->pool, m.off[nw], 4, multi_fn, &m);
+    for (int k = 0; k < nw; k++) mx_cpu_add_bias(ws[k], ys[k], n);
+    return true;
+#else
+    (void)c; (void)nw; (void)ws; (void)x; (void)ys; (void)n;
+    return false;
+#endif
+}
 
 bool mx_cpu_matmul_fast(mx_cpu_ctx *c, const mx_weight *w, const float *x, float *y, int n) {
 #ifdef MX_HAVE_AVX512

@@ -116,3 +116,12 @@ void mx_cpu_matmul(void *ctx, const mx_weight *w, const float *x, float *y, int 
     if (mx_cpu_matmul_fast(c, w, x, y, n)) return;
     mx_cpu_matmul_ref(c, w, x, y, n);
 }
+
+void mx_cpu_matmul_multi(void *ctx, int nw, const mx_weight *const *ws, const float *x, float *const *ys, int n) {
+    mx_cpu_ctx *c = ctx;
+    if (n <= 0) return;
+    bool ok = true;
+    for (int k = 0; k < nw; k++) ok = ok && mx_cpu_weight_check(ws[k]) == MX_OK;
+    if (ok && mx_cpu_matmul_multi_fast(c, nw, ws, x, ys, n)) return;
+    for (int k = 0; k < nw; k++) mx_cpu_matmul(ctx, ws[k], x, ys[k], n);
+}
