@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define MAX_STOPS 16
 
@@ -410,6 +411,7 @@ typedef struct stream_ctx {
     size_t text_sent; int toks_sent;
     bool role_sent, finished;
     size_t all_text_len; bool newline_seen;
+    double last_take;   /* when the engine's output was last taken (see take_paced) */
 } stream_ctx;
 
 static void sse(mx_buf *b, json_t *j) {
@@ -503,6 +505,18 @@ static void stream_format(stream_ctx *x) {
     x->finished = true;
 }
 
+/* Take the engine's output at most every 2 ms: a fast model produces a token every few hundred
+ * microseconds, and waking this thread for each one costs the compute threads CPU time on small
+ * machines. Text that arrives meanwhile is sent in one chunk; latency grows by 2 ms at most. */
+#define TAKE_PERIOD_S 0.002
+static bool take_paced(mx_gen *g, double *last, mx_gen_update *u) {
+    double since = mx_time_s() - *last;
+    if (since >= 0 && since < TAKE_PERIOD_S) usleep((useconds_t)((TAKE_PERIOD_S - since) * 1e6));
+    bool changed = mx_gen_take(g, 50, u);
+    *last = mx_time_s();
+    return changed;
+}
+
 static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
     stream_ctx *x = cls;
     for (;;) {
@@ -516,7 +530,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
         }
         if (x->finished) return MHD_CONTENT_READER_END_OF_STREAM;
         if (!x->role_sent && x->r.kind == MX_GEN_CHAT) { stream_format(x); continue; }
-        bool changed = mx_gen_take(x->g, 50, &x->u);
+        bool changed = take_paced(x->g, &x->last_take, &x->u);
         if (changed) { stream_format(x); continue; }
         if (mx_conn_closed(x->c)) {
             MX_LOGI("req %lu: client went away; cancelling", x->r.req_id);
@@ -540,8 +554,9 @@ static void stream_free(void *cls) {
 static enum MHD_Result respond_whole(mx_srv *s, struct MHD_Connection *c, gen_req *r, mx_gen *g) {
     mx_gen_update u;
     memset(&u, 0, sizeof u);
+    double last = 0;
     while (!u.done) {
-        if (!mx_gen_take(g, 50, &u) && mx_conn_closed(c)) {
+        if (!take_paced(g, &last, &u) && mx_conn_closed(c)) {
             MX_LOGI("req %lu: client went away; cancelling", r->req_id);
             mx_gen_release(g);
             mx_gen_update_free(&u);
