@@ -47,6 +47,12 @@ double mx_backend_cuda_bench_copy(const mx_backend *b, size_t bytes);
 mx_status mx_backend_auto_init(mx_backend *out);
 /* Free a backend made by mx_backend_auto_init (either kind). */
 void mx_backend_auto_free(mx_backend *b);
+/* Free and total memory of the GPU the auto choice would use (MLXCEL_DEVICE honoured); false
+ * when this build has no CUDA backend, there is no usable GPU, or MLXCEL_DEVICE=cpu. */
+bool mx_backend_gpu_memory(uint64_t *free_bytes, uint64_t *total_bytes);
+#ifdef MLXCEL_HAVE_CUDA
+bool mx_backend_cuda_meminfo(uint64_t *free_bytes, uint64_t *total_bytes);
+#endif
 /* True when b is the CUDA backend. */
 bool mx_backend_is_gpu(const mx_backend *b);
 

@@ -99,12 +99,15 @@ typedef struct mx_mem_estimate {
     uint64_t weights_bytes, kv_bytes_per_token, kv_bytes_total, activation_bytes, headroom_bytes;
     uint64_t budget_bytes, total_bytes;
     bool fits;
-    const char *device;   /* "cpu" */
+    const char *device;   /* "cpu" or "gpu" */
     int64_t ctx, batch, layers, kv_heads, head_dim;
 } mx_mem_estimate;
 struct mx_checkpoint;
 mx_status mx_mem_estimate_ckpt(struct mx_checkpoint *c, int64_t ctx, int64_t batch, mx_mem_estimate *m);
 /* MemAvailable in bytes (0 when unknown). */
 uint64_t mx_mem_available_cpu(void);
+/* Re-target an estimate to another device: its name, memory budget, and KV element size (the
+ * CUDA backend keeps K and V in bf16: 2 bytes); recomputes the totals and `fits`. */
+void mx_mem_estimate_retarget(mx_mem_estimate *m, const char *device, uint64_t budget_bytes, int kv_elem_bytes);
 
 #endif

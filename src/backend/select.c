@@ -44,3 +44,14 @@ void mx_backend_auto_free(mx_backend *b) {
 #endif
     mx_backend_cpu_free(b);
 }
+
+bool mx_backend_gpu_memory(uint64_t *free_bytes, uint64_t *total_bytes) {
+    const char *d = getenv("MLXCEL_DEVICE");
+    if (d && !strcmp(d, "cpu")) return false;
+#ifdef MLXCEL_HAVE_CUDA
+    return mx_backend_cuda_meminfo(free_bytes, total_bytes);
+#else
+    (void)free_bytes; (void)total_bytes;
+    return false;
+#endif
+}

@@ -2,6 +2,7 @@
  * (weights, KV cache, activations, headroom) against the memory available, and whether it fits.
  * The estimate itself is io/memplan.c. */
 #include "cli/cli.h"
+#include "mlxcel/backend_cuda.h"
 #include "mlxcel/io.h"
 #include "mlxcel/store.h"
 
@@ -43,6 +44,9 @@ int cmd_inspect(int argc, char **argv) {
     if (mx_ckpt_open(dir, &c) != MX_OK) { free(dir); return cli_fail("inspect", NULL); }
     mx_mem_estimate m;
     if (mx_mem_estimate_ckpt(c, ctx, batch, &m) != MX_OK) { mx_ckpt_close(c); free(dir); return cli_fail("inspect", NULL); }
+    uint64_t gfree = 0, gtotal = 0;
+    bool gpu = mx_backend_gpu_memory(&gfree, &gtotal);
+    if (gpu) mx_mem_estimate_retarget(&m, "gpu", gfree, 2);   /* CUDA keeps K/V in bf16 */
     int bits = 0, gs = 0;
     json_t *q = json_object_get(mx_ckpt_config(c), "quantization");
     if (json_is_object(q)) { int64_t v; if (mx_json_int(q, "bits", 0, &v)) bits = (int)v; if (mx_json_int(q, "group_size", 0, &v)) gs = (int)v; }
@@ -57,7 +61,7 @@ int cmd_inspect(int argc, char **argv) {
                               "fits", m.fits, "device", m.device, "ctx", (json_int_t)m.ctx, "batch", (json_int_t)m.batch,
                               "layers", (json_int_t)m.layers, "kv_heads", (json_int_t)m.kv_heads, "head_dim", (json_int_t)m.head_dim,
                               "bits", bits, "group_size", gs);
-        json_object_set_new(o, "kv_dtype", json_string("f32"));
+        json_object_set_new(o, "kv_dtype", json_string(gpu ? "bf16" : "f32"));
         char *s = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
         if (s) printf("%s\n", s);
         free(s);
@@ -70,11 +74,11 @@ int cmd_inspect(int argc, char **argv) {
         printf("context     %lld tokens x batch %lld; %lld layers, %lld KV heads, head_dim %lld\n", (long long)m.ctx,
                (long long)m.batch, (long long)m.layers, (long long)m.kv_heads, (long long)m.head_dim);
         printf("weights     %12s\n", a);
-        printf("kv cache    %12s  (f32, K and V)\n", b);
+        printf("kv cache    %12s  (%s, K and V)\n", b, gpu ? "bf16" : "f32");
         printf("activations %12s\n", cc);
         printf("headroom    %12s\n", d);
         printf("total       %12s\n", e);
-        printf("available   %12s  (%s, MemAvailable)\n", f, m.device);
+        printf("available   %12s  (%s, %s)\n", f, m.device, gpu ? "free GPU memory" : "MemAvailable");
         printf("fits        %s\n", m.fits ? "yes" : "no");
     }
     mx_ckpt_close(c);

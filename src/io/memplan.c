@@ -67,3 +67,14 @@ mx_status mx_mem_estimate_ckpt(mx_checkpoint *c, int64_t ctx, int64_t batch, mx_
     m->fits = m->budget_bytes > 0 && m->total_bytes <= m->budget_bytes;
     return MX_OK;
 }
+
+void mx_mem_estimate_retarget(mx_mem_estimate *m, const char *device, uint64_t budget_bytes, int kv_elem_bytes) {
+    m->device = device;
+    m->kv_bytes_per_token = (uint64_t)m->layers * (uint64_t)m->kv_heads * (uint64_t)m->head_dim * 2u * (uint64_t)kv_elem_bytes;
+    m->kv_bytes_total = m->kv_bytes_per_token * (uint64_t)m->ctx * (uint64_t)m->batch;
+    uint64_t sub = m->weights_bytes + m->kv_bytes_total + m->activation_bytes;
+    m->headroom_bytes = sub / 20u + (256ull << 20);
+    m->total_bytes = sub + m->headroom_bytes;
+    m->budget_bytes = budget_bytes;
+    m->fits = m->budget_bytes > 0 && m->total_bytes <= m->budget_bytes;
+}

@@ -1395,3 +1395,18 @@ extern "C" void mx_backend_cuda_free(mx_backend *b) {
     free(c);
     b->ctx = NULL; b->i = NULL;
 }
+
+/* Free/total memory of the device mx_backend_cuda_init would open (MLXCEL_CUDA_DEVICE or 0). */
+extern "C" bool mx_backend_cuda_meminfo(uint64_t *free_bytes, uint64_t *total_bytes) {
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) { cudaGetLastError(); return false; }
+    int dev = 0;
+    const char *e = getenv("MLXCEL_CUDA_DEVICE");
+    if (e && *e) dev = atoi(e);
+    if (dev < 0 || dev >= count || cudaSetDevice(dev) != cudaSuccess) { cudaGetLastError(); return false; }
+    size_t f = 0, t = 0;
+    if (cudaMemGetInfo(&f, &t) != cudaSuccess) { cudaGetLastError(); return false; }
+    *free_bytes = f;
+    *total_bytes = t;
+    return true;
+}
