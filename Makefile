@@ -15,14 +15,15 @@ setup:
 
 build:
 	@cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
-	@cmake --build build -j $(JOBS)
+	@cmake --build build -j $(JOBS) >build/build.log 2>&1 || { tail -40 build/build.log; echo "build failed (full log: build/build.log)"; exit 1; }
+	@echo "built build/mlxcel and build/mlxcel-server"
 
 build-asan:
 	@cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DMLXCEL_SANITIZE=ON >/dev/null
 	@cmake --build build-asan -j $(JOBS)
 
 demo: setup build
-	./build/mlxcel generate -m models/fortune-6m-mlx-q4 -p "A wise man once said" -n 48 --no-chat-template --stats
+	./build/mlxcel generate -m models/fortune-6m-mlx-q4 -p "A wise man once said" -n 64 --no-chat-template
 
 test: setup
 	@bash tests/run.sh all
