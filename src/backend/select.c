@@ -24,6 +24,11 @@ mx_status mx_backend_auto_init(mx_backend *out) {
         mx_status st = mx_backend_cuda_init(out);
         if (st == MX_OK) return MX_OK;
         if (want_gpu) return st;    /* the message says why (no GPU, architecture mismatch) */
+        /* A GPU is there but this binary cannot use it (e.g. its compiled architectures do not
+         * cover it): refuse rather than silently run on the CPU; MLXCEL_DEVICE=cpu overrides. */
+        uint64_t f, t;
+        if (mx_backend_cuda_meminfo(&f, &t))
+            return mx_errorf(st, "%s (set MLXCEL_DEVICE=cpu to run on the CPU)", mx_last_error());
         MX_LOGI("no usable GPU (%s); using the CPU", mx_last_error());
         mx_clear_error();
 #else
