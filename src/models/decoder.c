@@ -1,4 +1,4 @@
-/* models/decoder.c: the pre-norm transformer decoder shared by the Llama-like families, written
+/* models/decoder.c: the transformer decoder shared by all families (options in decoder.h), written
  * once in terms of backend ops, over a batch of tokens from several sequences (each with its own
  * positions and KV block table). Also mx_model_load / mx_model_load_random, which pick the family
  * from config.json. Not device code (backend/) and not sampling (engine/). */
@@ -12,6 +12,10 @@
 typedef struct layer {
     mx_weight q, k, v, o, gate, up, down;
     mx_vec ln1, ln2, q_norm, k_norm;
+    mx_vec post_attn, post_ffw;     /* sandwich_norms only */
+    mx_vec ln1_b, ln2_b;            /* layer_norm only */
+    const mx_rope *rope;            /* the global or local table */
+    const mx_attn_params *attn;     /* with or without the sliding window */
 } layer;
 
 struct mx_model {
@@ -21,11 +25,12 @@ struct mx_model {
     mx_checkpoint *ck;          /* NULL for random weights */
     mx_wsrc src;                /* owns random buffers */
     mx_weight embed, lm_head;   /* lm_head aliases embed when tied */
-    mx_vec final_norm;
+    mx_vec final_norm, final_norm_b;
     layer *layers;
     float *inv_freq;            /* [rot_dim/2] */
-    mx_rope rope;
-    mx_attn_params attn;
+    float *inv_freq_local;      /* sliding layers' table when they have their own, else NULL */
+    mx_rope rope, rope_local;
+    mx_attn_params attn, attn_local;
     size_t weight_bytes;
     /* set by prepare */
     int n_blocks, block_size, max_tokens;
@@ -70,9 +75,43 @@ void mx_model_free(mx_model *m) {
     }
     free(m->layers);
     free(m->inv_freq);
+    free(m->inv_freq_local);
+    free(m->opts.layer_flags);
+    if (m->opts.rope_cfg) json_decref(m->opts.rope_cfg);
+    if (m->opts.local_rope_cfg) json_decref(m->opts.local_rope_cfg);
     mx_wsrc_free(&m->src);
     if (m->ck) mx_ckpt_close(m->ck);
     free(m);
+}
+
+/* Rows [r0, r0 + n) of w as a weight of its own (a view: fused projections). */
+static mx_weight split_rows(const mx_weight *w, int64_t r0, int64_t n) {
+    mx_weight v = *w;
+    v.rows = n;
+    v.dev = NULL;
+    if (w->bits) {
+        v.w = (const char *)w->w + (size_t)r0 * (size_t)(w->cols * w->bits / 32) * 4;
+        size_t sb = (size_t)r0 * (size_t)(w->cols / w->group_size) * mx_dtype_size(w->scale_dtype);
+        v.scales = (const char *)w->scales + sb;
+        v.biases = (const char *)w->biases + sb;
+    } else {
+        v.w = (const char *)w->w + (size_t)r0 * (size_t)w->cols * mx_dtype_size(w->dtype);
+    }
+    if (w->bias) v.bias = (const char *)w->bias + (size_t)r0 * mx_dtype_size(w->bias_dtype);
+    return v;
+}
+
+mx_status mx_decoder_act(json_t *config, const char *dir, const char *first, mx_act *act) {
+    json_t *a = json_object_get(config, first);
+    if (!json_is_string(a)) a = json_object_get(config, "hidden_act");
+    if (!json_is_string(a)) a = json_object_get(config, "hidden_activation");
+    const char *s = json_is_string(a) ? json_string_value(a) : "silu";
+    if (!strcmp(s, "silu") || !strcmp(s, "swish")) *act = MX_ACT_SILU;
+    else if (!strcmp(s, "gelu_pytorch_tanh") || !strcmp(s, "gelu_new")) *act = MX_ACT_GELU_TANH;
+    else if (!strcmp(s, "gelu")) *act = MX_ACT_GELU;
+    else if (!strcmp(s, "relu")) *act = MX_ACT_RELU;
+    else return mx_errorf(MX_ERR_UNSUPPORTED, "%s/config.json: hidden_act \"%s\" is not supported", dir, s);
+    return MX_OK;
 }
 
 mx_status mx_decoder_build(json_t *config, const char *dir, mx_wsrc *src, mx_backend *be, mx_model **out) {
@@ -110,24 +149,69 @@ mx_status mx_decoder_build(json_t *config, const char *dir, mx_wsrc *src, mx_bac
         snprintf(name, sizeof name, "model.layers.%d.%s.weight", l, sub); \
         if ((st = mx_wsrc_vec(s, name, n, 1.0f, &L->field))) goto fail; \
         if ((st = prep_v(m, &L->field))) goto fail;
-        LIN(q, "self_attn.q_proj", (int64_t)nh * hd, H, qb)
-        LIN(k, "self_attn.k_proj", (int64_t)nkv * hd, H, qb)
-        LIN(v, "self_attn.v_proj", (int64_t)nkv * hd, H, qb)
-        LIN(o, "self_attn.o_proj", H, (int64_t)nh * hd, ob)
-        LIN(gate, "mlp.gate_proj", I, H, mb)
-        LIN(up, "mlp.up_proj", I, H, mb)
-        LIN(down, "mlp.down_proj", H, I, mb)
-        VEC(ln1, "input_layernorm", H)
-        VEC(ln2, "post_attention_layernorm", H)
-        if (m->opts.qk_norm) {
-            VEC(q_norm, "self_attn.q_norm", hd)
-            VEC(k_norm, "self_attn.k_norm", hd)
+#define NORM(field, sub, n) \
+        VEC(field, sub, n) \
+        if (m->opts.layer_norm) { \
+            snprintf(name, sizeof name, "model.layers.%d.%s.bias", l, sub); \
+            if ((st = mx_wsrc_vec(s, name, n, 0.0f, &L->field##_b))) goto fail; \
+            if ((st = prep_v(m, &L->field##_b))) goto fail; \
         }
+#define SPLIT(field, from, r0, nr) \
+        L->field = split_rows(&from, r0, nr); \
+        if ((st = prep_w(m, &L->field))) goto fail;
+        int64_t qd = (int64_t)nh * hd, kvd = (int64_t)nkv * hd;
+        if (m->opts.fused_qkv) {
+            mx_weight f;
+            snprintf(name, sizeof name, "model.layers.%d.self_attn.qkv_proj", l);
+            if ((st = mx_wsrc_linear(s, name, qd + 2 * kvd, H, qb, &f))) goto fail;
+            SPLIT(q, f, 0, qd)
+            SPLIT(k, f, qd, kvd)
+            SPLIT(v, f, qd + kvd, kvd)
+        } else {
+            LIN(q, "self_attn.q_proj", qd, H, qb)
+            LIN(k, "self_attn.k_proj", kvd, H, qb)
+            LIN(v, "self_attn.v_proj", kvd, H, qb)
+        }
+        LIN(o, "self_attn.o_proj", H, qd, ob)
+        if (m->opts.plain_mlp) {
+            LIN(up, "mlp.c_fc", I, H, mb)
+            LIN(down, "mlp.c_proj", H, I, mb)
+        } else {
+            if (m->opts.fused_gate_up) {
+                mx_weight f;
+                snprintf(name, sizeof name, "model.layers.%d.mlp.gate_up_proj", l);
+                if ((st = mx_wsrc_linear(s, name, 2 * (int64_t)I, H, mb, &f))) goto fail;
+                SPLIT(gate, f, 0, I)
+                SPLIT(up, f, I, I)
+            } else {
+                LIN(gate, "mlp.gate_proj", I, H, mb)
+                LIN(up, "mlp.up_proj", I, H, mb)
+            }
+            LIN(down, "mlp.down_proj", H, I, mb)
+        }
+        if (!m->opts.no_pre_norms) { NORM(ln1, "input_layernorm", H) }
+        if (m->opts.sandwich_norms) {
+            VEC(post_attn, "post_attention_layernorm", H)
+            if (!m->opts.no_pre_norms) { VEC(ln2, "pre_feedforward_layernorm", H) }
+            VEC(post_ffw, "post_feedforward_layernorm", H)
+        } else {
+            NORM(ln2, "post_attention_layernorm", H)
+        }
+        if (m->opts.qk_norm) {
+            VEC(q_norm, "self_attn.q_norm", m->opts.qk_norm_full ? qd : hd)
+            VEC(k_norm, "self_attn.k_norm", m->opts.qk_norm_full ? kvd : hd)
+        }
+#undef NORM
+#undef SPLIT
 #undef LIN
 #undef VEC
     }
     if ((st = mx_wsrc_vec(s, "model.norm.weight", H, 1.0f, &m->final_norm))) goto fail;
     if ((st = prep_v(m, &m->final_norm))) goto fail;
+    if (m->opts.layer_norm) {
+        if ((st = mx_wsrc_vec(s, "model.norm.bias", H, 0.0f, &m->final_norm_b))) goto fail;
+        if ((st = prep_v(m, &m->final_norm_b))) goto fail;
+    }
     bool tied = c->tie_word_embeddings;
     if (m->ck && !tied && !mx_ckpt_find(m->ck, "lm_head.weight")) tied = true;   /* as mlx-lm: no head -> tied */
     if (tied) {
@@ -141,15 +225,31 @@ mx_status mx_decoder_build(json_t *config, const char *dir, mx_wsrc *src, mx_bac
         if ((st = prep_w(m, &m->embed))) goto fail;
         m->weight_bytes = before;
     }
-    if ((st = mx_rope_inv_freq(config, hd, &m->inv_freq))) goto fail;
-    m->rope.rot_dim = hd;
+    int rd = m->opts.rot_dim > 0 ? m->opts.rot_dim : hd;
+    if (rd > hd || rd % 2) { st = mx_errorf(MX_ERR_FORMAT, "%s/config.json: rotary dims %d do not fit head_dim %d", where, rd, hd); goto fail; }
+    if ((st = mx_rope_inv_freq(m->opts.rope_cfg ? m->opts.rope_cfg : config, rd, &m->inv_freq))) goto fail;
+    m->rope.rot_dim = rd;
     m->rope.inv_freq = m->inv_freq;
     m->rope.attn_factor = 1.0f;
+    m->rope_local = m->rope;
+    if (m->opts.local_rope_cfg) {
+        if ((st = mx_rope_inv_freq(m->opts.local_rope_cfg, rd, &m->inv_freq_local))) goto fail;
+        m->rope_local.inv_freq = m->inv_freq_local;
+    }
     m->attn.n_heads = nh;
     m->attn.n_kv_heads = nkv;
     m->attn.head_dim = hd;
-    m->attn.scale = 1.0f / sqrtf((float)hd);
-    m->attn.sliding_window = m->opts.sliding_window;
+    m->attn.scale = m->opts.attn_scale > 0 ? m->opts.attn_scale : 1.0f / sqrtf((float)hd);
+    m->attn.softcap = m->opts.attn_softcap;
+    m->attn.sliding_window = m->opts.layer_flags ? 0 : m->opts.sliding_window;
+    m->attn_local = m->attn;
+    m->attn_local.sliding_window = m->opts.sliding_window;
+    for (int l = 0; l < c->n_layers; l++) {
+        bool sliding = m->opts.layer_flags && (m->opts.layer_flags[l] & MX_LAYER_SLIDING);
+        bool no_rope = m->opts.layer_flags && (m->opts.layer_flags[l] & MX_LAYER_NO_ROPE);
+        m->layers[l].rope = no_rope ? NULL : sliding ? &m->rope_local : &m->rope;
+        m->layers[l].attn = sliding ? &m->attn_local : &m->attn;
+    }
     *out = m;
     return MX_OK;
 fail:
@@ -252,6 +352,12 @@ static void mmn(mx_model *m, int nw, const mx_weight *const *ws, const float *x,
     if (bi->set_precision) bi->set_precision(bc, MX_PREC_AUTO);
 }
 
+/* RMSNorm, or LayerNorm with bias (layer_norm). */
+static void norm(mx_model *m, const float *x, const mx_vec *g, const mx_vec *b, float *y, int n, int d) {
+    if (m->opts.layer_norm) m->be->i->layernorm(m->be->ctx, x, g, b, m->cfg.norm_eps, y, n, d);
+    else m->be->i->rmsnorm(m->be->ctx, x, g, m->cfg.norm_eps, m->opts.norm_add_one, y, n, d);
+}
+
 /* The op sequence of one forward pass (everything but reading the logits back). */
 static void forward_ops(mx_model *m, const mx_batch *b, const mx_attn_meta *pmeta) {
     const mx_backend_i *bi = m->be->i;
@@ -260,40 +366,57 @@ static void forward_ops(mx_model *m, const mx_batch *b, const mx_attn_meta *pmet
     const int n = b->n_tokens, nd = b->n_decode;
     const mx_attn_meta meta = *pmeta;
     const int H = c->hidden_size, hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads, I = c->intermediate_size;
-    const float eps = c->norm_eps;
+    const float eps = c->norm_eps, a1 = m->opts.norm_add_one;
 
     bi->embed(bc, &m->embed, b->tokens, n, m->x);
+    if (m->opts.embed_scale != 0) bi->scale(bc, m->x, m->opts.embed_scale, m->x, (int64_t)n * H);
     for (int l = 0; l < c->n_layers; l++) {
         layer *L = &m->layers[l];
-        bi->rmsnorm(bc, m->x, &L->ln1, eps, 0.0f, m->h, n, H);
+        const float *in = m->x;
+        if (!m->opts.no_pre_norms) { norm(m, m->x, &L->ln1, &L->ln1_b, m->h, n, H); in = m->h; }
         {
             const mx_weight *w3[3] = {&L->q, &L->k, &L->v};
             float *y3[3] = {m->q, m->k, m->v};
-            mmn(m, 3, w3, m->h, y3, n, nd);
+            mmn(m, 3, w3, in, y3, n, nd);
         }
-        if (m->opts.qk_norm) {
-            bi->rmsnorm(bc, m->q, &L->q_norm, eps, 0.0f, m->q, n * nh, hd);
-            bi->rmsnorm(bc, m->k, &L->k_norm, eps, 0.0f, m->k, n * nkv, hd);
+        if (m->opts.qk_norm_full) {
+            bi->rmsnorm(bc, m->q, &L->q_norm, eps, a1, m->q, n, nh * hd);
+            bi->rmsnorm(bc, m->k, &L->k_norm, eps, a1, m->k, n, nkv * hd);
+        } else if (m->opts.qk_norm) {
+            bi->rmsnorm(bc, m->q, &L->q_norm, eps, a1, m->q, n * nh, hd);
+            bi->rmsnorm(bc, m->k, &L->k_norm, eps, a1, m->k, n * nkv, hd);
         }
-        bi->rope(bc, m->q, n, nh, hd, &m->rope, &meta);
-        bi->rope(bc, m->k, n, nkv, hd, &m->rope, &meta);
-        bi->attention(bc, l, m->q, m->k, m->v, m->att, &m->attn, &meta);
+        if (L->rope) {
+            bi->rope(bc, m->q, n, nh, hd, L->rope, &meta);
+            bi->rope(bc, m->k, n, nkv, hd, L->rope, &meta);
+        }
+        bi->attention(bc, l, m->q, m->k, m->v, m->att, L->attn, &meta);
         mm(m, &L->o, m->att, m->h, n, nd);
+        if (m->opts.sandwich_norms) bi->rmsnorm(bc, m->h, &L->post_attn, eps, a1, m->h, n, H);
+        if (m->opts.residual_scale != 0) bi->scale(bc, m->h, m->opts.residual_scale, m->h, (int64_t)n * H);
         bi->add(bc, m->x, m->h, m->x, (int64_t)n * H);
-        bi->rmsnorm(bc, m->x, &L->ln2, eps, 0.0f, m->h, n, H);
-        {
+        in = m->x;
+        if (!m->opts.no_pre_norms) { norm(m, m->x, &L->ln2, &L->ln2_b, m->h, n, H); in = m->h; }
+        if (m->opts.plain_mlp) {
+            mm(m, &L->up, in, m->g, n, nd);
+            bi->act(bc, m->opts.act, m->g, m->g, (int64_t)n * I);
+        } else {
             const mx_weight *w2[2] = {&L->gate, &L->up};
             float *y2[2] = {m->g, m->u};
-            mmn(m, 2, w2, m->h, y2, n, nd);
+            mmn(m, 2, w2, in, y2, n, nd);
+            bi->act_mul(bc, m->opts.act, m->g, m->u, I, m->g, n, I);
         }
-        bi->act_mul(bc, m->opts.act, m->g, m->u, I, m->g, n, I);
         mm(m, &L->down, m->g, m->h, n, nd);
+        if (m->opts.sandwich_norms) bi->rmsnorm(bc, m->h, &L->post_ffw, eps, a1, m->h, n, H);
+        if (m->opts.residual_scale != 0) bi->scale(bc, m->h, m->opts.residual_scale, m->h, (int64_t)n * H);
         bi->add(bc, m->x, m->h, m->x, (int64_t)n * H);
     }
     if (b->n_logits == 0) return;
     bi->gather_rows(bc, m->x, b->logit_rows, b->n_logits, H, m->rows);
-    bi->rmsnorm(bc, m->rows, &m->final_norm, eps, 0.0f, m->rows, b->n_logits, H);
+    norm(m, m->rows, &m->final_norm, &m->final_norm_b, m->rows, b->n_logits, H);
     mm(m, &m->lm_head, m->rows, m->logits, b->n_logits, b->n_logits);  /* logits: exact */
+    if (m->opts.logits_scale != 0) bi->scale(bc, m->logits, m->opts.logits_scale, m->logits, (int64_t)b->n_logits * c->vocab_size);
+    if (m->opts.final_softcap > 0) bi->softcap(bc, m->logits, m->opts.final_softcap, (int64_t)b->n_logits * c->vocab_size);
 }
 
 mx_status mx_model_forward(mx_model *m, const mx_batch *b, float *logits_host) {

@@ -1,5 +1,8 @@
-/* models/decoder.h: the shared pre-norm transformer decoder (embedding, N blocks of attention +
- * gated MLP with residuals, final norm, LM head) that family files configure. Internal. */
+/* models/decoder.h: the shared transformer decoder (embedding, N blocks of attention + MLP with
+ * residuals, final norm, LM head) that family files configure through mx_decoder_opts: pre-norm
+ * Llama blocks by default; sandwich/post norms, (1 + w) RMSNorm, LayerNorm, fused projections,
+ * non-gated MLP, multipliers, softcapping and per-layer sliding window / RoPE table / NoPE for the
+ * other families. Internal. */
 #ifndef MLXCEL_MODELS_DECODER_H
 #define MLXCEL_MODELS_DECODER_H
 
@@ -12,7 +15,34 @@ typedef struct mx_decoder_opts {
     bool qk_norm;           /* RMSNorm over head_dim on q and k before RoPE (qwen3) */
     int sliding_window;     /* 0: none */
     mx_act act;
+    /* Extensions for the Gemma-like families; zero keeps the Llama behaviour. */
+    float norm_add_one;     /* RMSNorms scale by (add_one + weight): 1 for gemma */
+    float embed_scale;      /* 0: none; else the embeddings are multiplied by it (gemma: sqrt(hidden)) */
+    bool sandwich_norms;    /* gemma2/3: post_attention_layernorm on the attention output,
+                             * pre_feedforward_layernorm before and post_feedforward_layernorm after the MLP */
+    float attn_scale;       /* 0: 1/sqrt(head_dim) */
+    float attn_softcap;     /* 0: none (gemma2 attn_logit_softcapping) */
+    float final_softcap;    /* 0: none (gemma2 final_logit_softcapping) */
+    unsigned char *layer_flags;   /* NULL, or [n_layers] of MX_LAYER_* malloc'ed by configure; the
+                                   * model frees it. When set, only MX_LAYER_SLIDING layers use
+                                   * sliding_window, and they use local_rope_cfg. */
+    json_t *rope_cfg;       /* NULL: RoPE from config.json; else a config-like object (owned ref) */
+    json_t *local_rope_cfg; /* RoPE of sliding layers; NULL: as the others (owned ref) */
+    int rot_dim;            /* rotated dims per head (partial rotary); 0: head_dim */
+    bool fused_qkv;         /* phi3: one self_attn.qkv_proj, rows q | k | v */
+    bool fused_gate_up;     /* phi3: one mlp.gate_up_proj, rows gate | up */
+    float residual_scale;   /* granite residual_multiplier: blocks add out * this; 0: 1 */
+    float logits_scale;     /* granite: logits times this (1 / logits_scaling); 0: 1 */
+    bool no_pre_norms;      /* olmo2 (with sandwich_norms): only the norms after attention and MLP */
+    bool qk_norm_full;      /* olmo2: q/k RMSNorm over the whole projection, not per head */
+    bool layer_norm;        /* starcoder2: LayerNorm with weight and bias instead of RMSNorm */
+    bool plain_mlp;         /* starcoder2: mlp.c_fc -> act -> mlp.c_proj (no gate) */
 } mx_decoder_opts;
+
+enum { MX_LAYER_SLIDING = 1, MX_LAYER_NO_ROPE = 2 };
+
+/* hidden_act / hidden_activation of config.json (`first` is looked up first). */
+mx_status mx_decoder_act(json_t *config, const char *dir, const char *first, mx_act *act);
 
 /* A family's loader: read family-specific config into opts (cfg already has the common fields). */
 typedef mx_status (*mx_family_config_fn)(json_t *config, const char *dir, mx_model_config *cfg, mx_decoder_opts *opts);

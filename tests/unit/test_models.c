@@ -158,6 +158,69 @@ done:
     mx_st_close(g);
 }
 
+#define TINY "\"vocab_size\": 64, \"hidden_size\": 32, \"num_hidden_layers\": 2, \"num_attention_heads\": 2, " \
+             "\"num_key_value_heads\": 1, \"head_dim\": 16, \"intermediate_size\": 64"
+
+/* Bad family-specific config.json fields are errors naming the field, not crashes. */
+static void bad_family_configs(void) {
+    static const struct { const char *json, *want; } cases[] = {
+        {"{\"model_type\": \"gemma3_text\", " TINY ", \"sliding_window\": 4, \"layer_types\": [\"sliding_attention\"]}", "layer_types"},
+        {"{\"model_type\": \"gemma2\", " TINY ", \"sliding_window\": 4, \"layer_types\": [\"sliding_attention\", \"local\"]}", "layer_types[1]"},
+        {"{\"model_type\": \"gemma2\", " TINY ", \"sliding_window\": -3}", "sliding_window"},
+        {"{\"model_type\": \"gemma2\", " TINY ", \"query_pre_attn_scalar\": \"x\"}", "query_pre_attn_scalar"},
+        {"{\"model_type\": \"gemma2\", " TINY ", \"final_logit_softcapping\": -1}", "final_logit_softcapping"},
+        {"{\"model_type\": \"gemma3_text\", " TINY ", \"rope_parameters\": {\"full_attention\": {\"rope_theta\": 10000}}}", "sliding_attention"},
+        {"{\"model_type\": \"gemma3_text\", " TINY ", \"hidden_activation\": \"mish\"}", "mish"},
+        {"{\"model_type\": \"phi3\", " TINY ", \"partial_rotary_factor\": 2}", "partial_rotary_factor"},
+        {"{\"model_type\": \"phi3\", " TINY ", \"rope_parameters\": {\"rope_type\": \"longrope\"}}", "longrope"},
+        {"{\"model_type\": \"granite\", " TINY ", \"logits_scaling\": 0}", "logits_scaling"},
+        {"{\"model_type\": \"granite\", " TINY ", \"residual_multiplier\": \"big\"}", "residual_multiplier"},
+        {"{\"model_type\": \"smollm3\", " TINY ", \"no_rope_layers\": [1]}", "no_rope_layers"},
+        {"{\"model_type\": \"smollm3\", " TINY ", \"no_rope_layers\": [1, 2]}", "no_rope_layers[1]"},
+        {"{\"model_type\": \"smollm3\", " TINY ", \"use_sliding_window\": true, \"sliding_window\": 4}", "layer_types"},
+        {"{\"model_type\": \"starcoder2\", " TINY ", \"norm_epsilon\": \"a\"}", "norm_epsilon"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        json_error_t je;
+        json_t *cfg = json_loads(cases[i].json, 0, &je);
+        TREQUIRE(cfg, "case %zu: test json: %s", i, je.text);
+        mx_model *m = NULL;
+        mx_status st = mx_model_load_random(cfg, 0, 0, MX_DTYPE_F32, 1, &g_cpu, &m);
+        json_decref(cfg);
+        TCHECK(st != MX_OK && strstr(mx_last_error(), cases[i].want), "case %zu: got status %d \"%s\", want an error naming %s",
+               i, (int)st, st ? mx_last_error() : "", cases[i].want);
+        mx_model_free(m);
+    }
+}
+
+/* Every new family also builds from random 4-bit weights (the benchmark path; for phi3 the
+ * fused projections are then split as quantized rows) and gives finite logits. */
+static void random_quantized_families(void) {
+    static const char *types[] = {"gemma2", "gemma3_text", "phi3", "granite", "olmo2", "starcoder2", "smollm3"};
+    for (size_t i = 0; i < sizeof types / sizeof *types; i++) {
+        char js[512];
+        snprintf(js, sizeof js, "{\"model_type\": \"%s\", " TINY ", \"sliding_window\": 4, \"partial_rotary_factor\": 0.5}", types[i]);
+        json_error_t je;
+        json_t *cfg = json_loads(js, 0, &je);
+        TREQUIRE(cfg, "%s: test json: %s", types[i], je.text);
+        mx_model *m = NULL;
+        float *l = NULL;
+        mx_status st = mx_model_load_random(cfg, 4, 32, MX_DTYPE_BF16, 7, &g_cpu, &m);
+        json_decref(cfg);
+        TCHECK(st == MX_OK, "%s: load: %s", types[i], mx_last_error());
+        if (st == MX_OK && (st = mx_gen_prepare(m, 32, 0)) == MX_OK) {
+            const int32_t ids[10] = {1, 5, 9, 63, 0, 17, 33, 2, 8, 40};
+            st = mx_teacher_logits(m, ids, 10, 0, &l);
+        }
+        TCHECK(st == MX_OK, "%s: logits: %s", types[i], mx_last_error());
+        bool finite = l != NULL;
+        for (int j = 0; l && j < 10 * 64; j++) finite = finite && isfinite(l[j]);
+        TCHECK(finite, "%s: non-finite logits", types[i]);
+        free(l);
+        mx_model_free(m);
+    }
+}
+
 int main(void) {
     /* MLXCEL_DEVICE picks the backend (CPU by default on a machine without a GPU); on the GPU the
      * logits tolerance is GPU_TOL and a greedy mismatch is accepted only at a reference near-tie. */
@@ -165,7 +228,9 @@ int main(void) {
     if (mx_backend_cpu_init(&g_cpu) != MX_OK) { printf("FAIL backend: %s\n", mx_last_error()); return 1; }
     g_gpu = mx_backend_is_gpu(&g_be);
     fprintf(stderr, "test_models: backend %s\n", g_be.i->name);
-    const char *fx[] = {"llama", "llama-tied", "qwen2", "qwen3", "mistral", "llama-mlx-q4", "llama-mlx-q8", "qwen3-mlx-q4", "qwen3-mlx-q8"};
+    const char *fx[] = {"llama", "llama-tied", "qwen2", "qwen3", "mistral", "llama-mlx-q4", "llama-mlx-q8", "qwen3-mlx-q4", "qwen3-mlx-q8",
+                        "gemma3", "gemma3-mlx-q4", "gemma3-mlx-q8", "gemma2", "phi3", "granite", "olmo2",
+                        "starcoder2", "smollm3"};
     char name[96];
     for (size_t i = 0; i < sizeof fx / sizeof *fx; i++) {
         snprintf(name, sizeof name, "parity_%s", fx[i]);
@@ -183,6 +248,8 @@ int main(void) {
         g_tol = g_gpu ? GPU_TOL : i == 0 ? 1e-4 : 1e-3;
         RUN_NAMED(name, demo, dm[i]);
     }
+    RUN(bad_family_configs);
+    RUN(random_quantized_families);
     mx_backend_auto_free(&g_be);
     mx_backend_cpu_free(&g_cpu);
     TEST_EXIT();
