@@ -148,6 +148,71 @@ mx_status mx_wsrc_linear(mx_wsrc *s, const char *prefix, int64_t rows, int64_t c
     return MX_OK;
 }
 
+static mx_status expect_shape3(const mx_st_tensor *t, int64_t e, int64_t a, int64_t b, const char *dir) {
+    char sb[96];
+    if (t->ndim != 3 || t->shape[0] != e || t->shape[1] != a || t->shape[2] != b)
+        return mx_errorf(MX_ERR_FORMAT, "%s: tensor %s has shape %s, expected [%lld, %lld, %lld]", dir, t->name, shape_str(t, sb, sizeof sb),
+                         (long long)e, (long long)a, (long long)b);
+    return MX_OK;
+}
+
+mx_status mx_wsrc_experts(mx_wsrc *s, const char *prefix, int n_experts, int64_t rows, int64_t cols, mx_weight *w) {
+    if (n_experts <= 0) return mx_errorf(MX_ERR_INVALID_ARG, "%s: no experts", prefix);
+    if (!s->ck) {
+        for (int e = 0; e < n_experts; e++) {
+            mx_status st = random_linear(s, rows, cols, 0, &w[e]);
+            if (st) return st;
+        }
+        return MX_OK;
+    }
+    const char *dir = mx_ckpt_dir(s->ck);
+    char name[512], sn[512], bn[512];
+    mx_weight base;
+    memset(&base, 0, sizeof base);
+    base.rows = rows; base.cols = cols;
+    snprintf(name, sizeof name, "%s.weight", prefix);
+    const mx_st_tensor *t = mx_ckpt_find(s->ck, name);
+    if (!t) return mx_errorf(MX_ERR_FORMAT, "%s: missing tensor %s", dir, name);
+    mx_status st;
+    size_t wstride, sstride = 0;
+    if (t->dtype == MX_DTYPE_U32) {
+        int bits, gs;
+        if ((st = mx_ckpt_quant_for(s->ck, prefix, &bits, &gs)) != MX_OK) return st;
+        if (bits == 0) return mx_errorf(MX_ERR_FORMAT, "%s: %s is U32 (quantized) but config.json has no quantization for it", dir, name);
+        if (gs <= 0 || cols % gs) return mx_errorf(MX_ERR_FORMAT, "%s: %s: %lld columns do not divide into groups of %d", dir, prefix, (long long)cols, gs);
+        if ((cols * bits) % 32) return mx_errorf(MX_ERR_FORMAT, "%s: %s: %lld columns of %d bits do not fill whole u32 words", dir, prefix, (long long)cols, bits);
+        if ((st = expect_shape3(t, n_experts, rows, cols * bits / 32, dir)) != MX_OK) return st;
+        snprintf(sn, sizeof sn, "%s.scales", prefix);
+        snprintf(bn, sizeof bn, "%s.biases", prefix);
+        const mx_st_tensor *ts = mx_ckpt_find(s->ck, sn), *tb = mx_ckpt_find(s->ck, bn);
+        if (!ts) return mx_errorf(MX_ERR_FORMAT, "%s: missing tensor %s", dir, sn);
+        if (!tb) return mx_errorf(MX_ERR_FORMAT, "%s: missing tensor %s", dir, bn);
+        if ((st = expect_shape3(ts, n_experts, rows, cols / gs, dir)) != MX_OK) return st;
+        if ((st = expect_shape3(tb, n_experts, rows, cols / gs, dir)) != MX_OK) return st;
+        if (!is_float_dtype(ts->dtype) || ts->dtype != tb->dtype)
+            return mx_errorf(MX_ERR_FORMAT, "%s: %s scales/biases must share a float dtype (got %s, %s)", dir, prefix, mx_dtype_name(ts->dtype), mx_dtype_name(tb->dtype));
+        base.dtype = MX_DTYPE_U32; base.bits = bits; base.group_size = gs;
+        base.w = t->data; base.scales = ts->data; base.biases = tb->data; base.scale_dtype = ts->dtype;
+        wstride = (size_t)rows * (size_t)(cols * bits / 32) * 4;
+        sstride = (size_t)rows * (size_t)(cols / gs) * mx_dtype_size(ts->dtype);
+    } else if (is_float_dtype(t->dtype)) {
+        if ((st = expect_shape3(t, n_experts, rows, cols, dir)) != MX_OK) return st;
+        base.dtype = t->dtype; base.w = t->data;
+        wstride = (size_t)rows * (size_t)cols * mx_dtype_size(t->dtype);
+    } else {
+        return mx_errorf(MX_ERR_UNSUPPORTED, "%s: tensor %s has dtype %s; weights must be F32, F16, BF16 or U32 (MLX quantized)", dir, name, mx_dtype_name(t->dtype));
+    }
+    for (int e = 0; e < n_experts; e++) {
+        w[e] = base;
+        w[e].w = (const char *)base.w + (size_t)e * wstride;
+        if (base.bits) {
+            w[e].scales = (const char *)base.scales + (size_t)e * sstride;
+            w[e].biases = (const char *)base.biases + (size_t)e * sstride;
+        }
+    }
+    return MX_OK;
+}
+
 mx_status mx_wsrc_vec(mx_wsrc *s, const char *name, int64_t n, float fill, mx_vec *v) {
     memset(v, 0, sizeof *v);
     v->n = n;

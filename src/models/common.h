@@ -19,6 +19,10 @@ typedef struct mx_wsrc {
 /* Linear weight `<prefix>.weight` (+ `.scales`/`.biases` when quantized, + `.bias` if present or
  * required) of shape [rows, cols]. want_bias: 0 no, 1 required, 2 optional. */
 mx_status mx_wsrc_linear(mx_wsrc *s, const char *prefix, int64_t rows, int64_t cols, int want_bias, mx_weight *w);
+/* Stacked expert weights (mlx-lm's switch_mlp layout): `<prefix>.weight` of shape
+ * [n_experts, rows, cols] (+ `.scales`/`.biases` [n_experts, rows, groups] when quantized); fills
+ * w[0..n_experts) with 2-D views of each expert. Random: n_experts independent weights. */
+mx_status mx_wsrc_experts(mx_wsrc *s, const char *prefix, int n_experts, int64_t rows, int64_t cols, mx_weight *w);
 /* Vector `<name>` of n elements; random: filled with `fill`. */
 mx_status mx_wsrc_vec(mx_wsrc *s, const char *name, int64_t n, float fill, mx_vec *v);
 bool mx_wsrc_has(mx_wsrc *s, const char *name);

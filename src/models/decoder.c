@@ -16,6 +16,9 @@ typedef struct layer {
     mx_vec ln1_b, ln2_b;            /* layer_norm only */
     const mx_rope *rope;            /* the global or local table */
     const mx_attn_params *attn;     /* with or without the sliding window */
+    bool moe;                       /* sparse MoE block instead of the dense MLP */
+    mx_weight router;               /* moe: [n_experts, hidden] */
+    mx_weight *ex;                  /* moe: [3 * n_experts]: gate views, then up, then down */
 } layer;
 
 struct mx_model {
@@ -36,6 +39,12 @@ struct mx_model {
     int n_blocks, block_size, max_tokens;
     float *x, *h, *q, *k, *v, *att, *g, *u, *rows, *logits; /* backend buffers */
     int32_t *slot;              /* host [max_tokens] */
+    bool has_moe;
+    float *moe_in, *moe_y, *moe_out, *router;   /* backend buffers (MoE models only) */
+    float *router_host, *ex_w;  /* host [max_tokens * n_experts], [n_experts * max_tokens] */
+    int32_t *ex_rows;           /* host [n_experts * max_tokens]: tokens routed to each expert */
+    int *ex_cnt;                /* host [n_experts] */
+    unsigned char *tok_done;    /* host [max_tokens] */
 };
 
 const mx_model_config *mx_model_cfg(const mx_model *m) { return &m->cfg; }
@@ -60,11 +69,14 @@ static mx_status prep_v(mx_model *m, mx_vec *v) {
 
 static void free_buffers(mx_model *m) {
     const mx_backend_i *bi = m->be->i;
-    float **bufs[] = {&m->x, &m->h, &m->q, &m->k, &m->v, &m->att, &m->g, &m->u, &m->rows, &m->logits};
+    float **bufs[] = {&m->x, &m->h, &m->q, &m->k, &m->v, &m->att, &m->g, &m->u, &m->rows, &m->logits,
+                      &m->moe_in, &m->moe_y, &m->moe_out, &m->router};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (*bufs[i]) { bi->free(m->be->ctx, *bufs[i]); *bufs[i] = NULL; }
     free(m->slot);
     m->slot = NULL;
+    free(m->router_host); free(m->ex_w); free(m->ex_rows); free(m->ex_cnt); free(m->tok_done);
+    m->router_host = m->ex_w = NULL; m->ex_rows = NULL; m->ex_cnt = NULL; m->tok_done = NULL;
 }
 
 void mx_model_free(mx_model *m) {
@@ -73,7 +85,10 @@ void mx_model_free(mx_model *m) {
         free_buffers(m);
         if (m->n_blocks && m->be->i->kv_free) m->be->i->kv_free(m->be->ctx);
     }
+    if (m->layers)
+        for (int l = 0; l < m->cfg.n_layers; l++) free(m->layers[l].ex);
     free(m->layers);
+    free(m->opts.dense_layers);
     free(m->inv_freq);
     free(m->inv_freq_local);
     free(m->opts.layer_flags);
@@ -173,7 +188,34 @@ mx_status mx_decoder_build(json_t *config, const char *dir, mx_wsrc *src, mx_bac
             LIN(v, "self_attn.v_proj", kvd, H, qb)
         }
         LIN(o, "self_attn.o_proj", H, qd, ob)
-        if (m->opts.plain_mlp) {
+        if (m->opts.n_experts > 0 && !(m->opts.dense_layers && m->opts.dense_layers[l])) {
+            int E = m->opts.n_experts;
+            int64_t MI = m->opts.moe_inter;
+            char pfx[160];
+            L->moe = m->has_moe = true;
+            if (!(L->ex = calloc((size_t)3 * E, sizeof *L->ex))) { st = mx_errorf(MX_ERR_NOMEM, "out of memory"); goto fail; }
+            snprintf(pfx, sizeof pfx, "model.layers.%d.%s", l, m->opts.moe_prefix);
+            snprintf(name, sizeof name, "%s.gate", pfx);
+            if ((st = mx_wsrc_linear(s, name, E, H, 0, &L->router))) goto fail;
+            if ((st = prep_w(m, &L->router))) goto fail;
+            static const char *const stacked[3] = {"gate_proj", "up_proj", "down_proj"};
+            snprintf(name, sizeof name, "%s.switch_mlp.gate_proj.weight", pfx);
+            bool is_stacked = !s->ck || mx_ckpt_find(s->ck, name);
+            for (int p = 0; p < 3; p++) {
+                int64_t rows = p == 2 ? H : MI, cols = p == 2 ? MI : H;
+                if (is_stacked) {
+                    snprintf(name, sizeof name, "%s.switch_mlp.%s", pfx, stacked[p]);
+                    if ((st = mx_wsrc_experts(s, name, E, rows, cols, L->ex + (size_t)p * E))) goto fail;
+                } else {
+                    for (int e = 0; e < E; e++) {
+                        snprintf(name, sizeof name, "%s.experts.%d.%s", pfx, e, m->opts.expert_names[p]);
+                        if ((st = mx_wsrc_linear(s, name, rows, cols, 0, &L->ex[(size_t)p * E + e]))) goto fail;
+                    }
+                }
+                for (int e = 0; e < E; e++)
+                    if ((st = prep_w(m, &L->ex[(size_t)p * E + e]))) goto fail;
+            }
+        } else if (m->opts.plain_mlp) {
             LIN(up, "mlp.c_fc", I, H, mb)
             LIN(down, "mlp.c_proj", H, I, mb)
         } else {
@@ -299,7 +341,8 @@ mx_status mx_model_prepare(mx_model *m, int n_blocks, int block_size, int max_to
     m->max_tokens = max_tokens;
     size_t T = (size_t)max_tokens, H = (size_t)c->hidden_size;
     size_t qd = (size_t)c->n_heads * c->head_dim, kvd = (size_t)c->n_kv_heads * c->head_dim;
-    size_t I = (size_t)c->intermediate_size;
+    size_t I = (size_t)c->intermediate_size, E = (size_t)m->opts.n_experts;
+    if (m->has_moe && (size_t)m->opts.moe_inter > I) I = (size_t)m->opts.moe_inter;
     size_t att = qd > H ? qd : H;
 #define ALLOC(f, n) if (!(m->f = bi->alloc(bc, (n) * sizeof(float)))) goto nomem;
     ALLOC(x, T * H) ALLOC(h, T * att) ALLOC(q, T * qd) ALLOC(k, T * kvd) ALLOC(v, T * kvd)
@@ -308,6 +351,17 @@ mx_status mx_model_prepare(mx_model *m, int n_blocks, int block_size, int max_to
 #undef ALLOC
     m->slot = malloc(T * sizeof *m->slot);
     if (!m->slot) goto nomem;
+    if (m->has_moe) {
+#define ALLOC(f, n) if (!(m->f = bi->alloc(bc, (n) * sizeof(float)))) goto nomem;
+        ALLOC(moe_in, T * H) ALLOC(moe_y, T * H) ALLOC(moe_out, T * H) ALLOC(router, T * E)
+#undef ALLOC
+        m->router_host = malloc(T * E * sizeof *m->router_host);
+        m->ex_w = malloc(T * E * sizeof *m->ex_w);
+        m->ex_rows = malloc(T * E * sizeof *m->ex_rows);
+        m->ex_cnt = malloc(E * sizeof *m->ex_cnt);
+        m->tok_done = malloc(T);
+        if (!m->router_host || !m->ex_w || !m->ex_rows || !m->ex_cnt || !m->tok_done) goto nomem;
+    }
     return MX_OK;
 nomem:
     free_buffers(m);
@@ -358,6 +412,72 @@ static void norm(mx_model *m, const float *x, const mx_vec *g, const mx_vec *b, 
     else m->be->i->rmsnorm(m->be->ctx, x, g, m->cfg.norm_eps, m->opts.norm_add_one, y, n, d);
 }
 
+/* Sparse MoE block on in[n, H]: router logits read back to the host, softmax over all experts,
+ * top-k (ties: lower expert index), optional renormalization; then each expert with tokens runs
+ * on its gathered rows (decode rows first, so they stay on the exact path) and its outputs, times
+ * the routing weights, are summed per token in ascending expert order. Returns the output buffer. */
+static float *moe_ops(mx_model *m, const layer *L, const float *in, int n, int nd) {
+    const mx_backend_i *bi = m->be->i;
+    void *bc = m->be->ctx;
+    const int E = m->opts.n_experts, K = m->opts.top_k, H = m->cfg.hidden_size, MI = m->opts.moe_inter;
+    const size_t T = (size_t)m->max_tokens;
+    mm(m, &L->router, in, m->router, n, nd);
+    bi->read(bc, m->router_host, m->router, (size_t)n * E * sizeof(float));
+    memset(m->ex_cnt, 0, (size_t)E * sizeof *m->ex_cnt);
+    for (int t = 0; t < n; t++) {
+        float *r = m->router_host + (size_t)t * E;   /* becomes the probabilities */
+        float mx = r[0], sum = 0;
+        for (int e = 1; e < E; e++) if (r[e] > mx) mx = r[e];
+        for (int e = 0; e < E; e++) { r[e] = expf(r[e] - mx); sum += r[e]; }
+        for (int e = 0; e < E; e++) r[e] /= sum;
+        int sel[64];
+        float ksum = 0;
+        for (int k = 0; k < K; k++) {
+            int best = -1;
+            for (int e = 0; e < E; e++) {
+                bool used = false;
+                for (int j = 0; j < k; j++) used = used || sel[j] == e;
+                if (!used && (best < 0 || r[e] > r[best])) best = e;
+            }
+            sel[k] = best;
+            ksum += r[best];
+        }
+        for (int k = 0; k < K; k++) {
+            int e = sel[k];
+            float w = r[e];
+            if (m->opts.norm_topk) w /= ksum;
+            size_t at = (size_t)e * T + (size_t)m->ex_cnt[e]++;
+            m->ex_rows[at] = t;
+            m->ex_w[at] = w;
+        }
+    }
+    memset(m->tok_done, 0, (size_t)n);
+    for (int e = 0; e < E; e++) {
+        int cnt = m->ex_cnt[e], ne_d = 0;
+        if (!cnt) continue;
+        const int32_t *rows = m->ex_rows + (size_t)e * T;
+        const float *wts = m->ex_w + (size_t)e * T;
+        while (ne_d < cnt && rows[ne_d] < nd) ne_d++;
+        bi->gather_rows(bc, in, rows, cnt, H, m->moe_in);
+        const mx_weight *w2[2] = {&L->ex[e], &L->ex[(size_t)E + e]};
+        float *y2[2] = {m->g, m->u};
+        mmn(m, 2, w2, m->moe_in, y2, cnt, ne_d);
+        bi->act_mul(bc, m->opts.act, m->g, m->u, MI, m->g, cnt, MI);
+        mm(m, &L->ex[(size_t)2 * E + e], m->g, m->moe_y, cnt, ne_d);
+        for (int i = 0; i < cnt; i++) {
+            float *y = m->moe_y + (size_t)i * H, *o = m->moe_out + (size_t)rows[i] * H;
+            if (!m->tok_done[rows[i]]) {
+                bi->scale(bc, y, wts[i], o, H);
+                m->tok_done[rows[i]] = 1;
+            } else {
+                bi->scale(bc, y, wts[i], y, H);
+                bi->add(bc, o, y, o, H);
+            }
+        }
+    }
+    return m->moe_out;
+}
+
 /* The op sequence of one forward pass (everything but reading the logits back). */
 static void forward_ops(mx_model *m, const mx_batch *b, const mx_attn_meta *pmeta) {
     const mx_backend_i *bi = m->be->i;
@@ -397,19 +517,24 @@ static void forward_ops(mx_model *m, const mx_batch *b, const mx_attn_meta *pmet
         bi->add(bc, m->x, m->h, m->x, (int64_t)n * H);
         in = m->x;
         if (!m->opts.no_pre_norms) { norm(m, m->x, &L->ln2, &L->ln2_b, m->h, n, H); in = m->h; }
-        if (m->opts.plain_mlp) {
-            mm(m, &L->up, in, m->g, n, nd);
-            bi->act(bc, m->opts.act, m->g, m->g, (int64_t)n * I);
+        float *mo = m->h;
+        if (L->moe) {
+            mo = moe_ops(m, L, in, n, nd);
         } else {
-            const mx_weight *w2[2] = {&L->gate, &L->up};
-            float *y2[2] = {m->g, m->u};
-            mmn(m, 2, w2, in, y2, n, nd);
-            bi->act_mul(bc, m->opts.act, m->g, m->u, I, m->g, n, I);
+            if (m->opts.plain_mlp) {
+                mm(m, &L->up, in, m->g, n, nd);
+                bi->act(bc, m->opts.act, m->g, m->g, (int64_t)n * I);
+            } else {
+                const mx_weight *w2[2] = {&L->gate, &L->up};
+                float *y2[2] = {m->g, m->u};
+                mmn(m, 2, w2, in, y2, n, nd);
+                bi->act_mul(bc, m->opts.act, m->g, m->u, I, m->g, n, I);
+            }
+            mm(m, &L->down, m->g, m->h, n, nd);
         }
-        mm(m, &L->down, m->g, m->h, n, nd);
-        if (m->opts.sandwich_norms) bi->rmsnorm(bc, m->h, &L->post_ffw, eps, a1, m->h, n, H);
-        if (m->opts.residual_scale != 0) bi->scale(bc, m->h, m->opts.residual_scale, m->h, (int64_t)n * H);
-        bi->add(bc, m->x, m->h, m->x, (int64_t)n * H);
+        if (m->opts.sandwich_norms) bi->rmsnorm(bc, mo, &L->post_ffw, eps, a1, mo, n, H);
+        if (m->opts.residual_scale != 0) bi->scale(bc, mo, m->opts.residual_scale, mo, (int64_t)n * H);
+        bi->add(bc, m->x, mo, m->x, (int64_t)n * H);
     }
     if (b->n_logits == 0) return;
     bi->gather_rows(bc, m->x, b->logit_rows, b->n_logits, H, m->rows);
@@ -441,7 +566,7 @@ mx_status mx_model_forward(mx_model *m, const mx_batch *b, float *logits_host) {
         if (b->logit_rows[i] < 0 || b->logit_rows[i] >= n) return mx_errorf(MX_ERR_RANGE, "bad logit row");
     mx_attn_meta meta = {n, b->pos, m->slot, b->seq, b->n_seqs, b->max_blocks, b->block_tables};
     /* A decode-only batch is a repeated step: backends that can record it (CUDA graphs) replay it. */
-    bool step = bi->step_begin && bi->step_end && b->n_decode == n && n <= 0xffff;
+    bool step = bi->step_begin && bi->step_end && b->n_decode == n && n <= 0xffff && !m->has_moe;   /* MoE routes on the host */
     if (step) {
         uint64_t key = (uint64_t)n | (uint64_t)(b->n_logits & 0xffff) << 16 |
                        (uint64_t)(b->n_seqs & 0xffff) << 32 | (uint64_t)(b->max_blocks & 0xffff) << 48;

@@ -2,7 +2,7 @@
  * residuals, final norm, LM head) that family files configure through mx_decoder_opts: pre-norm
  * Llama blocks by default; sandwich/post norms, (1 + w) RMSNorm, LayerNorm, fused projections,
  * non-gated MLP, multipliers, softcapping and per-layer sliding window / RoPE table / NoPE for the
- * other families. Internal. */
+ * other families; sparse MoE blocks (host-side routing) for qwen3_moe and mixtral. Internal. */
 #ifndef MLXCEL_MODELS_DECODER_H
 #define MLXCEL_MODELS_DECODER_H
 
@@ -37,6 +37,15 @@ typedef struct mx_decoder_opts {
     bool qk_norm_full;      /* olmo2: q/k RMSNorm over the whole projection, not per head */
     bool layer_norm;        /* starcoder2: LayerNorm with weight and bias instead of RMSNorm */
     bool plain_mlp;         /* starcoder2: mlp.c_fc -> act -> mlp.c_proj (no gate) */
+    /* Mixture of experts (qwen3_moe, mixtral); n_experts 0: dense MLP everywhere. */
+    int n_experts;          /* experts of each sparse layer */
+    int top_k;              /* experts per token */
+    int moe_inter;          /* each expert's intermediate size */
+    bool norm_topk;         /* renormalize the top-k router probabilities to sum 1 */
+    const char *moe_prefix; /* module of the sparse block: "mlp" or "block_sparse_moe" */
+    const char *expert_names[3];   /* HF per-expert names of gate, up, down ("gate_proj" or "w1"...) */
+    unsigned char *dense_layers;   /* NULL, or [n_layers] malloc'ed by configure (the model frees
+                                    * it): nonzero for layers with a dense MLP (mlp_only_layers) */
 } mx_decoder_opts;
 
 enum { MX_LAYER_SLIDING = 1, MX_LAYER_NO_ROPE = 2 };

@@ -179,6 +179,11 @@ static void bad_family_configs(void) {
         {"{\"model_type\": \"smollm3\", " TINY ", \"no_rope_layers\": [1, 2]}", "no_rope_layers[1]"},
         {"{\"model_type\": \"smollm3\", " TINY ", \"use_sliding_window\": true, \"sliding_window\": 4}", "layer_types"},
         {"{\"model_type\": \"starcoder2\", " TINY ", \"norm_epsilon\": \"a\"}", "norm_epsilon"},
+        {"{\"model_type\": \"qwen3_moe\", " TINY ", \"num_experts_per_tok\": 2}", "num_experts"},
+        {"{\"model_type\": \"qwen3_moe\", " TINY ", \"num_experts\": 2, \"num_experts_per_tok\": 3}", "num_experts_per_tok"},
+        {"{\"model_type\": \"qwen3_moe\", " TINY ", \"num_experts\": 4, \"num_experts_per_tok\": 2, \"mlp_only_layers\": [0, 2]}", "mlp_only_layers[1]"},
+        {"{\"model_type\": \"qwen3_moe\", " TINY ", \"num_experts\": 4, \"num_experts_per_tok\": 2, \"norm_topk_prob\": 1}", "norm_topk_prob"},
+        {"{\"model_type\": \"mixtral\", " TINY ", \"num_local_experts\": 0, \"num_experts_per_tok\": 1}", "num_local_experts"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         json_error_t je;
@@ -196,10 +201,14 @@ static void bad_family_configs(void) {
 /* Every new family also builds from random 4-bit weights (the benchmark path; for phi3 the
  * fused projections are then split as quantized rows) and gives finite logits. */
 static void random_quantized_families(void) {
-    static const char *types[] = {"gemma2", "gemma3_text", "phi3", "granite", "olmo2", "starcoder2", "smollm3"};
+    static const char *types[] = {"gemma2", "gemma3_text", "phi3", "granite", "olmo2", "starcoder2", "smollm3", "qwen3_moe", "mixtral"};
     for (size_t i = 0; i < sizeof types / sizeof *types; i++) {
-        char js[512];
-        snprintf(js, sizeof js, "{\"model_type\": \"%s\", " TINY ", \"sliding_window\": 4, \"partial_rotary_factor\": 0.5}", types[i]);
+        char js[768];
+        /* the MoE keys (ignored by the dense families): 4 experts, 2 per token; qwen3_moe's layer 0
+         * is dense (mlp_only_layers) so both MLP kinds run in one model */
+        snprintf(js, sizeof js, "{\"model_type\": \"%s\", " TINY ", \"sliding_window\": 4, \"partial_rotary_factor\": 0.5, "
+                 "\"num_experts\": 4, \"num_local_experts\": 4, \"num_experts_per_tok\": 2, \"moe_intermediate_size\": 32, "
+                 "\"norm_topk_prob\": false, \"mlp_only_layers\": [0]}", types[i]);
         json_error_t je;
         json_t *cfg = json_loads(js, 0, &je);
         TREQUIRE(cfg, "%s: test json: %s", types[i], je.text);
@@ -221,6 +230,40 @@ static void random_quantized_families(void) {
     }
 }
 
+/* A MoE decode row gives the same logits alone as in a batch with another sequence's prompt
+ * (prompt rows on the fast path, routed to the same experts as the decode row): the expert
+ * matmuls keep the gathered decode rows exact and per-row. */
+static void moe_batch_independence(const char *name) {
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/tests/fixtures/models/%s", t_root(), name);
+    mx_model *m = NULL;
+    TREQUIRE(mx_model_load(dir, &g_cpu, &m) == MX_OK, "load: %s", mx_last_error());
+    mx_backend_cpu_set_precise(&g_cpu, false);
+    int V = mx_model_cfg(m)->vocab_size;
+    float *la = malloc((size_t)V * sizeof *la), *lb = malloc((size_t)V * sizeof *lb);
+    mx_status st = mx_model_prepare(m, 4, 16, 16);
+    if (st || !la || !lb) { TCHECK(0, "prepare: %s", mx_last_error()); goto done; }
+    const int32_t bt[2] = {0, 1};
+    const int32_t pa[5] = {3, 17, 99, 250, 7}, pa_pos[5] = {0, 1, 2, 3, 4}, zero[5] = {0};
+    /* run 1: prefill A, then A's decode step alone */
+    mx_batch b1 = {5, pa, pa_pos, zero, 2, 1, bt, 0, NULL, 0};
+    const int32_t dt[1] = {42}, dp[1] = {5}, row0[1] = {0};
+    mx_batch d1 = {1, dt, dp, zero, 2, 1, bt, 1, row0, 1};
+    if ((st = mx_model_forward(m, &b1, NULL)) || (st = mx_model_forward(m, &d1, la))) { TCHECK(0, "forward: %s", mx_last_error()); goto done; }
+    /* run 2: the same decode step batched with B's 15-token prompt (sequence 1; enough rows
+     * per expert for the fast path) */
+    int32_t tk[16], ps[16], sq[16];
+    tk[0] = 42; ps[0] = 5; sq[0] = 0;
+    for (int i = 1; i < 16; i++) { tk[i] = (i * 37 + 11) % V; ps[i] = i - 1; sq[i] = 1; }
+    mx_batch d2 = {16, tk, ps, sq, 2, 1, bt, 1, row0, 1};
+    if ((st = mx_model_forward(m, &b1, NULL)) || (st = mx_model_forward(m, &d2, lb))) { TCHECK(0, "forward: %s", mx_last_error()); goto done; }
+    TCHECK(memcmp(la, lb, (size_t)V * sizeof *la) == 0, "%s: decode logits change when batched with a prompt", name);
+done:
+    free(la);
+    free(lb);
+    mx_model_free(m);
+}
+
 int main(void) {
     /* MLXCEL_DEVICE picks the backend (CPU by default on a machine without a GPU); on the GPU the
      * logits tolerance is GPU_TOL and a greedy mismatch is accepted only at a reference near-tie. */
@@ -230,7 +273,8 @@ int main(void) {
     fprintf(stderr, "test_models: backend %s\n", g_be.i->name);
     const char *fx[] = {"llama", "llama-tied", "qwen2", "qwen3", "mistral", "llama-mlx-q4", "llama-mlx-q8", "qwen3-mlx-q4", "qwen3-mlx-q8",
                         "gemma3", "gemma3-mlx-q4", "gemma3-mlx-q8", "gemma2", "phi3", "granite", "olmo2",
-                        "starcoder2", "smollm3"};
+                        "starcoder2", "smollm3", "qwen3_moe", "qwen3_moe-mlx-q4", "qwen3_moe-mlx-q8",
+                        "mixtral", "mixtral-mlx-q4", "mixtral-mlx-q8"};
     char name[96];
     for (size_t i = 0; i < sizeof fx / sizeof *fx; i++) {
         snprintf(name, sizeof name, "parity_%s", fx[i]);
@@ -248,6 +292,8 @@ int main(void) {
         g_tol = g_gpu ? GPU_TOL : i == 0 ? 1e-4 : 1e-3;
         RUN_NAMED(name, demo, dm[i]);
     }
+    RUN_NAMED("moe_batch_independence_qwen3_moe", moe_batch_independence, "qwen3_moe-mlx-q4");
+    RUN_NAMED("moe_batch_independence_mixtral", moe_batch_independence, "mixtral");
     RUN(bad_family_configs);
     RUN(random_quantized_families);
     mx_backend_auto_free(&g_be);
