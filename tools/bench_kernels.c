@@ -150,7 +150,7 @@ int main(int argc, char **argv) {
         for (int i = 0; i < 64; i++) bt[i] = 63 - i;
         for (int i = 0; i < P; i++) { pos[i] = i; seq[i] = 0; slot[i] = bt[i / 16] * 16 + i % 16; }
         mx_attn_meta m = {P, pos, slot, seq, 1, 64, bt};
-        mx_attn_params ap = {16, 8, 128, 0.08838834764f, 0, 0};
+        mx_attn_params ap = {16, 8, 128, 0.08838834764f, 0, 0, NULL};
         float *q = malloc(sizeof(float) * P * 2048), *k = malloc(sizeof(float) * P * 1024), *v = malloc(sizeof(float) * P * 1024);
         for (int i = 0; i < P * 2048; i++) q[i] = frand();
         for (int i = 0; i < P * 1024; i++) { k[i] = frand(); v[i] = frand(); }

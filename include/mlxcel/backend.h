@@ -64,6 +64,8 @@ typedef struct mx_attn_params {
     float scale;                /* usually 1/sqrt(head_dim) */
     int sliding_window;         /* 0: full attention; else attend to the last `sliding_window` positions */
     float softcap;              /* 0: none; else logits = softcap * tanh(logits / softcap) */
+    const float *sinks;         /* NULL: none; else host array [n_heads] of learned logits that join
+                                 * each head's softmax denominator (gpt-oss attention sinks) */
 } mx_attn_params;
 
 /* RoPE: rotate pairs (x[i], x[i + rot_dim/2]) (the "NeoX"/HF half-split layout) for

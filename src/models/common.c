@@ -356,10 +356,100 @@ mx_status mx_rope_inv_freq(json_t *cfg, int rot_dim, float **out) {
             }
             f[i] = scaled;
         }
+    } else if (!strcmp(type, "yarn")) {
+        /* as transformers: blend interpolated (inv / factor) and extrapolated frequencies with a
+         * linear ramp between the correction dims of beta_fast and beta_slow rotations */
+        double factor, fast = 32, slow = 1, old;
+        bool trunc = true;
+        json_t *v;
+        if (!((v = json_object_get(rp, "factor")) && json_is_number(v)) || !((factor = json_number_value(v)) > 0)) {
+            free(f);
+            return mx_errorf(MX_ERR_FORMAT, "config.json: yarn rope needs a positive \"factor\"");
+        }
+        if ((v = json_object_get(rp, "beta_fast")) && json_is_number(v)) fast = json_number_value(v);
+        if ((v = json_object_get(rp, "beta_slow")) && json_is_number(v)) slow = json_number_value(v);
+        if ((v = json_object_get(rp, "truncate")) && json_is_boolean(v)) trunc = json_is_true(v);
+        v = json_object_get(rp, "original_max_position_embeddings");
+        if (!json_is_number(v)) v = json_object_get(cfg, "max_position_embeddings");
+        old = json_is_number(v) ? json_number_value(v) : 0;
+        if (!(old > 0) || !(fast > 0) || !(slow > 0)) { free(f); return mx_errorf(MX_ERR_FORMAT, "config.json: bad yarn rope parameters"); }
+        double lo = rot_dim * log(old / (fast * 2 * M_PI)) / (2 * log(theta));
+        double hi = rot_dim * log(old / (slow * 2 * M_PI)) / (2 * log(theta));
+        if (trunc) { lo = floor(lo); hi = ceil(hi); }
+        if (lo < 0) lo = 0;
+        if (hi > rot_dim - 1) hi = rot_dim - 1;
+        float flo = (float)lo, fhi = (float)hi;
+        if (flo == fhi) fhi += 0.001f;
+        for (int i = 0; i < half; i++) {
+            float ramp = ((float)i - flo) / (fhi - flo);
+            ramp = ramp < 0 ? 0 : ramp > 1 ? 1 : ramp;
+            float extra = 1.0f - ramp;   /* weight of the extrapolated (unscaled) frequency */
+            float interp = f[i] / (float)factor;
+            f[i] = interp * (1 - extra) + f[i] * extra;
+        }
     } else {
         free(f);
-        return mx_errorf(MX_ERR_UNSUPPORTED, "config.json: rope type \"%s\" is not supported (default, linear, llama3)", type);
+        return mx_errorf(MX_ERR_UNSUPPORTED, "config.json: rope type \"%s\" is not supported (default, linear, llama3, yarn)", type);
     }
     *out = f;
+    return MX_OK;
+}
+
+float mx_rope_attn_factor(json_t *cfg) {
+    json_t *rp = json_object_get(cfg, "rope_parameters");
+    if (!json_is_object(rp)) rp = json_object_get(cfg, "rope_scaling");
+    if (!json_is_object(rp)) return 1.0f;
+    json_t *ty = json_object_get(rp, "rope_type");
+    if (!json_is_string(ty)) ty = json_object_get(rp, "type");
+    if (!json_is_string(ty) || strcmp(json_string_value(ty), "yarn")) return 1.0f;
+    json_t *v = json_object_get(rp, "attention_factor");
+    if (json_is_number(v)) return (float)json_number_value(v);
+    double factor = 1, ms = 0, msa = 0;
+    if ((v = json_object_get(rp, "factor")) && json_is_number(v)) factor = json_number_value(v);
+    if ((v = json_object_get(rp, "mscale")) && json_is_number(v)) ms = json_number_value(v);
+    if ((v = json_object_get(rp, "mscale_all_dim")) && json_is_number(v)) msa = json_number_value(v);
+    double m1 = factor <= 1 ? 1.0 : 0.1 * (ms != 0 && msa != 0 ? ms : 1.0) * log(factor) + 1.0;
+    double m2 = factor <= 1 ? 1.0 : 0.1 * msa * log(factor) + 1.0;
+    return (float)(ms != 0 && msa != 0 ? m1 / m2 : m1);
+}
+
+mx_status mx_wsrc_experts_t(mx_wsrc *s, const char *name, int n_experts, int64_t in, int64_t out, int n_parts, mx_weight *w) {
+    const int E = n_experts;
+    if (!s->ck) {
+        for (int i = 0; i < n_parts * E; i++) {
+            mx_status st = random_linear(s, out, in, 1, &w[i]);
+            if (st) return st;
+        }
+        return MX_OK;
+    }
+    const char *dir = mx_ckpt_dir(s->ck);
+    char bn[512];
+    snprintf(bn, sizeof bn, "%s_bias", name);
+    const mx_st_tensor *t = mx_ckpt_find(s->ck, name), *tb = mx_ckpt_find(s->ck, bn);
+    if (!t) return mx_errorf(MX_ERR_FORMAT, "%s: missing tensor %s", dir, name);
+    if (!tb) return mx_errorf(MX_ERR_FORMAT, "%s: missing tensor %s", dir, bn);
+    const int64_t oc = out * n_parts;
+    if (!is_float_dtype(t->dtype) || !is_float_dtype(tb->dtype))
+        return mx_errorf(MX_ERR_UNSUPPORTED, "%s: %s and its bias must be F32, F16 or BF16 (got %s, %s)", dir, name, mx_dtype_name(t->dtype), mx_dtype_name(tb->dtype));
+    if (t->ndim != 3 || t->shape[0] != E || t->shape[1] != in || t->shape[2] != oc)
+        return mx_errorf(MX_ERR_FORMAT, "%s: %s must have shape [%d, %lld, %lld]", dir, name, E, (long long)in, (long long)oc);
+    if (tb->ndim != 2 || tb->shape[0] != E || tb->shape[1] != oc)
+        return mx_errorf(MX_ERR_FORMAT, "%s: %s must have shape [%d, %lld]", dir, bn, E, (long long)oc);
+    const size_t es = mx_dtype_size(t->dtype), bs = mx_dtype_size(tb->dtype);
+    for (int p = 0; p < n_parts; p++)
+        for (int e = 0; e < E; e++) {
+            char *wd = own(s, (size_t)out * (size_t)in * es), *bd = own(s, (size_t)out * bs);
+            if (!wd || !bd) return mx_errorf(MX_ERR_NOMEM, "out of memory transposing %s", name);
+            const char *src = (const char *)t->data + (size_t)e * (size_t)in * (size_t)oc * es;
+            for (int64_t o = 0; o < out; o++) {
+                int64_t c = o * n_parts + p;   /* part p's column o */
+                for (int64_t i = 0; i < in; i++) memcpy(wd + ((size_t)o * (size_t)in + (size_t)i) * es, src + ((size_t)i * (size_t)oc + (size_t)c) * es, es);
+                memcpy(bd + (size_t)o * bs, (const char *)tb->data + ((size_t)e * (size_t)oc + (size_t)c) * bs, bs);
+            }
+            mx_weight *x = &w[(size_t)p * E + e];
+            memset(x, 0, sizeof *x);
+            x->rows = out; x->cols = in; x->dtype = t->dtype; x->w = wd;
+            x->bias = bd; x->bias_dtype = tb->dtype;
+        }
     return MX_OK;
 }

@@ -23,6 +23,11 @@ mx_status mx_wsrc_linear(mx_wsrc *s, const char *prefix, int64_t rows, int64_t c
  * [n_experts, rows, cols] (+ `.scales`/`.biases` [n_experts, rows, groups] when quantized); fills
  * w[0..n_experts) with 2-D views of each expert. Random: n_experts independent weights. */
 mx_status mx_wsrc_experts(mx_wsrc *s, const char *prefix, int n_experts, int64_t rows, int64_t cols, mx_weight *w);
+/* Experts stored for x @ W (gpt-oss): `<name>` [n_experts, in, out * n_parts] whose columns
+ * interleave the parts (column o * n_parts + p is part p's output o) and `<name>_bias`
+ * [n_experts, out * n_parts]; fills w[p * n_experts + e] with transposed [out, in] copies (owned
+ * by s) with their biases. Random: n_parts * n_experts weights with biases. */
+mx_status mx_wsrc_experts_t(mx_wsrc *s, const char *name, int n_experts, int64_t in, int64_t out, int n_parts, mx_weight *w);
 /* Vector `<name>` of n elements; random: filled with `fill`. */
 mx_status mx_wsrc_vec(mx_wsrc *s, const char *name, int64_t n, float fill, mx_vec *v);
 bool mx_wsrc_has(mx_wsrc *s, const char *name);
@@ -33,5 +38,8 @@ mx_status mx_parse_common_config(json_t *cfg, const char *dir, mx_model_config *
 /* RoPE inverse frequencies for rot_dim dims with rope_theta and rope scaling from config
  * ("rope_parameters" or "rope_scaling": default, linear, llama3). malloc'ed [rot_dim/2]. */
 mx_status mx_rope_inv_freq(json_t *cfg, int rot_dim, float **out);
+/* The cos/sin scale of the rope scaling in cfg: YaRN's attention factor (attention_factor, or
+ * 0.1 ln(factor) + 1, or the mscale / mscale_all_dim ratio), else 1. */
+float mx_rope_attn_factor(json_t *cfg);
 
 #endif

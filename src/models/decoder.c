@@ -19,6 +19,12 @@ typedef struct layer {
     bool moe;                       /* sparse MoE block instead of the dense MLP */
     mx_weight router;               /* moe: [n_experts, hidden] */
     mx_weight *ex;                  /* moe: [3 * n_experts]: gate views, then up, then down */
+    mx_weight qa, kva_c, kva_pe, kvb;   /* mla: q_a_proj (q_lora), kv_a_proj_with_mqa row views, kv_b_proj */
+    mx_vec qa_norm, kva_norm;
+    mx_weight sh_gate, sh_up, sh_down;  /* shared experts (shared_inter) */
+    float *esc_bias;                /* ds_route: host [n_experts] e_score_correction_bias */
+    float *sinks;                   /* attn_sinks: host [n_heads] */
+    mx_attn_params attn_own;        /* attn_sinks: this layer's parameters with its sinks */
 } layer;
 
 struct mx_model {
@@ -45,6 +51,9 @@ struct mx_model {
     int32_t *ex_rows;           /* host [n_experts * max_tokens]: tokens routed to each expert */
     int *ex_cnt;                /* host [n_experts] */
     unsigned char *tok_done;    /* host [max_tokens] */
+    float *act_host;            /* oss_experts: host [2 * max_tokens * moe_inter] */
+    float *mla_a, *mla_s, *mla_o;   /* mla backend buffers: latent, kv_b | k_pe, attention output */
+    int32_t *mla_map;           /* mla host [4][max_tokens * n_heads * head_dim]: q, k, v, out gathers */
 };
 
 const mx_model_config *mx_model_cfg(const mx_model *m) { return &m->cfg; }
@@ -70,13 +79,16 @@ static mx_status prep_v(mx_model *m, mx_vec *v) {
 static void free_buffers(mx_model *m) {
     const mx_backend_i *bi = m->be->i;
     float **bufs[] = {&m->x, &m->h, &m->q, &m->k, &m->v, &m->att, &m->g, &m->u, &m->rows, &m->logits,
-                      &m->moe_in, &m->moe_y, &m->moe_out, &m->router};
+                      &m->moe_in, &m->moe_y, &m->moe_out, &m->router, &m->mla_a, &m->mla_s, &m->mla_o};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (*bufs[i]) { bi->free(m->be->ctx, *bufs[i]); *bufs[i] = NULL; }
     free(m->slot);
     m->slot = NULL;
     free(m->router_host); free(m->ex_w); free(m->ex_rows); free(m->ex_cnt); free(m->tok_done);
-    m->router_host = m->ex_w = NULL; m->ex_rows = NULL; m->ex_cnt = NULL; m->tok_done = NULL;
+    free(m->act_host);
+    free(m->mla_map);
+    m->mla_map = NULL;
+    m->router_host = m->ex_w = m->act_host = NULL; m->ex_rows = NULL; m->ex_cnt = NULL; m->tok_done = NULL;
 }
 
 void mx_model_free(mx_model *m) {
@@ -86,7 +98,7 @@ void mx_model_free(mx_model *m) {
         if (m->n_blocks && m->be->i->kv_free) m->be->i->kv_free(m->be->ctx);
     }
     if (m->layers)
-        for (int l = 0; l < m->cfg.n_layers; l++) free(m->layers[l].ex);
+        for (int l = 0; l < m->cfg.n_layers; l++) { free(m->layers[l].ex); free(m->layers[l].sinks); free(m->layers[l].esc_bias); }
     free(m->layers);
     free(m->opts.dense_layers);
     free(m->inv_freq);
@@ -182,12 +194,28 @@ mx_status mx_decoder_build(json_t *config, const char *dir, mx_wsrc *src, mx_bac
             SPLIT(q, f, 0, qd)
             SPLIT(k, f, qd, kvd)
             SPLIT(v, f, qd + kvd, kvd)
+        } else if (m->opts.mla) {
+            const mx_decoder_opts *o = &m->opts;
+            if (o->q_lora) {
+                LIN(qa, "self_attn.q_a_proj", o->q_lora, H, qb)
+                VEC(qa_norm, "self_attn.q_a_layernorm", o->q_lora)
+                LIN(q, "self_attn.q_b_proj", qd, o->q_lora, 0)
+            } else {
+                LIN(q, "self_attn.q_proj", qd, H, 0)
+            }
+            mx_weight f;
+            snprintf(name, sizeof name, "model.layers.%d.self_attn.kv_a_proj_with_mqa", l);
+            if ((st = mx_wsrc_linear(s, name, o->kv_lora + o->qk_rope, H, qb, &f))) goto fail;
+            SPLIT(kva_c, f, 0, o->kv_lora)
+            SPLIT(kva_pe, f, o->kv_lora, o->qk_rope)
+            VEC(kva_norm, "self_attn.kv_a_layernorm", o->kv_lora)
+            LIN(kvb, "self_attn.kv_b_proj", (int64_t)nh * (o->qk_nope + o->v_dim), o->kv_lora, 0)
         } else {
             LIN(q, "self_attn.q_proj", qd, H, qb)
             LIN(k, "self_attn.k_proj", kvd, H, qb)
             LIN(v, "self_attn.v_proj", kvd, H, qb)
         }
-        LIN(o, "self_attn.o_proj", H, qd, ob)
+        LIN(o, "self_attn.o_proj", H, m->opts.mla ? (int64_t)nh * m->opts.v_dim : qd, ob)
         if (m->opts.n_experts > 0 && !(m->opts.dense_layers && m->opts.dense_layers[l])) {
             int E = m->opts.n_experts;
             int64_t MI = m->opts.moe_inter;
@@ -195,9 +223,34 @@ mx_status mx_decoder_build(json_t *config, const char *dir, mx_wsrc *src, mx_bac
             L->moe = m->has_moe = true;
             if (!(L->ex = calloc((size_t)3 * E, sizeof *L->ex))) { st = mx_errorf(MX_ERR_NOMEM, "out of memory"); goto fail; }
             snprintf(pfx, sizeof pfx, "model.layers.%d.%s", l, m->opts.moe_prefix);
-            snprintf(name, sizeof name, "%s.gate", pfx);
-            if ((st = mx_wsrc_linear(s, name, E, H, 0, &L->router))) goto fail;
+            if (m->opts.ds_route) {
+                mx_vec bv;
+                snprintf(name, sizeof name, "%s.gate.e_score_correction_bias", pfx);
+                if ((st = mx_wsrc_vec(s, name, E, 0.0f, &bv))) goto fail;
+                if (!(L->esc_bias = malloc((size_t)E * sizeof *L->esc_bias))) { st = mx_errorf(MX_ERR_NOMEM, "out of memory"); goto fail; }
+                for (int e = 0; e < E; e++)
+                    L->esc_bias[e] = bv.dtype == MX_DTYPE_F32 ? ((const float *)bv.data)[e]
+                                     : bv.dtype == MX_DTYPE_BF16 ? mx_bf16_to_f32(((const uint16_t *)bv.data)[e])
+                                                                 : mx_f16_to_f32(((const uint16_t *)bv.data)[e]);
+            }
+            if (m->opts.shared_inter > 0) {
+                int64_t SI = m->opts.shared_inter;
+                snprintf(name, sizeof name, "model.layers.%d.mlp.shared_experts", l);
+                LIN(sh_gate, "mlp.shared_experts.gate_proj", SI, H, 0)
+                LIN(sh_up, "mlp.shared_experts.up_proj", SI, H, 0)
+                LIN(sh_down, "mlp.shared_experts.down_proj", H, SI, 0)
+            }
+            snprintf(name, sizeof name, m->opts.oss_experts ? "%s.router" : "%s.gate", pfx);
+            if ((st = mx_wsrc_linear(s, name, E, H, m->opts.oss_experts ? 1 : 0, &L->router))) goto fail;
             if ((st = prep_w(m, &L->router))) goto fail;
+            if (m->opts.oss_experts) {
+                snprintf(name, sizeof name, "%s.experts.gate_up_proj", pfx);
+                if ((st = mx_wsrc_experts_t(s, name, E, H, MI, 2, L->ex))) goto fail;
+                snprintf(name, sizeof name, "%s.experts.down_proj", pfx);
+                if ((st = mx_wsrc_experts_t(s, name, E, MI, H, 1, L->ex + (size_t)2 * E))) goto fail;
+                for (int e = 0; e < 3 * E; e++)
+                    if ((st = prep_w(m, &L->ex[e]))) goto fail;
+            } else {
             static const char *const stacked[3] = {"gate_proj", "up_proj", "down_proj"};
             snprintf(name, sizeof name, "%s.switch_mlp.gate_proj.weight", pfx);
             bool is_stacked = !s->ck || mx_ckpt_find(s->ck, name);
@@ -214,6 +267,7 @@ mx_status mx_decoder_build(json_t *config, const char *dir, mx_wsrc *src, mx_bac
                 }
                 for (int e = 0; e < E; e++)
                     if ((st = prep_w(m, &L->ex[(size_t)p * E + e]))) goto fail;
+            }
             }
         } else if (m->opts.plain_mlp) {
             LIN(up, "mlp.c_fc", I, H, mb)
@@ -238,6 +292,16 @@ mx_status mx_decoder_build(json_t *config, const char *dir, mx_wsrc *src, mx_bac
             VEC(post_ffw, "post_feedforward_layernorm", H)
         } else {
             NORM(ln2, "post_attention_layernorm", H)
+        }
+        if (m->opts.attn_sinks) {
+            mx_vec sv;
+            snprintf(name, sizeof name, "model.layers.%d.self_attn.sinks", l);
+            if ((st = mx_wsrc_vec(s, name, nh, 0.0f, &sv))) goto fail;
+            if (!(L->sinks = malloc((size_t)nh * sizeof *L->sinks))) { st = mx_errorf(MX_ERR_NOMEM, "out of memory"); goto fail; }
+            for (int i = 0; i < nh; i++)
+                L->sinks[i] = sv.dtype == MX_DTYPE_F32 ? ((const float *)sv.data)[i]
+                              : sv.dtype == MX_DTYPE_BF16 ? mx_bf16_to_f32(((const uint16_t *)sv.data)[i])
+                                                          : mx_f16_to_f32(((const uint16_t *)sv.data)[i]);
         }
         if (m->opts.qk_norm) {
             VEC(q_norm, "self_attn.q_norm", m->opts.qk_norm_full ? qd : hd)
@@ -267,12 +331,12 @@ mx_status mx_decoder_build(json_t *config, const char *dir, mx_wsrc *src, mx_bac
         if ((st = prep_w(m, &m->embed))) goto fail;
         m->weight_bytes = before;
     }
-    int rd = m->opts.rot_dim > 0 ? m->opts.rot_dim : hd;
+    int rd = m->opts.mla ? m->opts.qk_rope : m->opts.rot_dim > 0 ? m->opts.rot_dim : hd;
     if (rd > hd || rd % 2) { st = mx_errorf(MX_ERR_FORMAT, "%s/config.json: rotary dims %d do not fit head_dim %d", where, rd, hd); goto fail; }
     if ((st = mx_rope_inv_freq(m->opts.rope_cfg ? m->opts.rope_cfg : config, rd, &m->inv_freq))) goto fail;
     m->rope.rot_dim = rd;
     m->rope.inv_freq = m->inv_freq;
-    m->rope.attn_factor = 1.0f;
+    m->rope.attn_factor = mx_rope_attn_factor(m->opts.rope_cfg ? m->opts.rope_cfg : config);
     m->rope_local = m->rope;
     if (m->opts.local_rope_cfg) {
         if ((st = mx_rope_inv_freq(m->opts.local_rope_cfg, rd, &m->inv_freq_local))) goto fail;
@@ -291,6 +355,11 @@ mx_status mx_decoder_build(json_t *config, const char *dir, mx_wsrc *src, mx_bac
         bool no_rope = m->opts.layer_flags && (m->opts.layer_flags[l] & MX_LAYER_NO_ROPE);
         m->layers[l].rope = no_rope ? NULL : sliding ? &m->rope_local : &m->rope;
         m->layers[l].attn = sliding ? &m->attn_local : &m->attn;
+        if (m->layers[l].sinks) {
+            m->layers[l].attn_own = *m->layers[l].attn;
+            m->layers[l].attn_own.sinks = m->layers[l].sinks;
+            m->layers[l].attn = &m->layers[l].attn_own;
+        }
     }
     *out = m;
     return MX_OK;
@@ -343,6 +412,7 @@ mx_status mx_model_prepare(mx_model *m, int n_blocks, int block_size, int max_to
     size_t qd = (size_t)c->n_heads * c->head_dim, kvd = (size_t)c->n_kv_heads * c->head_dim;
     size_t I = (size_t)c->intermediate_size, E = (size_t)m->opts.n_experts;
     if (m->has_moe && (size_t)m->opts.moe_inter > I) I = (size_t)m->opts.moe_inter;
+    if (m->has_moe && (size_t)m->opts.shared_inter > I) I = (size_t)m->opts.shared_inter;
     size_t att = qd > H ? qd : H;
 #define ALLOC(f, n) if (!(m->f = bi->alloc(bc, (n) * sizeof(float)))) goto nomem;
     ALLOC(x, T * H) ALLOC(h, T * att) ALLOC(q, T * qd) ALLOC(k, T * kvd) ALLOC(v, T * kvd)
@@ -351,6 +421,14 @@ mx_status mx_model_prepare(mx_model *m, int n_blocks, int block_size, int max_to
 #undef ALLOC
     m->slot = malloc(T * sizeof *m->slot);
     if (!m->slot) goto nomem;
+    if (m->opts.mla) {
+        const mx_decoder_opts *o = &m->opts;
+        size_t nh = (size_t)c->n_heads, lat = (size_t)(o->q_lora > o->kv_lora ? o->q_lora : o->kv_lora);
+#define ALLOC(f, n) if (!(m->f = bi->alloc(bc, (n) * sizeof(float)))) goto nomem;
+        ALLOC(mla_a, T * lat) ALLOC(mla_s, T * (nh * (size_t)(o->qk_nope + o->v_dim) + (size_t)o->qk_rope)) ALLOC(mla_o, T * nh * (size_t)o->v_dim)
+#undef ALLOC
+        if (!(m->mla_map = malloc(4 * T * qd * sizeof *m->mla_map))) goto nomem;
+    }
     if (m->has_moe) {
 #define ALLOC(f, n) if (!(m->f = bi->alloc(bc, (n) * sizeof(float)))) goto nomem;
         ALLOC(moe_in, T * H) ALLOC(moe_y, T * H) ALLOC(moe_out, T * H) ALLOC(router, T * E)
@@ -361,6 +439,7 @@ mx_status mx_model_prepare(mx_model *m, int n_blocks, int block_size, int max_to
         m->ex_cnt = malloc(E * sizeof *m->ex_cnt);
         m->tok_done = malloc(T);
         if (!m->router_host || !m->ex_w || !m->ex_rows || !m->ex_cnt || !m->tok_done) goto nomem;
+        if (m->opts.oss_experts && !(m->act_host = malloc(2 * T * (size_t)m->opts.moe_inter * sizeof *m->act_host))) goto nomem;
     }
     return MX_OK;
 nomem:
@@ -412,6 +491,54 @@ static void norm(mx_model *m, const float *x, const mx_vec *g, const mx_vec *b, 
     else m->be->i->rmsnorm(m->be->ctx, x, g, m->cfg.norm_eps, m->opts.norm_add_one, y, n, d);
 }
 
+/* deepseek_v3 routing of token t from its router logits r[E] (overwritten): sigmoid scores;
+ * choice = score + e_score_correction_bias; groups ranked by the sum of their two best choices,
+ * the topk_group best kept (the others' choices become 0); top-k of the choices (ties: lower
+ * index); weights are the sigmoid scores, renormalized (norm_topk) and times routed_scaling_factor. */
+static void ds_route(mx_model *m, const layer *L, float *r, int t) {
+    const int E = m->opts.n_experts, K = m->opts.top_k, G = m->opts.n_group, TG = m->opts.topk_group, per = E / G;
+    const size_t T = (size_t)m->max_tokens;
+    float ch[1024];
+    float gs[1024];
+    bool keep[1024];
+    for (int e = 0; e < E; e++) { r[e] = 1.0f / (1.0f + expf(-r[e])); ch[e] = r[e] + L->esc_bias[e]; }
+    for (int g = 0; g < G; g++) {
+        float b1 = -INFINITY, b2 = -INFINITY;
+        for (int e = g * per; e < (g + 1) * per; e++) {
+            if (ch[e] > b1) { b2 = b1; b1 = ch[e]; } else if (ch[e] > b2) b2 = ch[e];
+        }
+        gs[g] = per >= 2 ? b1 + b2 : b1;
+        keep[g] = false;
+    }
+    for (int k = 0; k < TG; k++) {
+        int best = -1;
+        for (int g = 0; g < G; g++) if (!keep[g] && (best < 0 || gs[g] > gs[best])) best = g;
+        keep[best] = true;
+    }
+    for (int e = 0; e < E; e++) if (!keep[e / per]) ch[e] = 0.0f;
+    int sel[64];
+    float ksum = 0;
+    for (int k = 0; k < K; k++) {
+        int best = -1;
+        for (int e = 0; e < E; e++) {
+            bool used = false;
+            for (int j = 0; j < k; j++) used = used || sel[j] == e;
+            if (!used && (best < 0 || ch[e] > ch[best])) best = e;
+        }
+        sel[k] = best;
+        ksum += r[best];
+    }
+    for (int k = 0; k < K; k++) {
+        int e = sel[k];
+        float w = r[e];
+        if (m->opts.norm_topk) w /= ksum + 1e-20f;
+        w *= m->opts.routed_scale;
+        size_t at = (size_t)e * T + (size_t)m->ex_cnt[e]++;
+        m->ex_rows[at] = t;
+        m->ex_w[at] = w;
+    }
+}
+
 /* Sparse MoE block on in[n, H]: router logits read back to the host, softmax over all experts,
  * top-k (ties: lower expert index), optional renormalization; then each expert with tokens runs
  * on its gathered rows (decode rows first, so they stay on the exact path) and its outputs, times
@@ -426,6 +553,7 @@ static float *moe_ops(mx_model *m, const layer *L, const float *in, int n, int n
     memset(m->ex_cnt, 0, (size_t)E * sizeof *m->ex_cnt);
     for (int t = 0; t < n; t++) {
         float *r = m->router_host + (size_t)t * E;   /* becomes the probabilities */
+        if (m->opts.ds_route) { ds_route(m, L, r, t); continue; }
         float mx = r[0], sum = 0;
         for (int e = 1; e < E; e++) if (r[e] > mx) mx = r[e];
         for (int e = 0; e < E; e++) { r[e] = expf(r[e] - mx); sum += r[e]; }
@@ -462,7 +590,19 @@ static float *moe_ops(mx_model *m, const layer *L, const float *in, int n, int n
         const mx_weight *w2[2] = {&L->ex[e], &L->ex[(size_t)E + e]};
         float *y2[2] = {m->g, m->u};
         mmn(m, 2, w2, m->moe_in, y2, cnt, ne_d);
-        bi->act_mul(bc, m->opts.act, m->g, m->u, MI, m->g, cnt, MI);
+        if (m->opts.oss_experts) {   /* clamped SwiGLU on the host */
+            const float al = m->opts.swiglu_alpha, lim = m->opts.swiglu_limit;
+            float *gh = m->act_host, *uh = m->act_host + (size_t)cnt * MI;
+            bi->read(bc, gh, m->g, (size_t)cnt * MI * sizeof(float));
+            bi->read(bc, uh, m->u, (size_t)cnt * MI * sizeof(float));
+            for (size_t i = 0; i < (size_t)cnt * MI; i++) {
+                float g = gh[i] > lim ? lim : gh[i], u = uh[i] > lim ? lim : uh[i] < -lim ? -lim : uh[i];
+                gh[i] = (u + 1.0f) * (g / (1.0f + expf(-al * g)));
+            }
+            bi->write(bc, m->g, gh, (size_t)cnt * MI * sizeof(float));
+        } else {
+            bi->act_mul(bc, m->opts.act, m->g, m->u, MI, m->g, cnt, MI);
+        }
         mm(m, &L->ex[(size_t)2 * E + e], m->g, m->moe_y, cnt, ne_d);
         for (int i = 0; i < cnt; i++) {
             float *y = m->moe_y + (size_t)i * H, *o = m->moe_out + (size_t)rows[i] * H;
@@ -475,7 +615,74 @@ static float *moe_ops(mx_model *m, const layer *L, const float *in, int n, int n
             }
         }
     }
+    if (m->opts.shared_inter > 0) {   /* shared experts: a dense MLP on every token, added */
+        const int SI = m->opts.shared_inter;
+        const mx_weight *w2[2] = {&L->sh_gate, &L->sh_up};
+        float *y2[2] = {m->g, m->u};
+        mmn(m, 2, w2, in, y2, n, nd);
+        bi->act_mul(bc, m->opts.act, m->g, m->u, SI, m->g, n, SI);
+        mm(m, &L->sh_down, m->g, m->moe_y, n, nd);
+        bi->add(bc, m->moe_out, m->moe_y, m->moe_out, (int64_t)n * H);
+    }
     return m->moe_out;
+}
+
+/* MLA gather maps for n tokens (same for every layer): q [n, nh, D] with each head as
+ * [rope (de-interleaved if rope_interleave), nope] from q_b's [nope, rope]; k likewise from
+ * mla_s = [kv_b out: n, nh, nope + v][k_pe: n, rope]; v padded from nope + v to D (padding
+ * copies the head's first value: finite, and dropped after attention); out: the v_dim of D. */
+static void mla_maps(mx_model *m, int n) {
+    const mx_decoder_opts *o = &m->opts;
+    const int nh = m->cfg.n_heads, D = m->cfg.head_dim, R = o->qk_rope, N = o->qk_nope, V = o->v_dim, KV = N + V;
+    const size_t per = (size_t)m->max_tokens * nh * D;
+    int32_t *qm = m->mla_map, *km = qm + per, *vm = km + per, *om = vm + per;
+    const int32_t off = n * nh * KV;
+    for (int t = 0; t < n; t++)
+        for (int h = 0; h < nh; h++) {
+            int32_t *q = qm + ((size_t)t * nh + h) * D, *k = km + ((size_t)t * nh + h) * D, *v = vm + ((size_t)t * nh + h) * D;
+            int32_t qb = (t * nh + h) * D, kb = (t * nh + h) * KV;
+            for (int j = 0; j < D; j++) {
+                if (j < R) {
+                    int pj = o->rope_interleave ? (j < R / 2 ? 2 * j : 2 * (j - R / 2) + 1) : j;
+                    q[j] = qb + N + pj;
+                    k[j] = off + t * R + pj;
+                } else {
+                    q[j] = qb + (j - R);
+                    k[j] = kb + (j - R);
+                }
+                v[j] = kb + N + (j < V ? j : 0);
+            }
+            for (int j = 0; j < V; j++) om[((size_t)t * nh + h) * V + j] = (t * nh + h) * D + j;
+        }
+}
+
+/* MLA attention of layer L on in[n, H]: the output (before o_proj) in m->mla_o [n, nh * v_dim]. */
+static void mla_attention(mx_model *m, int l, const layer *L, const float *in, int n, int nd, const mx_attn_meta *meta) {
+    const mx_backend_i *bi = m->be->i;
+    void *bc = m->be->ctx;
+    const mx_decoder_opts *o = &m->opts;
+    const int nh = m->cfg.n_heads, D = m->cfg.head_dim, KV = o->qk_nope + o->v_dim;
+    const float eps = m->cfg.norm_eps;
+    const size_t per = (size_t)m->max_tokens * nh * D, cnt = (size_t)n * nh * D;
+    const int32_t *qm = m->mla_map, *km = qm + per, *vm = km + per, *om = vm + per;
+    if (o->q_lora) {
+        mm(m, &L->qa, in, m->mla_a, n, nd);
+        bi->rmsnorm(bc, m->mla_a, &L->qa_norm, eps, 0.0f, m->mla_a, n, o->q_lora);
+        mm(m, &L->q, m->mla_a, m->att, n, nd);
+    } else {
+        mm(m, &L->q, in, m->att, n, nd);
+    }
+    bi->gather_rows(bc, m->att, qm, (int)cnt, 1, m->q);
+    mm(m, &L->kva_pe, in, m->mla_s + (size_t)n * nh * KV, n, nd);
+    mm(m, &L->kva_c, in, m->mla_a, n, nd);
+    bi->rmsnorm(bc, m->mla_a, &L->kva_norm, eps, 0.0f, m->mla_a, n, o->kv_lora);
+    mm(m, &L->kvb, m->mla_a, m->mla_s, n, nd);
+    bi->gather_rows(bc, m->mla_s, km, (int)cnt, 1, m->k);
+    bi->gather_rows(bc, m->mla_s, vm, (int)cnt, 1, m->v);
+    bi->rope(bc, m->q, n, nh, D, L->rope, meta);
+    bi->rope(bc, m->k, n, nh, D, L->rope, meta);
+    bi->attention(bc, l, m->q, m->k, m->v, m->att, L->attn, meta);
+    bi->gather_rows(bc, m->att, om, n * nh * o->v_dim, 1, m->mla_o);
 }
 
 /* The op sequence of one forward pass (everything but reading the logits back). */
@@ -488,12 +695,17 @@ static void forward_ops(mx_model *m, const mx_batch *b, const mx_attn_meta *pmet
     const int H = c->hidden_size, hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads, I = c->intermediate_size;
     const float eps = c->norm_eps, a1 = m->opts.norm_add_one;
 
+    if (m->opts.mla) mla_maps(m, n);
     bi->embed(bc, &m->embed, b->tokens, n, m->x);
     if (m->opts.embed_scale != 0) bi->scale(bc, m->x, m->opts.embed_scale, m->x, (int64_t)n * H);
     for (int l = 0; l < c->n_layers; l++) {
         layer *L = &m->layers[l];
         const float *in = m->x;
         if (!m->opts.no_pre_norms) { norm(m, m->x, &L->ln1, &L->ln1_b, m->h, n, H); in = m->h; }
+        if (m->opts.mla) {
+            mla_attention(m, l, L, in, n, nd, &meta);
+            mm(m, &L->o, m->mla_o, m->h, n, nd);
+        } else {
         {
             const mx_weight *w3[3] = {&L->q, &L->k, &L->v};
             float *y3[3] = {m->q, m->k, m->v};
@@ -512,6 +724,7 @@ static void forward_ops(mx_model *m, const mx_batch *b, const mx_attn_meta *pmet
         }
         bi->attention(bc, l, m->q, m->k, m->v, m->att, L->attn, &meta);
         mm(m, &L->o, m->att, m->h, n, nd);
+        }
         if (m->opts.sandwich_norms) bi->rmsnorm(bc, m->h, &L->post_attn, eps, a1, m->h, n, H);
         if (m->opts.residual_scale != 0) bi->scale(bc, m->h, m->opts.residual_scale, m->h, (int64_t)n * H);
         bi->add(bc, m->x, m->h, m->x, (int64_t)n * H);
@@ -566,7 +779,7 @@ mx_status mx_model_forward(mx_model *m, const mx_batch *b, float *logits_host) {
         if (b->logit_rows[i] < 0 || b->logit_rows[i] >= n) return mx_errorf(MX_ERR_RANGE, "bad logit row");
     mx_attn_meta meta = {n, b->pos, m->slot, b->seq, b->n_seqs, b->max_blocks, b->block_tables};
     /* A decode-only batch is a repeated step: backends that can record it (CUDA graphs) replay it. */
-    bool step = bi->step_begin && bi->step_end && b->n_decode == n && n <= 0xffff && !m->has_moe;   /* MoE routes on the host */
+    bool step = bi->step_begin && bi->step_end && b->n_decode == n && n <= 0xffff && !m->has_moe && !m->opts.mla;   /* MoE routes on the host; MLA gathers with host maps */
     if (step) {
         uint64_t key = (uint64_t)n | (uint64_t)(b->n_logits & 0xffff) << 16 |
                        (uint64_t)(b->n_seqs & 0xffff) << 32 | (uint64_t)(b->max_blocks & 0xffff) << 48;

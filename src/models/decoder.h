@@ -2,7 +2,8 @@
  * residuals, final norm, LM head) that family files configure through mx_decoder_opts: pre-norm
  * Llama blocks by default; sandwich/post norms, (1 + w) RMSNorm, LayerNorm, fused projections,
  * non-gated MLP, multipliers, softcapping and per-layer sliding window / RoPE table / NoPE for the
- * other families; sparse MoE blocks (host-side routing) for qwen3_moe and mixtral. Internal. */
+ * other families; sparse MoE blocks (host-side routing) for qwen3_moe, mixtral, gpt_oss (attention
+ * sinks, clamped SwiGLU) and deepseek_v3 (with multi-head latent attention). Internal. */
 #ifndef MLXCEL_MODELS_DECODER_H
 #define MLXCEL_MODELS_DECODER_H
 
@@ -46,6 +47,23 @@ typedef struct mx_decoder_opts {
     const char *expert_names[3];   /* HF per-expert names of gate, up, down ("gate_proj" or "w1"...) */
     unsigned char *dense_layers;   /* NULL, or [n_layers] malloc'ed by configure (the model frees
                                     * it): nonzero for layers with a dense MLP (mlp_only_layers) */
+    /* gpt-oss: attention sinks and its MoE (router "mlp.router" with bias, experts stacked for
+     * x @ W with biases and gate/up interleaved in mlp.experts.gate_up_proj, clamped SwiGLU
+     * (up + 1) * gate * sigmoid(alpha * gate) with gate <= limit, |up| <= limit). */
+    /* deepseek_v3: multi-head latent attention (cfg head_dim = qk_nope + qk_rope, n_kv_heads =
+     * n_heads; per-head K and V are expanded from the latent, V padded to head_dim for the
+     * attention op and the padding dropped after), sigmoid group-limited routing with
+     * e_score_correction_bias, routed_scaling_factor and shared experts. */
+    bool mla;
+    int q_lora, kv_lora, qk_nope, qk_rope, v_dim;   /* q_lora 0: a plain q_proj */
+    bool rope_interleave;   /* the rope dims pair (2i, 2i+1): de-interleaved before the NeoX rope */
+    bool ds_route;          /* sigmoid + correction bias, n_group / topk_group, routed scaling */
+    int n_group, topk_group;
+    float routed_scale;
+    int shared_inter;       /* 0: no shared experts; else mlp.shared_experts of this size */
+    bool attn_sinks;        /* per-layer self_attn.sinks [n_heads] */
+    bool oss_experts;
+    float swiglu_alpha, swiglu_limit;
 } mx_decoder_opts;
 
 enum { MX_LAYER_SLIDING = 1, MX_LAYER_NO_ROPE = 2 };

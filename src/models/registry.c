@@ -8,13 +8,13 @@
 extern const mx_family mx_family_llama, mx_family_mistral, mx_family_qwen2, mx_family_qwen3;
 extern const mx_family mx_family_gemma2, mx_family_gemma3, mx_family_phi3, mx_family_granite;
 extern const mx_family mx_family_olmo2, mx_family_starcoder2, mx_family_smollm3;
-extern const mx_family mx_family_qwen3_moe, mx_family_mixtral;
+extern const mx_family mx_family_qwen3_moe, mx_family_mixtral, mx_family_gpt_oss, mx_family_deepseek_v3;
 
 static const mx_family *const g_families[] = {
     &mx_family_llama, &mx_family_mistral, &mx_family_qwen2, &mx_family_qwen3,
     &mx_family_gemma2, &mx_family_gemma3, &mx_family_phi3, &mx_family_granite,
     &mx_family_olmo2, &mx_family_starcoder2, &mx_family_smollm3,
-    &mx_family_qwen3_moe, &mx_family_mixtral,
+    &mx_family_qwen3_moe, &mx_family_mixtral, &mx_family_gpt_oss, &mx_family_deepseek_v3,
 };
 #define N_FAMILIES ((int)(sizeof g_families / sizeof g_families[0]))
 

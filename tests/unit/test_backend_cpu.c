@@ -306,6 +306,7 @@ static void test_rope(void) {
 /* Host-side history of each sequence's K/V per position, for the reference. */
 #define A_MAXP 64
 static int A_NH, A_NKV, A_HD;
+static const float *A_SINKS;   /* attention sinks for run_attention / run_attention_long, or NULL */
 static float *hk[2][A_MAXP], *hv[2][A_MAXP];
 
 static void attn_ref(const float *q, int seq, int pos, const mx_attn_params *p, double *out) {
@@ -323,7 +324,9 @@ static void attn_ref(const float *q, int seq, int pos, const mx_attn_params *p, 
             sc[j] = d;
             if (d > mx) mx = d;
         }
+        if (p->sinks && p->sinks[h] > mx) mx = p->sinks[h];
         for (int j = lo; j <= pos; j++) { sc[j] = exp(sc[j] - mx); sum += sc[j]; }
+        if (p->sinks) sum += exp(p->sinks[h] - mx);   /* the sink joins the denominator only */
         for (int i = 0; i < A_HD; i++) {
             double a = 0;
             for (int j = lo; j <= pos; j++) a += sc[j] / sum * hv[seq][j][kh * A_HD + i];
@@ -343,7 +346,7 @@ static void run_attention(int nh, int nkv, int hd, int window, float softcap) {
     /* two sequences with scattered block tables */
     int32_t bt[2][16];
     for (int i = 0; i < 16; i++) { bt[0][i] = 39 - 2 * i; bt[1][i] = 2 * i + 1; }
-    mx_attn_params p = {A_NH, A_NKV, A_HD, 1.0f / sqrtf((float)hd), window, softcap};
+    mx_attn_params p = {A_NH, A_NKV, A_HD, 1.0f / sqrtf((float)hd), window, softcap, A_SINKS};
     int len[2] = {0, 0};
     /* steps: (tokens of seq0, tokens of seq1): a mixed prefill, then decodes, then a chunk */
     int steps[][2] = {{7, 0}, {1, 11}, {1, 1}, {5, 1}, {1, 9}, {1, 1}, {14, 1}};
@@ -401,7 +404,7 @@ static void run_attention_long(int window) {
     int32_t *pos = malloc(sizeof(int32_t) * P), *slot = malloc(sizeof(int32_t) * P), *seq = malloc(sizeof(int32_t) * P);
     fill(q, (P + 2) * NH * HD, 2.0f); fill(kk, (P + 2) * NKV * HD, 2.0f); fill(vv, (P + 2) * NKV * HD, 1.0f);
     for (int i = 0; i < P; i++) { pos[i] = i; seq[i] = 0; slot[i] = bt[i / BS] * BS + i % BS; }
-    mx_attn_params p = {NH, NKV, HD, 0.125f, window, 0};
+    mx_attn_params p = {NH, NKV, HD, 0.125f, window, 0, A_SINKS};
     mx_attn_meta m = {P, pos, slot, seq, 1, NB, bt};
     B.i->attention(B.ctx, 0, q, kk, vv, out, &p, &m);
     for (int step = 0; step <= 2 && !t_case_failed; step++) {
@@ -421,7 +424,9 @@ static void run_attention_long(int window) {
                 sc[jx] = d * 0.125;
                 if (sc[jx] > mx) mx = sc[jx];
             }
+            if (A_SINKS && A_SINKS[h] > mx) mx = A_SINKS[h];
             for (int jx = lo; jx <= t; jx++) { sc[jx] = exp(sc[jx] - mx); sum += sc[jx]; }
+            if (A_SINKS) sum += exp(A_SINKS[h] - mx);
             for (int i = 0; i < HD; i++) {
                 double a = 0;
                 for (int jx = lo; jx <= t; jx++) a += sc[jx] / sum * vv[(size_t)jx * HD + i];
@@ -437,6 +442,19 @@ static void run_attention_long(int window) {
 static void test_attention_long(void) { run_attention_long(0); run_attention_long(300); }
 
 static void test_attention_window(void) { run_attention(4, 2, 16, 5, 0); run_attention(6, 2, 64, 17, 0); }
+/* gpt-oss attention sinks: a per-head logit in the softmax denominator (no value); large ones
+ * dominate, so the outputs shrink measurably. Plain, windowed, many heads per kv head, and the
+ * long context whose key range is split across threads and merged. */
+static void test_attention_sinks(void) {
+    static float sk[12];
+    for (int i = 0; i < 12; i++) sk[i] = (float)(i % 5) - 1.5f + (i == 3 ? 4.0f : 0.0f);
+    A_SINKS = sk;
+    run_attention(4, 2, 16, 0, 0);
+    run_attention(12, 1, 72, 5, 0);
+    run_attention_long(0);
+    run_attention_long(300);
+    A_SINKS = NULL;
+}
 static void test_attention_softcap(void) { run_attention(4, 2, 16, 0, 1.5f); run_attention(4, 2, 32, 3, 2.0f); }
 
 /* ---------- activations, element-wise ---------- */
@@ -556,6 +574,7 @@ int main(void) {
     RUN(test_attention_window);
     RUN(test_attention_long);
     RUN(test_attention_softcap);
+    RUN(test_attention_sinks);
     RUN(test_act);
     RUN(test_elementwise);
     mx_backend_cpu_free(&B);

@@ -300,7 +300,7 @@ static void test_rope(void) {
     }
 }
 
-typedef struct { const char *name; int n_heads, n_kv, hd, window; float softcap; bool f32kv; } att_case;
+typedef struct { const char *name; int n_heads, n_kv, hd, window; float softcap; bool f32kv, sinks; } att_case;
 
 static void check_attention(const att_case *a) {
     const int bs = 16, nblocks = 24, L = 2;
@@ -333,7 +333,9 @@ static void check_attention(const att_case *a) {
             }
         }
         mx_attn_meta m = {n, pos, slot, seq, ns, maxb, bt};
-        mx_attn_params p = {a->n_heads, a->n_kv, a->hd, 1.f / sqrtf((float)a->hd), a->window, a->softcap};
+        float sk[16];   /* attention sinks (gpt-oss): per-head logits in the denominator */
+        for (int h = 0; h < 16; h++) sk[h] = 0.7f * (float)(h % 5) - 1.0f;
+        mx_attn_params p = {a->n_heads, a->n_kv, a->hd, 1.f / sqrtf((float)a->hd), a->window, a->softcap, a->sinks ? sk : NULL};
         float *q = malloc((size_t)n * qd * 4), *k = malloc((size_t)n * kvd * 4), *v = malloc((size_t)n * kvd * 4);
         float *ref = malloc((size_t)n * qd * 4);
         fill(q, (int64_t)n * qd, 2.f); fill(k, (int64_t)n * kvd, 2.f); fill(v, (int64_t)n * kvd, 1.f);
@@ -357,12 +359,14 @@ static void check_attention(const att_case *a) {
     unsetenv("MLXCEL_CUDA_KV");
 }
 static const att_case g_att[] = {
-    {"cuda_attention_gqa_hd128", 8, 2, 128, 0, 0.f, false},
-    {"cuda_attention_gqa_hd128_f32kv", 8, 2, 128, 0, 0.f, true},
-    {"cuda_attention_window_softcap", 4, 4, 64, 16, 30.f, true},
-    {"cuda_attention_hd256", 4, 1, 256, 0, 0.f, false},
-    {"cuda_attention_hd80", 6, 3, 80, 0, 50.f, true},
-    {"cuda_attention_16heads_prefill_narrow", 16, 4, 64, 0, 0.f, false},   /* 58 tokens x 16 heads: 4-warp blocks */
+    {"cuda_attention_gqa_hd128", 8, 2, 128, 0, 0.f, false, false},
+    {"cuda_attention_gqa_hd128_f32kv", 8, 2, 128, 0, 0.f, true, false},
+    {"cuda_attention_window_softcap", 4, 4, 64, 16, 30.f, true, false},
+    {"cuda_attention_hd256", 4, 1, 256, 0, 0.f, false, false},
+    {"cuda_attention_hd80", 6, 3, 80, 0, 50.f, true, false},
+    {"cuda_attention_16heads_prefill_narrow", 16, 4, 64, 0, 0.f, false, false},   /* 58 tokens x 16 heads: 4-warp blocks */
+    {"cuda_attention_sinks", 8, 2, 64, 0, 0.f, true, true},
+    {"cuda_attention_sinks_window_bf16kv", 4, 4, 64, 16, 0.f, false, true},
 };
 
 static void test_elementwise(void) {
@@ -426,7 +430,7 @@ static void run_steps(bool graph, tw *emb, tw *wq, mx_vec *nrm, float *out_host,
     float inv[32];
     for (int i = 0; i < HD / 2; i++) inv[i] = (float)pow(10000.0, -2.0 * i / HD);
     mx_rope rp = {HD, inv, 1.f};
-    mx_attn_params ap = {H, H, HD, 0.125f, 0, 0.f};
+    mx_attn_params ap = {H, H, HD, 0.125f, 0, 0.f, NULL};
     uint64_t rs = 12345;
     for (int st = 0; st < nsteps; st++) {
         int32_t ids[NS], pos[NS], slot[NS], seq[NS], rows[NS] = {1, 0};
@@ -613,7 +617,7 @@ static void bm_step(bmodel *m, int n_seqs, int toks_per_seq, int ctx_len, double
             if (j == toks_per_seq - 1) rows[sq] = t;
         }
     mx_attn_meta meta = {n, pos, slot, seq, n_seqs, maxb, bt};
-    mx_attn_params ap = {s.heads, s.kv, s.hd, 1.f / sqrtf((float)s.hd), 0, 0.f};
+    mx_attn_params ap = {s.heads, s.kv, s.hd, 1.f / sqrtf((float)s.hd), 0, 0.f, NULL};
     static float inv[256];
     for (int i = 0; i < s.hd / 2; i++) inv[i] = (float)pow(500000.0, -2.0 * i / s.hd);
     mx_rope rp = {s.hd, inv, 1.f};

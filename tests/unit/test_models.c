@@ -184,6 +184,12 @@ static void bad_family_configs(void) {
         {"{\"model_type\": \"qwen3_moe\", " TINY ", \"num_experts\": 4, \"num_experts_per_tok\": 2, \"mlp_only_layers\": [0, 2]}", "mlp_only_layers[1]"},
         {"{\"model_type\": \"qwen3_moe\", " TINY ", \"num_experts\": 4, \"num_experts_per_tok\": 2, \"norm_topk_prob\": 1}", "norm_topk_prob"},
         {"{\"model_type\": \"mixtral\", " TINY ", \"num_local_experts\": 0, \"num_experts_per_tok\": 1}", "num_local_experts"},
+        {"{\"model_type\": \"gpt_oss\", " TINY ", \"num_local_experts\": 4, \"num_experts_per_tok\": 2, \"layer_types\": [\"full_attention\"]}", "layer_types"},
+        {"{\"model_type\": \"deepseek_v3\", " TINY ", \"n_routed_experts\": 4, \"num_experts_per_tok\": 2, \"moe_intermediate_size\": 32, \"qk_nope_head_dim\": 16, \"qk_rope_head_dim\": 8, \"v_head_dim\": 16}", "kv_lora_rank"},
+        {"{\"model_type\": \"deepseek_v3\", " TINY ", \"n_routed_experts\": 4, \"num_experts_per_tok\": 2, \"moe_intermediate_size\": 32, \"kv_lora_rank\": 8, \"qk_nope_head_dim\": 16, \"qk_rope_head_dim\": 8, \"v_head_dim\": 16, \"n_group\": 3}", "n_group"},
+        {"{\"model_type\": \"deepseek_v3\", " TINY ", \"n_routed_experts\": 4, \"num_experts_per_tok\": 2, \"moe_intermediate_size\": 32, \"kv_lora_rank\": 8, \"qk_nope_head_dim\": 16, \"qk_rope_head_dim\": 8, \"v_head_dim\": 40}", "v_head_dim"},
+        {"{\"model_type\": \"gpt_oss\", " TINY ", \"num_local_experts\": 4, \"num_experts_per_tok\": 2, \"swiglu_limit\": -1}", "swiglu_limit"},
+        {"{\"model_type\": \"gpt_oss\", " TINY ", \"num_local_experts\": 4, \"num_experts_per_tok\": 2, \"rope_parameters\": {\"rope_type\": \"yarn\"}}", "factor"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         json_error_t je;
@@ -201,14 +207,18 @@ static void bad_family_configs(void) {
 /* Every new family also builds from random 4-bit weights (the benchmark path; for phi3 the
  * fused projections are then split as quantized rows) and gives finite logits. */
 static void random_quantized_families(void) {
-    static const char *types[] = {"gemma2", "gemma3_text", "phi3", "granite", "olmo2", "starcoder2", "smollm3", "qwen3_moe", "mixtral"};
+    static const char *types[] = {"gemma2", "gemma3_text", "phi3", "granite", "olmo2", "starcoder2", "smollm3", "qwen3_moe", "mixtral", "gpt_oss", "deepseek_v3"};
     for (size_t i = 0; i < sizeof types / sizeof *types; i++) {
-        char js[768];
+        char js[1280];
         /* the MoE keys (ignored by the dense families): 4 experts, 2 per token; qwen3_moe's layer 0
          * is dense (mlp_only_layers) so both MLP kinds run in one model */
         snprintf(js, sizeof js, "{\"model_type\": \"%s\", " TINY ", \"sliding_window\": 4, \"partial_rotary_factor\": 0.5, "
                  "\"num_experts\": 4, \"num_local_experts\": 4, \"num_experts_per_tok\": 2, \"moe_intermediate_size\": 32, "
-                 "\"norm_topk_prob\": false, \"mlp_only_layers\": [0]}", types[i]);
+                 "\"norm_topk_prob\": false, \"mlp_only_layers\": [0], "
+                 /* deepseek_v3: MLA without q LoRA, one dense layer, shared experts, 2 groups */
+                 "\"n_routed_experts\": 4, \"kv_lora_rank\": 32, \"q_lora_rank\": null, \"qk_nope_head_dim\": 16, "
+                 "\"qk_rope_head_dim\": 8, \"v_head_dim\": 16, \"n_shared_experts\": 1, \"first_k_dense_replace\": 1, "
+                 "\"n_group\": 2, \"topk_group\": 1, \"routed_scaling_factor\": 2.5}", types[i]);
         json_error_t je;
         json_t *cfg = json_loads(js, 0, &je);
         TREQUIRE(cfg, "%s: test json: %s", types[i], je.text);
@@ -274,7 +284,7 @@ int main(void) {
     const char *fx[] = {"llama", "llama-tied", "qwen2", "qwen3", "mistral", "llama-mlx-q4", "llama-mlx-q8", "qwen3-mlx-q4", "qwen3-mlx-q8",
                         "gemma3", "gemma3-mlx-q4", "gemma3-mlx-q8", "gemma2", "phi3", "granite", "olmo2",
                         "starcoder2", "smollm3", "qwen3_moe", "qwen3_moe-mlx-q4", "qwen3_moe-mlx-q8",
-                        "mixtral", "mixtral-mlx-q4", "mixtral-mlx-q8"};
+                        "mixtral", "mixtral-mlx-q4", "mixtral-mlx-q8", "gpt_oss", "deepseek_v3"};
     char name[96];
     for (size_t i = 0; i < sizeof fx / sizeof *fx; i++) {
         snprintf(name, sizeof name, "parity_%s", fx[i]);

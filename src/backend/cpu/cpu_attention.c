@@ -1,8 +1,9 @@
 /* cpu_attention.c: causal attention over the paged KV cache for the CPU backend (GQA, sliding
- * window, softcap). One work unit is (token, kv head): the q heads of a GQA group share the key
- * and value loads. Scores, softmax and the weighted value sum are f32 (AVX-512 where available,
- * with a vector exp accurate to a few ulp); the scalar path is the portable fallback. It does not
- * write the cache (cpu_backend.c does) and knows nothing of block allocation. */
+ * window, softcap, attention sinks). One work unit is (token, kv head): the q heads of a GQA
+ * group share the key and value loads. Scores, softmax and the weighted value sum are f32
+ * (AVX-512 where available, with a vector exp accurate to a few ulp); the scalar path is the
+ * portable fallback. It does not write the cache (cpu_backend.c does) and knows nothing of block
+ * allocation. */
 #include "cpu_internal.h"
 
 #include <math.h>
@@ -198,7 +199,15 @@ static void attn_fn(void *arg, int64_t b, int64_t e, int tid) {
         }
         for (int g0 = 0; g0 < grp; g0 += GB) {
             int ng = grp - g0 < GB ? grp - g0 : GB;
-            attn_heads_n(j, q + (int64_t)g0 * hd, out + (int64_t)g0 * hd, ng, koff, cnt, sc, ml ? ml + 2 * g0 : NULL);
+            float mlg[2 * GB];
+            float *mlp = ml ? ml + 2 * g0 : p->sinks ? mlg : NULL;
+            attn_heads_n(j, q + (int64_t)g0 * hd, out + (int64_t)g0 * hd, ng, koff, cnt, sc, mlp);
+            if (p->sinks && !ml) /* the sink joins the denominator: scale by sum / (sum + e^(sink - max)) */
+                for (int g = 0; g < ng; g++) {
+                    float tot = mlg[2 * g + 1], f = tot > 0 ? tot / (tot + expf(p->sinks[kh * grp + g0 + g] - mlg[2 * g])) : 0.0f;
+                    float *o = out + (int64_t)(g0 + g) * hd;
+                    for (int d = 0; d < hd; d++) o[d] *= f;
+                }
         }
     }
 }
@@ -226,10 +235,12 @@ static void attn_merge(const attn_job *j) {
             float *o = out + (int64_t)g * hd;
             for (int d = 0; d < hd; d++) o[d] = 0;
             if (!(W > 0)) continue;
+            float Wd = W;   /* denominator: with the sink's e^(sink - M) when there is one */
+            if (p->sinks) Wd += expf(p->sinks[kh * grp + g] - M);
             for (int s = 0; s < S; s++) {
                 if (wts[s] == 0) continue;
                 const float *src = j->part + (tu * S + s) * grp * hd + (int64_t)g * hd;
-                float w = wts[s] / W;
+                float w = wts[s] / Wd;
                 for (int d = 0; d < hd; d++) o[d] += w * src[d];
             }
         }

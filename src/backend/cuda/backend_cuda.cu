@@ -63,6 +63,7 @@ struct cu_weight {         /* what weight_prepare puts behind mx_weight.dev */
 
 #define MX_RF_CACHE 16   /* RoPE inv_freq tables kept on the device (never evicted) */
 struct cu_rf { float *h, *d; int len; };
+#define MX_SK_CACHE 512  /* attention sink tables kept on the device (never evicted) */
 struct cu_ctx {
     int dev;
     cudaDeviceProp prop;
@@ -73,6 +74,7 @@ struct cu_ctx {
     void *kpool, *vpool;   /* [n_layers][n_blocks*block_size][n_kv_heads*head_dim] */
     cu_stage meta, ids, rows;
     cu_rf rf[MX_RF_CACHE]; int n_rf;
+    cu_rf sk[MX_SK_CACHE]; int n_sk;   /* attention sink tables (one per layer) */
     int gmode; bool gbroken; int g_op; uint64_t g_step;
     cu_graph graphs[MX_GRAPHS], *gcur;
     cudaEvent_t g_done;
@@ -590,7 +592,7 @@ template <typename T, int ATT_WARPS>
 __global__ void __launch_bounds__(ATT_WARPS * 32)
 k_attn(const float *q, const T *kp, const T *vp, float *out, const int32_t *pos, const int32_t *seq,
        const int32_t *bt, int n_seqs, int max_blocks, int block_size, int n_blocks, int n_heads, int n_kv, int D, float scale,
-       int window, float softcap) {
+       int window, float softcap, const float *sinks) {
     __shared__ float sm[ATT_WARPS], sl[ATT_WARPS], sacc[ATT_WARPS][ATT_MAXI * 32];
     const int t = blockIdx.x, h = blockIdx.y, lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     const int kvh = h / (n_heads / n_kv), kvdim = n_kv * D;
@@ -667,6 +669,7 @@ k_attn(const float *q, const T *kp, const T *vp, float *out, const int32_t *pos,
         for (int j = 0; j < ATT_WARPS; j++) M = fmaxf(M, sm[j]);
         float L = 0.f, cj[ATT_WARPS];
         for (int j = 0; j < ATT_WARPS; j++) { cj[j] = sm[j] == -INFINITY ? 0.f : __expf(sm[j] - M); L += sl[j] * cj[j]; }
+        if (sinks && M != -INFINITY) L += __expf(sinks[h] - M);   /* the sink joins the denominator */
         float *o = out + ((size_t)t * n_heads + h) * D;
         for (int i = 0; i < ni; i++) {
             int d = lane + 32 * i;
@@ -1098,8 +1101,33 @@ static void c_attention(void *ctx, int layer, const float *q, const float *k, co
     int n = meta->n_tokens;
     GOP_HOST(c, 6, (uint64_t)layer, PU(q), PU(k), PU(v), PU(out), (uint64_t)p->n_heads, (uint64_t)p->n_kv_heads,
              (uint64_t)p->head_dim, fbits(p->scale), (uint64_t)p->sliding_window, fbits(p->softcap), (uint64_t)n,
-             (uint64_t)meta->n_seqs, (uint64_t)meta->max_blocks);
+             (uint64_t)meta->n_seqs, (uint64_t)meta->max_blocks,
+             p->sinks ? fnv(p->sinks, (size_t)p->n_heads * 4, 1469598103934665603ull) : 0);
     if (n <= 0) return;
+    /* attention sinks: [n_heads] tables stay on the device for the backend's life */
+    const float *sk = NULL;
+    if (p->sinks) {
+        int nh = p->n_heads;
+        for (int i = 0; i < c->n_sk && !sk; i++)
+            if (c->sk[i].len == nh && !memcmp(c->sk[i].h, p->sinks, (size_t)nh * 4)) sk = c->sk[i].d;
+        if (!sk) {
+            if (c->gmode == G_CAPTURE || c->gmode == G_REPLAY || c->n_sk == MX_SK_CACHE) {
+                c->gbroken = c->gmode != G_EAGER && c->gmode != G_WARMUP;
+                if (c->n_sk == MX_SK_CACHE) cu_fail(c, MX_ERR_UNSUPPORTED, "attention: more than 512 distinct sink tables", cudaSuccess);
+                return;
+            }
+            cu_rf *e = &c->sk[c->n_sk];
+            e->h = (float *)malloc((size_t)nh * 4);
+            e->d = (float *)dev_alloc_owned(c, (size_t)nh * 4);
+            if (!e->h || !e->d) { free(e->h); e->h = NULL; cu_fail(c, MX_ERR_NOMEM, "attention sink table", cudaSuccess); return; }
+            memcpy(e->h, p->sinks, (size_t)nh * 4);
+            CK(c, cudaMemcpyAsync(e->d, e->h, (size_t)nh * 4, cudaMemcpyHostToDevice, c->st), "attention sink table");
+            CK(c, cudaStreamSynchronize(c->st), "attention sink table");
+            e->len = nh;
+            c->n_sk++;
+            sk = e->d;
+        }
+    }
     if (!c->kpool || layer < 0 || layer >= c->kv.n_layers || p->n_kv_heads != c->kv.n_kv_heads ||
         p->head_dim != c->kv.head_dim || p->n_kv_heads <= 0 || p->n_heads % p->n_kv_heads) {
         cu_fail(c, MX_ERR_INVALID_ARG, "attention: kv cache not initialised or geometry mismatch", cudaSuccess);
@@ -1118,19 +1146,19 @@ static void c_attention(void *ctx, int layer, const float *q, const float *k, co
         k_kv_write<float><<<nblk((int64_t)n * kvdim, 256), 256, 0, c->st>>>(k, v, kp, vp, dm.slot, kvdim, n, (int64_t)c->kv.n_blocks * c->kv.block_size);
         if (wide) k_attn<float, 16><<<grid, 16 * 32, 0, c->st>>>(q, kp, vp, out, dm.pos, dm.seq, dm.bt, meta->n_seqs, meta->max_blocks,
                                                           c->kv.block_size, c->kv.n_blocks, p->n_heads, p->n_kv_heads, p->head_dim,
-                                                          p->scale, p->sliding_window, p->softcap);
+                                                          p->scale, p->sliding_window, p->softcap, sk);
         else k_attn<float, 4><<<grid, 4 * 32, 0, c->st>>>(q, kp, vp, out, dm.pos, dm.seq, dm.bt, meta->n_seqs, meta->max_blocks,
                                                           c->kv.block_size, c->kv.n_blocks, p->n_heads, p->n_kv_heads, p->head_dim,
-                                                          p->scale, p->sliding_window, p->softcap);
+                                                          p->scale, p->sliding_window, p->softcap, sk);
     } else {
         __nv_bfloat16 *kp = (__nv_bfloat16 *)c->kpool + per * layer, *vp = (__nv_bfloat16 *)c->vpool + per * layer;
         k_kv_write<__nv_bfloat16><<<nblk((int64_t)n * kvdim, 256), 256, 0, c->st>>>(k, v, kp, vp, dm.slot, kvdim, n, (int64_t)c->kv.n_blocks * c->kv.block_size);
         if (wide) k_attn<__nv_bfloat16, 16><<<grid, 16 * 32, 0, c->st>>>(q, kp, vp, out, dm.pos, dm.seq, dm.bt, meta->n_seqs, meta->max_blocks,
                                                                   c->kv.block_size, c->kv.n_blocks, p->n_heads, p->n_kv_heads, p->head_dim,
-                                                                  p->scale, p->sliding_window, p->softcap);
+                                                                  p->scale, p->sliding_window, p->softcap, sk);
         else k_attn<__nv_bfloat16, 4><<<grid, 4 * 32, 0, c->st>>>(q, kp, vp, out, dm.pos, dm.seq, dm.bt, meta->n_seqs, meta->max_blocks,
                                                                   c->kv.block_size, c->kv.n_blocks, p->n_heads, p->n_kv_heads, p->head_dim,
-                                                                  p->scale, p->sliding_window, p->softcap);
+                                                                  p->scale, p->sliding_window, p->softcap, sk);
     }
     LAUNCHED(c, "attention");
 }
@@ -1379,6 +1407,7 @@ extern "C" void mx_backend_cuda_free(mx_backend *b) {
     c_kv_free(c);
     stage_free(&c->meta); stage_free(&c->ids); stage_free(&c->rows);
     for (int i = 0; i < c->n_rf; i++) free(c->rf[i].h);
+    for (int i = 0; i < c->n_sk; i++) free(c->sk[i].h);
     for (int i = 0; i < MX_GRAPHS; i++) {
         if (c->graphs[i].exec) cudaGraphExecDestroy(c->graphs[i].exec);
         free(c->graphs[i].fp);
