@@ -117,13 +117,7 @@ int cmd_generate(int argc, char **argv) {
     mx_gen_opts o = {0};
     o.n_predict = (int)n_predict;
     o.ignore_eos = ignore_eos;
-    mx_sampling_default(&o.sampling);
-    o.sampling.temperature = (float)temp;
-    o.sampling.top_k = (int)top_k;
-    o.sampling.top_p = (float)top_p;
-    o.sampling.min_p = (float)min_p;
-    o.sampling.repeat_penalty = (float)rep;
-    o.sampling.seed = seed >= 0 ? (uint64_t)seed : (uint64_t)(mx_time_s() * 1e9) ^ (uint64_t)getpid();
+    cli_sampling(&o.sampling, temp, top_k, top_p, min_p, rep, seed);
     sc.ds = mx_detok_stream_new(tok, true);
     sc.print = !json;
     if (!sc.ds) { fprintf(stderr, "mlxcel generate: out of memory\n"); goto done; }

@@ -90,13 +90,7 @@ int cmd_run(int argc, char **argv) {
     msgs = new_conversation(system);
     if (!rc_.ds || !msgs) { fprintf(stderr, "mlxcel run: out of memory\n"); goto done; }
     mx_gen_opts o = {0};
-    mx_sampling_default(&o.sampling);
-    o.sampling.temperature = (float)temp;
-    o.sampling.top_k = (int)top_k;
-    o.sampling.top_p = (float)top_p;
-    o.sampling.min_p = (float)min_p;
-    o.sampling.repeat_penalty = (float)rep;
-    o.sampling.seed = seed >= 0 ? (uint64_t)seed : (uint64_t)(mx_time_s() * 1e9) ^ (uint64_t)getpid();
+    cli_sampling(&o.sampling, temp, top_k, top_p, min_p, rep, seed);
     bool tty = isatty(0);
     if (tty) fprintf(stderr, "mlxcel: chatting with %s (%s); /reset, /exit\n", dir, c->model_type);
     for (;;) {

@@ -10,6 +10,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 mx_status cli_backend_init(mx_backend *be) {
     return mx_backend_auto_init(be);
@@ -50,4 +51,14 @@ mx_status cli_prompt_ids(const mx_tokenizer *tok, const char *dir, const char *t
         mx_clear_error();
     }
     return mx_tokenizer_encode(tok, text, strlen(text), true, ids, n);
+}
+
+void cli_sampling(mx_sampling *s, double temp, long long top_k, double top_p, double min_p, double rep, long long seed) {
+    mx_sampling_default(s);
+    s->temperature = (float)temp;
+    s->top_k = (int)top_k;
+    s->top_p = (float)top_p;
+    s->min_p = (float)min_p;
+    s->repeat_penalty = (float)rep;
+    s->seed = seed >= 0 ? (uint64_t)seed : (uint64_t)(mx_time_s() * 1e9) ^ (uint64_t)getpid();
 }

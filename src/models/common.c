@@ -1,6 +1,7 @@
 /* models/common.c: weight building (from checkpoints, or random for benchmarks), common
  * config.json fields, RoPE tables. Not a forward pass. */
 #include "models/common.h"
+#include "models/decoder.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -451,5 +452,16 @@ mx_status mx_wsrc_experts_t(mx_wsrc *s, const char *name, int n_experts, int64_t
             x->rows = out; x->cols = in; x->dtype = t->dtype; x->w = wd;
             x->bias = bd; x->bias_dtype = tb->dtype;
         }
+    return MX_OK;
+}
+
+mx_status mx_cfg_count(json_t *config, const char *dir, const char *key, const char *alt, int lo, int hi, int *out) {
+    json_t *v = json_object_get(config, key);
+    const char *name = key;
+    if ((!v || json_is_null(v)) && alt) { v = json_object_get(config, alt); name = alt; }
+    if (!v || json_is_null(v)) return mx_errorf(MX_ERR_FORMAT, "%s/config.json: missing \"%s\"", dir, key);
+    if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi)
+        return mx_errorf(MX_ERR_FORMAT, "%s/config.json: \"%s\" must be an integer in [%d, %d]", dir, name, lo, hi);
+    *out = (int)json_integer_value(v);
     return MX_OK;
 }

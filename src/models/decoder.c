@@ -495,9 +495,37 @@ static void norm(mx_model *m, const float *x, const mx_vec *g, const mx_vec *b, 
  * choice = score + e_score_correction_bias; groups ranked by the sum of their two best choices,
  * the topk_group best kept (the others' choices become 0); top-k of the choices (ties: lower
  * index); weights are the sigmoid scores, renormalized (norm_topk) and times routed_scaling_factor. */
-static void ds_route(mx_model *m, const layer *L, float *r, int t) {
-    const int E = m->opts.n_experts, K = m->opts.top_k, G = m->opts.n_group, TG = m->opts.topk_group, per = E / G;
+/* Route token t to the top_k experts by `score` (ties: lower index), weighting each by its `prob`,
+ * renormalized over the chosen ones when norm_topk (sum + eps), times `scale`; appends (t, weight)
+ * to each chosen expert's row list. */
+static void route_topk(mx_model *m, const float *score, const float *prob, int t, float eps, float scale) {
+    const int E = m->opts.n_experts, K = m->opts.top_k;
     const size_t T = (size_t)m->max_tokens;
+    int sel[64];
+    float ksum = 0;
+    for (int k = 0; k < K; k++) {
+        int best = -1;
+        for (int e = 0; e < E; e++) {
+            bool used = false;
+            for (int j = 0; j < k; j++) used = used || sel[j] == e;
+            if (!used && (best < 0 || score[e] > score[best])) best = e;
+        }
+        sel[k] = best;
+        ksum += prob[best];
+    }
+    for (int k = 0; k < K; k++) {
+        int e = sel[k];
+        float w = prob[e];
+        if (m->opts.norm_topk) w /= ksum + eps;
+        w *= scale;
+        size_t at = (size_t)e * T + (size_t)m->ex_cnt[e]++;
+        m->ex_rows[at] = t;
+        m->ex_w[at] = w;
+    }
+}
+
+static void ds_route(mx_model *m, const layer *L, float *r, int t) {
+    const int E = m->opts.n_experts, G = m->opts.n_group, TG = m->opts.topk_group, per = E / G;
     float ch[1024];
     float gs[1024];
     bool keep[1024];
@@ -516,27 +544,7 @@ static void ds_route(mx_model *m, const layer *L, float *r, int t) {
         keep[best] = true;
     }
     for (int e = 0; e < E; e++) if (!keep[e / per]) ch[e] = 0.0f;
-    int sel[64];
-    float ksum = 0;
-    for (int k = 0; k < K; k++) {
-        int best = -1;
-        for (int e = 0; e < E; e++) {
-            bool used = false;
-            for (int j = 0; j < k; j++) used = used || sel[j] == e;
-            if (!used && (best < 0 || ch[e] > ch[best])) best = e;
-        }
-        sel[k] = best;
-        ksum += r[best];
-    }
-    for (int k = 0; k < K; k++) {
-        int e = sel[k];
-        float w = r[e];
-        if (m->opts.norm_topk) w /= ksum + 1e-20f;
-        w *= m->opts.routed_scale;
-        size_t at = (size_t)e * T + (size_t)m->ex_cnt[e]++;
-        m->ex_rows[at] = t;
-        m->ex_w[at] = w;
-    }
+    route_topk(m, ch, r, t, 1e-20f, m->opts.routed_scale);
 }
 
 /* Sparse MoE block on in[n, H]: router logits read back to the host, softmax over all experts,
@@ -546,7 +554,7 @@ static void ds_route(mx_model *m, const layer *L, float *r, int t) {
 static float *moe_ops(mx_model *m, const layer *L, const float *in, int n, int nd) {
     const mx_backend_i *bi = m->be->i;
     void *bc = m->be->ctx;
-    const int E = m->opts.n_experts, K = m->opts.top_k, H = m->cfg.hidden_size, MI = m->opts.moe_inter;
+    const int E = m->opts.n_experts, H = m->cfg.hidden_size, MI = m->opts.moe_inter;
     const size_t T = (size_t)m->max_tokens;
     mm(m, &L->router, in, m->router, n, nd);
     bi->read(bc, m->router_host, m->router, (size_t)n * E * sizeof(float));
@@ -558,26 +566,7 @@ static float *moe_ops(mx_model *m, const layer *L, const float *in, int n, int n
         for (int e = 1; e < E; e++) if (r[e] > mx) mx = r[e];
         for (int e = 0; e < E; e++) { r[e] = expf(r[e] - mx); sum += r[e]; }
         for (int e = 0; e < E; e++) r[e] /= sum;
-        int sel[64];
-        float ksum = 0;
-        for (int k = 0; k < K; k++) {
-            int best = -1;
-            for (int e = 0; e < E; e++) {
-                bool used = false;
-                for (int j = 0; j < k; j++) used = used || sel[j] == e;
-                if (!used && (best < 0 || r[e] > r[best])) best = e;
-            }
-            sel[k] = best;
-            ksum += r[best];
-        }
-        for (int k = 0; k < K; k++) {
-            int e = sel[k];
-            float w = r[e];
-            if (m->opts.norm_topk) w /= ksum;
-            size_t at = (size_t)e * T + (size_t)m->ex_cnt[e]++;
-            m->ex_rows[at] = t;
-            m->ex_w[at] = w;
-        }
+        route_topk(m, r, r, t, 0.0f, 1.0f);
     }
     memset(m->tok_done, 0, (size_t)n);
     for (int e = 0; e < E; e++) {

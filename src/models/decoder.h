@@ -79,6 +79,10 @@ typedef struct mx_family {
     mx_family_config_fn configure;
 } mx_family;
 
+/* A required integer in [lo, hi] from config.json under `key` (or `alt` when key is absent or
+ * null); MX_ERR_FORMAT naming the key otherwise. */
+mx_status mx_cfg_count(json_t *config, const char *dir, const char *key, const char *alt, int lo, int hi, int *out);
+
 /* Registry (registry.c). */
 const mx_family *mx_family_find(const char *model_type);
 

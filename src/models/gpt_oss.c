@@ -9,17 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static mx_status get_int(json_t *config, const char *dir, const char *key, const char *alt, int lo, int hi, int *out) {
-    json_t *v = json_object_get(config, key);
-    const char *name = key;
-    if ((!v || json_is_null(v)) && alt) { v = json_object_get(config, alt); name = alt; }
-    if (!v || json_is_null(v)) return mx_errorf(MX_ERR_FORMAT, "%s/config.json: missing \"%s\"", dir, key);
-    if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi)
-        return mx_errorf(MX_ERR_FORMAT, "%s/config.json: \"%s\" must be an integer in [%d, %d]", dir, name, lo, hi);
-    *out = (int)json_integer_value(v);
-    return MX_OK;
-}
-
 static mx_status gpt_oss_config(json_t *config, const char *dir, mx_model_config *cfg, mx_decoder_opts *o) {
     mx_status st;
     json_t *ab = json_object_get(config, "attention_bias");
@@ -44,8 +33,8 @@ static mx_status gpt_oss_config(json_t *config, const char *dir, mx_model_config
         }
         o->layer_flags[l] = sliding && o->sliding_window ? MX_LAYER_SLIDING : 0;
     }
-    if ((st = get_int(config, dir, "num_local_experts", "num_experts", 1, 1 << 16, &o->n_experts))) return st;
-    if ((st = get_int(config, dir, "num_experts_per_tok", "experts_per_token", 1, 64, &o->top_k))) return st;
+    if ((st = mx_cfg_count(config, dir, "num_local_experts", "num_experts", 1, 1 << 16, &o->n_experts))) return st;
+    if ((st = mx_cfg_count(config, dir, "num_experts_per_tok", "experts_per_token", 1, 64, &o->top_k))) return st;
     if (o->top_k > o->n_experts)
         return mx_errorf(MX_ERR_FORMAT, "%s/config.json: \"num_experts_per_tok\" (%d) exceeds the number of experts (%d)", dir, o->top_k, o->n_experts);
     o->moe_inter = cfg->intermediate_size;

@@ -9,17 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static mx_status get_count(json_t *config, const char *dir, const char *key, const char *alt, int lo, int hi, int *out) {
-    json_t *v = json_object_get(config, key);
-    const char *name = key;
-    if ((!v || json_is_null(v)) && alt) { v = json_object_get(config, alt); name = alt; }
-    if (!v || json_is_null(v)) return mx_errorf(MX_ERR_FORMAT, "%s/config.json: missing \"%s\"", dir, key);
-    if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi)
-        return mx_errorf(MX_ERR_FORMAT, "%s/config.json: \"%s\" must be an integer in [%d, %d]", dir, name, lo, hi);
-    *out = (int)json_integer_value(v);
-    return MX_OK;
-}
-
 static int sliding_window(json_t *config) {
     json_t *use = json_object_get(config, "use_sliding_window");
     if (use && json_is_false(use)) return 0;
@@ -30,13 +19,13 @@ static int sliding_window(json_t *config) {
 /* Experts, top-k and the expert intermediate size. */
 static mx_status moe_common(json_t *config, const char *dir, const char *inter_key, mx_decoder_opts *o, int inter_default) {
     mx_status st;
-    if ((st = get_count(config, dir, "num_experts", "num_local_experts", 1, 1 << 16, &o->n_experts))) return st;
-    if ((st = get_count(config, dir, "num_experts_per_tok", NULL, 1, 64, &o->top_k))) return st;
+    if ((st = mx_cfg_count(config, dir, "num_experts", "num_local_experts", 1, 1 << 16, &o->n_experts))) return st;
+    if ((st = mx_cfg_count(config, dir, "num_experts_per_tok", NULL, 1, 64, &o->top_k))) return st;
     if (o->top_k > o->n_experts)
         return mx_errorf(MX_ERR_FORMAT, "%s/config.json: \"num_experts_per_tok\" (%d) exceeds the number of experts (%d)", dir, o->top_k, o->n_experts);
     json_t *v = json_object_get(config, inter_key);
     if (!v || json_is_null(v)) o->moe_inter = inter_default;
-    else if ((st = get_count(config, dir, inter_key, NULL, 1, 1 << 22, &o->moe_inter))) return st;
+    else if ((st = mx_cfg_count(config, dir, inter_key, NULL, 1, 1 << 22, &o->moe_inter))) return st;
     return MX_OK;
 }
 
@@ -54,7 +43,7 @@ static mx_status qwen3_moe_config(json_t *config, const char *dir, mx_model_conf
     o->expert_names[0] = "gate_proj"; o->expert_names[1] = "up_proj"; o->expert_names[2] = "down_proj";
     int step = 1;
     json_t *ds = json_object_get(config, "decoder_sparse_step");
-    if (ds && !json_is_null(ds) && (st = get_count(config, dir, "decoder_sparse_step", NULL, 1, 4096, &step))) return st;
+    if (ds && !json_is_null(ds) && (st = mx_cfg_count(config, dir, "decoder_sparse_step", NULL, 1, 4096, &step))) return st;
     json_t *only = json_object_get(config, "mlp_only_layers");
     if (only && !json_is_null(only) && !json_is_array(only))
         return mx_errorf(MX_ERR_FORMAT, "%s/config.json: \"mlp_only_layers\" must be a list of layer indices", dir);
