@@ -134,7 +134,27 @@ typedef struct mx_backend_i {
     /* Optional (may be NULL): ys[k][n, ws[k].rows] = x[n, cols] W_k^T for nw (<= 4) weights of the
      * same input, e.g. q/k/v or gate/up, in one pass (results as nw matmul calls). */
     void (*matmul_multi)(void *ctx, int nw, const mx_weight *const *ws, const float *x, float *const *ys, int n);
+    /* Optional (may be NULL): reduce each logit row to sampling candidates, so the full rows
+     * need not travel to the host. For row r of logits[n_rows, vocab] (a backend buffer): the k
+     * (1 <= k <= MX_TOPK_MAX) largest values sorted descending, ties lower id first, into
+     * vals_host[r*k ..] and their ids into ids_host[r*k ..]; lse_host[r] = log(sum_i exp(l_i))
+     * over the whole row (stable, with the row max). NaN entries are never candidates (and make
+     * lse NaN); when fewer than k entries qualify (vocab < k) the rest is -INFINITY / id -1.
+     * Results are on the host when it returns (like read). Callers fall back to reading rows
+     * when it is NULL (mx_topk_host is the reference). */
+    void (*topk)(void *ctx, const float *logits, int n_rows, int vocab, int k, float *vals_host,
+                 int32_t *ids_host, float *lse_host);
 } mx_backend_i;
+
+/* Most candidates the topk op returns per row. */
+#define MX_TOPK_MAX 64
+
+/* Host reference of the topk op for one row (backend/cpu/topk.c; any thread): row[vocab] ->
+ * vals[k], ids[k], *lse as the op describes; k may be 0 (only lse). mx_lse_host(row, n) is
+ * the same lse alone; both give the same bits for the same row (the sampler uses it so that
+ * log-probabilities from candidates and from full rows agree exactly). */
+void mx_topk_host(const float *row, int vocab, int k, float *vals, int32_t *ids, float *lse);
+float mx_lse_host(const float *row, int n);
 
 enum { MX_PREC_AUTO = 0, MX_PREC_EXACT = 1, MX_PREC_FAST = 2 };
 

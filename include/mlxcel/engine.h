@@ -47,6 +47,16 @@ typedef struct mx_token_logprob { int32_t id; float logprob; } mx_token_logprob;
  * (top must have room for n_logprobs). */
 int32_t mx_sampler_sample(mx_sampler *s, float *logits, const int32_t *history, int n_history,
                           float *chosen_logprob, mx_token_logprob *top);
+/* The same draw from a row's candidates (mx_model_forward_topk / the backend's topk op): vals[k]
+ * sorted descending (ties lower id first) with their ids, lse the log-sum-exp of the whole row.
+ * Returns exactly what mx_sampler_sample would on the full row (token, logprobs, RNG use), or
+ * sets *need_full, returns -1 and changes nothing (no RNG drawn) when the candidates cannot
+ * decide it exactly: sampling with top_k 0 or > k, n_logprobs > k, a NaN in the row, or logit
+ * bias / penalties that could lift a token from outside the candidates into the kept set. Then
+ * read the full row and call mx_sampler_sample. Greedy without bias/penalties never needs it. */
+int32_t mx_sampler_sample_topk(mx_sampler *s, const float *vals, const int32_t *ids, int k, float lse,
+                               const int32_t *history, int n_history, float *chosen_logprob,
+                               mx_token_logprob *top, bool *need_full);
 
 /* ---- stop strings --------------------------------------------------------------------------- */
 /* Incremental stop-string matcher: feed generated text; it releases text that can no longer be

@@ -75,5 +75,13 @@ typedef struct mx_batch {
 /* Run the batch; write logits [n_logits, vocab] (f32, host) to `logits`. KV slots follow from
  * pos and the block tables. */
 mx_status mx_model_forward(mx_model *m, const mx_batch *b, float *logits);
+/* The same forward, but the logits stay on the device: each of the n_logits rows is reduced to
+ * its k (1..MX_TOPK_MAX) largest values vals[r*k..] (descending, ties lower id first), their ids
+ * ids[r*k..] and the row's log-sum-exp lse[r] (the backend's topk op; on the host, a row at a
+ * time, when the backend has none). For mx_sampler_sample_topk. */
+mx_status mx_model_forward_topk(mx_model *m, const mx_batch *b, int k, float *vals, int32_t *ids, float *lse);
+/* Copy logit row `row` (< n_logits) of the last forward or forward_topk to dst[vocab] (host):
+ * the exact fallback when the candidates do not decide a draw. Valid until the next forward. */
+mx_status mx_model_read_logits(mx_model *m, int row, float *dst);
 
 #endif

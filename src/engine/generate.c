@@ -1,6 +1,7 @@
 /* engine/generate.c: one sequence at a time: chunked prefill, then decode with the sampler
- * chain until EOS or n_predict (the CLI's generate, bench and logits). The server's
- * continuous batching is engine/scheduler.c. */
+ * chain until EOS or n_predict (the CLI's generate, bench and logits). Each step brings back only
+ * the top-k candidates of the logit row (mx_model_forward_topk); the full row is read only when
+ * the sampler cannot decide from them. The server's continuous batching is engine/scheduler.c. */
 #include "mlxcel/engine.h"
 
 #include <stdlib.h>
@@ -38,9 +39,13 @@ static mx_status seq_init(mx_model *m, seq_state *s, int cap) {
 }
 static void seq_free(seq_state *s) { free(s->table); free(s->tok); free(s->pos); free(s->seq); }
 
-/* Forward ids[0..n) at positions start..; logits for the last token (or all when all_logits). */
+/* Where the last token's candidates go (mx_model_forward_topk), instead of its full row. */
+typedef struct topk_out { int k; float *vals; int32_t *ids; float *lse; } topk_out;
+
+/* Forward ids[0..n) at positions start..; logits for the last token (or all when all_logits),
+ * or, with tk, the last token's top-k candidates. */
 static mx_status run_chunked(mx_model *m, seq_state *s, const int32_t *ids, int n, int start,
-                             int chunk, float *logits, bool all_logits, bool decode) {
+                             int chunk, float *logits, bool all_logits, bool decode, const topk_out *tk) {
     const int V = mx_model_cfg(m)->vocab_size;
     for (int off = 0; off < n; off += chunk) {
         int k = n - off < chunk ? n - off : chunk;
@@ -59,7 +64,8 @@ static mx_status run_chunked(mx_model *m, seq_state *s, const int32_t *ids, int 
         }
         /* a lone token after the prompt is a decode step */
         mx_batch b = {k, s->tok, s->pos, s->seq, 1, s->max_blocks, s->table, n_logits, rowp, decode ? 1 : 0};
-        mx_status st = mx_model_forward(m, &b, all_logits ? logits + (size_t)off * V : logits);
+        mx_status st = tk && !all_logits ? mx_model_forward_topk(m, &b, tk->k, tk->vals, tk->ids, tk->lse)
+                                         : mx_model_forward(m, &b, all_logits ? logits + (size_t)off * V : logits);
         free(all);
         if (st) return st;
     }
@@ -88,13 +94,22 @@ mx_status mx_generate(mx_model *m, const int32_t *prompt, int n_prompt, const mx
     if (chunk > s.cap) chunk = s.cap;
     if (chunk > mx_model_max_tokens(m)) chunk = mx_model_max_tokens(m);
     double t0 = mx_time_s();
-    if ((st = run_chunked(m, &s, prompt, n_prompt, 0, chunk, logits, false, false))) goto done;
+    float cand_v[MX_TOPK_MAX], cand_lse = 0;
+    int32_t cand_id[MX_TOPK_MAX];
+    const topk_out tk = {MX_TOPK_MAX, cand_v, cand_id, &cand_lse};
+    if ((st = run_chunked(m, &s, prompt, n_prompt, 0, chunk, logits, false, false, &tk))) goto done;
     double t1 = mx_time_s();
     stats->prompt_tokens = n_prompt;
     stats->prompt_s = t1 - t0;
-    int n_hist = n_prompt;
+    int n_hist = n_prompt, n_full = 0;
     for (int i = 0; i < o->n_predict; i++) {
-        int32_t id = mx_sampler_sample(smp, logits, hist, n_hist, NULL, NULL);
+        bool need_full = false;
+        int32_t id = mx_sampler_sample_topk(smp, cand_v, cand_id, tk.k, cand_lse, hist, n_hist, NULL, NULL, &need_full);
+        if (need_full) {   /* the candidates do not decide it: the exact path on the full row */
+            n_full++;
+            if ((st = mx_model_read_logits(m, 0, logits))) goto done;
+            id = mx_sampler_sample(smp, logits, hist, n_hist, NULL, NULL);
+        }
         hist[n_hist++] = id;
         stats->gen_tokens++;
         bool eos = false;
@@ -102,9 +117,10 @@ mx_status mx_generate(mx_model *m, const int32_t *prompt, int n_prompt, const mx
         if (cb && !cb(ud, id)) break;
         if (eos && !o->ignore_eos) { stats->hit_eos = true; break; }
         if (i + 1 == o->n_predict) break;
-        if ((st = run_chunked(m, &s, &id, 1, n_hist - 1, 1, logits, false, true))) goto done;
+        if ((st = run_chunked(m, &s, &id, 1, n_hist - 1, 1, logits, false, true, &tk))) goto done;
     }
     stats->decode_s = mx_time_s() - t1;
+    MX_LOGD("generate: %d of %d draws read the full logit row", n_full, stats->gen_tokens);
     *n_out = n_hist - n_prompt;
     *out = malloc((size_t)(*n_out > 0 ? *n_out : 1) * sizeof **out);
     if (!*out) { st = mx_errorf(MX_ERR_NOMEM, "out of memory"); goto done; }
@@ -129,7 +145,7 @@ mx_status mx_teacher_logits(mx_model *m, const int32_t *ids, int n, int chunk, f
     mx_status st = seq_init(m, &s, cap);
     float *l = malloc((size_t)n * V * sizeof *l);
     if (!st && !l) st = mx_errorf(MX_ERR_NOMEM, "out of memory");
-    if (!st) st = run_chunked(m, &s, ids, n, 0, cap, l, true, false);
+    if (!st) st = run_chunked(m, &s, ids, n, 0, cap, l, true, false, NULL);
     seq_free(&s);
     if (st) { free(l); return st; }
     *logits = l;

@@ -1,8 +1,10 @@
 /* engine/scheduler.c: the continuous-batching scheduler (see mlxcel/scheduler.h). One engine
  * thread owns the model and the slots; every step it builds one mx_batch from the next token of
  * each decoding sequence plus prompt chunks of sequences still in prefill (bounded per step),
- * runs mx_model_forward once, samples each sequence, detokenizes, matches stop strings and hands
- * text to the request's consumer. It is not the HTTP layer and does not parse requests.
+ * runs the forward once (mx_model_forward_topk: only each logit row's top-k candidates come back;
+ * a full row is read only when the sampler cannot decide from them), samples each sequence,
+ * detokenizes, matches stop strings and hands text to the request's consumer. It is not the HTTP
+ * layer and does not parse requests.
  *
  * Locking: s->mu guards the queue, the stats and the published slot summaries; each request's
  * g->mu guards its pending output. The slot internals are touched by the engine thread only. */
@@ -62,7 +64,9 @@ struct mx_sched {
     /* batch buffers */
     int32_t *b_tok, *b_pos, *b_seq, *b_tables, *b_rows;
     int *row_slot;               /* logits row -> slot */
-    float *logits;
+    float *logits;               /* [vocab] one full row, for the sampler's exact fallback */
+    float *cand_v, *cand_lse;    /* [n_parallel * MX_TOPK_MAX], [n_parallel]: top-k per logits row */
+    int32_t *cand_id;            /* [n_parallel * MX_TOPK_MAX] */
     mx_token_logprob top[MX_MAX_TOP_LOGPROBS];
     int32_t eos[MX_MAX_EOS + 16]; int n_eos;   /* end-of-generation ids: config EOS + end-of-turn tokens */
 
@@ -74,6 +78,7 @@ struct mx_sched {
     int n_active;
     unsigned long next_id;
     mx_sched_stats st;
+    uint64_t n_draws, n_full_rows;   /* draws, and those that needed the full logit row (logged at free, debug level) */
 };
 
 /* ---- updates --------------------------------------------------------------------------------- */
@@ -352,8 +357,9 @@ static bool is_eos(const mx_sched *s, int32_t id) {
     return false;
 }
 
-/* Sample the next token of slot i from its logits row and hand out what it produced. */
-static void after_logits(mx_sched *s, int i, float *row) {
+/* Sample the next token of slot i from logits row r (its candidates, or the full row when they
+ * do not decide) and hand out what it produced. */
+static void after_logits(mx_sched *s, int i, int r) {
     slot *sl = &s->slots[i];
     mx_gen *g = sl->g;
     double now = mx_time_s();
@@ -367,8 +373,22 @@ static void after_logits(mx_sched *s, int i, float *row) {
     mx_gen_token t;
     memset(&t, 0, sizeof t);
     float lp = 0;
-    int32_t id = mx_sampler_sample(g->sampler, row, sl->hist, sl->n_hist, g->logprobs ? &lp : NULL,
-                                   g->n_logprobs > 0 ? s->top : NULL);
+    bool need_full = false;
+    s->n_draws++;
+    int32_t id = mx_sampler_sample_topk(g->sampler, s->cand_v + (size_t)r * MX_TOPK_MAX, s->cand_id + (size_t)r * MX_TOPK_MAX,
+                                        MX_TOPK_MAX, s->cand_lse[r], sl->hist, sl->n_hist, g->logprobs ? &lp : NULL,
+                                        g->n_logprobs > 0 ? s->top : NULL, &need_full);
+    if (need_full) {
+        if (mx_model_read_logits(s->model, r, s->logits) != MX_OK) {
+            char err[256];
+            snprintf(err, sizeof err, "reading logits failed: %s", mx_last_error());
+            retire(s, sl, MX_FINISH_ERROR, NULL, err);
+            return;
+        }
+        s->n_full_rows++;
+        id = mx_sampler_sample(g->sampler, s->logits, sl->hist, sl->n_hist, g->logprobs ? &lp : NULL,
+                               g->n_logprobs > 0 ? s->top : NULL);
+    }
     t.id = id;
     t.logprob = lp;
     if (g->n_logprobs > 0) {
@@ -449,7 +469,7 @@ static void step(mx_sched *s) {
         .n_seqs = P, .max_blocks = MB, .block_tables = s->b_tables,
         .n_logits = nl, .logit_rows = s->b_rows, .n_decode = n_dec,
     };
-    mx_status st = mx_model_forward(s->model, &b, s->logits);
+    mx_status st = mx_model_forward_topk(s->model, &b, MX_TOPK_MAX, s->cand_v, s->cand_id, s->cand_lse);
     if (st != MX_OK) {
         char err[256];
         snprintf(err, sizeof err, "forward pass failed: %s", mx_last_error());
@@ -472,7 +492,7 @@ static void step(mx_sched *s) {
     pthread_mutex_unlock(&s->mu);
     for (int r = 0; r < nl; r++) {
         int i = s->row_slot[r];
-        if (s->slots[i].g) after_logits(s, i, s->logits + (size_t)r * s->vocab);
+        if (s->slots[i].g) after_logits(s, i, r);
     }
 }
 
@@ -554,9 +574,12 @@ mx_status mx_sched_new(mx_model *m, const mx_tokenizer *tok, const mx_sched_para
     s->b_rows = malloc((size_t)p->n_parallel * sizeof *s->b_rows);
     s->row_slot = malloc((size_t)p->n_parallel * sizeof *s->row_slot);
     s->b_tables = calloc((size_t)p->n_parallel * (size_t)s->max_blocks, sizeof *s->b_tables);
-    s->logits = malloc((size_t)p->n_parallel * (size_t)s->vocab * sizeof *s->logits);
+    s->logits = malloc((size_t)s->vocab * sizeof *s->logits);
+    s->cand_v = malloc((size_t)p->n_parallel * MX_TOPK_MAX * sizeof *s->cand_v);
+    s->cand_id = malloc((size_t)p->n_parallel * MX_TOPK_MAX * sizeof *s->cand_id);
+    s->cand_lse = malloc((size_t)p->n_parallel * sizeof *s->cand_lse);
     if (!s->kv || !s->slots || !s->b_tok || !s->b_pos || !s->b_seq || !s->b_rows || !s->row_slot ||
-        !s->b_tables || !s->logits) { st = mx_errorf(MX_ERR_NOMEM, "out of memory for the scheduler"); goto fail; }
+        !s->b_tables || !s->logits || !s->cand_v || !s->cand_id || !s->cand_lse) { st = mx_errorf(MX_ERR_NOMEM, "out of memory for the scheduler"); goto fail; }
     for (int i = 0; i < p->n_parallel; i++) {
         slot *sl = &s->slots[i];
         sl->table = calloc((size_t)s->max_blocks, sizeof *sl->table);
@@ -587,6 +610,7 @@ void mx_sched_shutdown(mx_sched *s) {
 void mx_sched_free(mx_sched *s) {
     if (!s) return;
     mx_sched_shutdown(s);
+    if (s->n_draws) MX_LOGD("scheduler: %llu of %llu draws read the full logit row", (unsigned long long)s->n_full_rows, (unsigned long long)s->n_draws);
     if (s->slots) {
         for (int i = 0; i < s->p.n_parallel; i++) {
             free(s->slots[i].table); free(s->slots[i].hist);
@@ -596,7 +620,7 @@ void mx_sched_free(mx_sched *s) {
     free(s->slots);
     mx_kv_alloc_free(s->kv);
     free(s->b_tok); free(s->b_pos); free(s->b_seq); free(s->b_rows); free(s->row_slot);
-    free(s->b_tables); free(s->logits);
+    free(s->b_tables); free(s->logits); free(s->cand_v); free(s->cand_id); free(s->cand_lse);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     free(s);

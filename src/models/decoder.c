@@ -54,6 +54,8 @@ struct mx_model {
     float *act_host;            /* oss_experts: host [2 * max_tokens * moe_inter] */
     float *mla_a, *mla_s, *mla_o;   /* mla backend buffers: latent, kv_b | k_pe, attention output */
     int32_t *mla_map;           /* mla host [4][max_tokens * n_heads * head_dim]: q, k, v, out gathers */
+    int n_last_logits;          /* logit rows the last forward left in m->logits */
+    float *topk_row;            /* host [vocab] for topk without a backend hook (made on first use) */
 };
 
 const mx_model_config *mx_model_cfg(const mx_model *m) { return &m->cfg; }
@@ -88,6 +90,9 @@ static void free_buffers(mx_model *m) {
     free(m->act_host);
     free(m->mla_map);
     m->mla_map = NULL;
+    free(m->topk_row);
+    m->topk_row = NULL;
+    m->n_last_logits = 0;
     m->router_host = m->ex_w = m->act_host = NULL; m->ex_rows = NULL; m->ex_cnt = NULL; m->tok_done = NULL;
 }
 
@@ -746,11 +751,13 @@ static void forward_ops(mx_model *m, const mx_batch *b, const mx_attn_meta *pmet
     if (m->opts.final_softcap > 0) bi->softcap(bc, m->logits, m->opts.final_softcap, (int64_t)b->n_logits * c->vocab_size);
 }
 
-mx_status mx_model_forward(mx_model *m, const mx_batch *b, float *logits_host) {
+/* Validate the batch and run its ops, leaving b->n_logits rows of logits in m->logits. */
+static mx_status forward_run(mx_model *m, const mx_batch *b) {
     const mx_backend_i *bi = m->be->i;
     void *bc = m->be->ctx;
     const mx_model_config *c = &m->cfg;
     const int n = b->n_tokens;
+    m->n_last_logits = 0;
     if (!m->n_blocks) return mx_errorf(MX_ERR_INVALID_ARG, "model not prepared");
     if (n <= 0 || n > m->max_tokens) return mx_errorf(MX_ERR_RANGE, "batch of %d tokens (limit %d)", n, m->max_tokens);
     if (b->n_logits < 0 || b->n_logits > n) return mx_errorf(MX_ERR_RANGE, "bad logit row count");
@@ -779,7 +786,46 @@ mx_status mx_model_forward(mx_model *m, const mx_batch *b, float *logits_host) {
         mx_clear_error();
         forward_ops(m, b, &meta);   /* the recorded step did not run: run it op by op */
     }
+    m->n_last_logits = b->n_logits;
+    return MX_OK;
+}
+
+mx_status mx_model_forward(mx_model *m, const mx_batch *b, float *logits_host) {
+    const mx_backend_i *bi = m->be->i;
+    void *bc = m->be->ctx;
+    mx_status st = forward_run(m, b);
+    if (st) return st;
     if (b->n_logits == 0) { bi->sync(bc); return MX_OK; }
-    bi->read(bc, logits_host, m->logits, (size_t)b->n_logits * c->vocab_size * sizeof(float));
+    bi->read(bc, logits_host, m->logits, (size_t)b->n_logits * m->cfg.vocab_size * sizeof(float));
+    return MX_OK;
+}
+
+mx_status mx_model_forward_topk(mx_model *m, const mx_batch *b, int k, float *vals, int32_t *ids, float *lse) {
+    const mx_backend_i *bi = m->be->i;
+    void *bc = m->be->ctx;
+    const int V = m->cfg.vocab_size;
+    if (k < 1 || k > MX_TOPK_MAX) return mx_errorf(MX_ERR_INVALID_ARG, "topk: k = %d is outside [1, %d]", k, MX_TOPK_MAX);
+    mx_status st = forward_run(m, b);
+    if (st) return st;
+    if (b->n_logits == 0) { bi->sync(bc); return MX_OK; }
+    if (bi->topk) {
+        bi->topk(bc, m->logits, b->n_logits, V, k, vals, ids, lse);
+        return MX_OK;
+    }
+    /* no device op: bring the rows over one at a time and reduce them here */
+    if (!m->topk_row && !(m->topk_row = malloc((size_t)V * sizeof *m->topk_row)))
+        return mx_errorf(MX_ERR_NOMEM, "out of memory for a logit row");
+    for (int r = 0; r < b->n_logits; r++) {
+        bi->read(bc, m->topk_row, m->logits + (size_t)r * V, (size_t)V * sizeof(float));
+        mx_topk_host(m->topk_row, V, k, vals + (size_t)r * k, ids + (size_t)r * k, lse + r);
+    }
+    return MX_OK;
+}
+
+mx_status mx_model_read_logits(mx_model *m, int row, float *dst) {
+    if (row < 0 || row >= m->n_last_logits)
+        return mx_errorf(MX_ERR_RANGE, "logit row %d: the last forward produced %d rows", row, m->n_last_logits);
+    const size_t V = (size_t)m->cfg.vocab_size;
+    m->be->i->read(m->be->ctx, dst, m->logits + (size_t)row * V, V * sizeof(float));
     return MX_OK;
 }

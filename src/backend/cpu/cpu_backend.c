@@ -441,6 +441,7 @@ static const mx_backend_i g_cpu_i = {
     .rope = cpu_rope, .attention = mx_cpu_attention, .act_mul = cpu_act_mul, .act = cpu_act, .add = cpu_add,
     .scale = cpu_scale, .gather_rows = cpu_gather_rows, .softcap = cpu_softcap,
     .set_precision = cpu_set_precision, .matmul_multi = mx_cpu_matmul_multi,
+    .topk = mx_cpu_topk,
 };
 
 mx_status mx_backend_cpu_init(mx_backend *out) {

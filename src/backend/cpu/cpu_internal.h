@@ -83,6 +83,8 @@ void mx_cpu_attention(void *ctx, int layer, const float *q, const float *k, cons
                       const mx_attn_params *p, const mx_attn_meta *m);
 void mx_cpu_matmul(void *ctx, const mx_weight *w, const float *x, float *y, int n);
 void mx_cpu_matmul_multi(void *ctx, int nw, const mx_weight *const *ws, const float *x, float *const *ys, int n);
+void mx_cpu_topk(void *ctx, const float *logits, int n_rows, int vocab, int k, float *vals_host,
+                 int32_t *ids_host, float *lse_host);   /* topk.c */
 /* Validate a weight's geometry; MX_OK or an error with a message. */
 mx_status mx_cpu_weight_check(const mx_weight *w);
 
