@@ -388,6 +388,7 @@ static mx_status copy_file(const char *from, const char *to) {
 static bool is_side_file(const char *n) {
     if (!strcmp(n, "config.json") || ends_with(n, ".index.json") || !strncmp(n, "golden", 6)) return false;
     return ends_with(n, ".json") || ends_with(n, ".jinja") || ends_with(n, ".model") || ends_with(n, ".tiktoken") ||
+           !strcmp(n, "tokenizer.json.xz") ||   /* the compressed tokenizer.json mlxcel also reads */
            !strcmp(n, "merges.txt") || !strcmp(n, "vocab.txt");
 }
 

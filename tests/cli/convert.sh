@@ -156,4 +156,17 @@ expect_fail convert_no_out "-o are required" "$BIN" convert --hf-path "$FX/llama
 expect_fail convert_out_exists "exists and is not empty" "$BIN" convert --hf-path "$FX/llama" -o "$T/llama-q4" -q
 expect_fail convert_already_quantized "already quantized" "$BIN" convert --hf-path "$FX/llama-mlx-q4" -o "$T/out5" -q
 no_leftovers "$T/out4" && no_leftovers "$T/out5" && pass convert_flags_clean || fail convert_flags_clean
+# a model whose tokenizer ships as tokenizer.json.xz (as this repo's fixtures do): the converted
+# copy keeps it, and generates with it
+mkdir -p "$T/xzsrc"
+cp "$FX/qwen3/config.json" "$FX/qwen3/model.safetensors" "$FX/qwen3/tokenizer_config.json" "$T/xzsrc/"
+xz -c "$FX/qwen3/tokenizer.json" >"$T/xzsrc/tokenizer.json.xz"
+if "$BIN" convert --hf-path "$T/xzsrc" -o "$T/xzq4" -q --q-bits 4 --q-group-size 32 >/dev/null 2>"$T/xz.err" &&
+   [ -f "$T/xzq4/tokenizer.json.xz" ] && [ ! -f "$T/xzq4/tokenizer.json" ] &&
+   "$BIN" generate -m "$T/xzq4" --prompt-ids 1,2,3 -n 4 --temp 0 >"$T/xz.out" 2>>"$T/xz.err"; then
+  pass convert_copies_tokenizer_xz
+else
+  fail convert_copies_tokenizer_xz "$(tail -2 "$T/xz.err")"
+fi
+
 t_done
