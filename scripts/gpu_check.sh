@@ -1,28 +1,72 @@
 #!/usr/bin/env bash
 # scripts/gpu_check.sh: the GPU tests and benchmarks in one go, for a machine with an NVIDIA GPU
-# and the CUDA 13 toolkit (e.g. one call of the `device` tool). It builds the CUDA backend, runs
-# its op tests against the CPU reference (tests/unit/test_backend_cuda.c), then the benchmarks
-# (device copy rate, matvec kernels, synthetic decode/prefill steps), and prints a short table
-# last. Logs go to OUTDIR (default $OUT, else /tmp/gpu_check).
+# and the CUDA 13 toolkit (e.g. one call of the `device` tool). Logs go to OUTDIR (default $OUT,
+# else /tmp/gpu_check); a short table is printed last.
 #
-#   bash scripts/gpu_check.sh [OUTDIR]        GPU_CHECK_BENCH=0 skips the benchmarks
+#   bash scripts/gpu_check.sh [OUTDIR]
 #
-# When the -dev packages of the full build (scripts/setup.sh) are present it builds everything
-# with CMake (build-cuda-gpu/) and also runs the model tests with MLXCEL_DEVICE=gpu; otherwise
-# (a bare GPU machine without network) it builds only core + backends + the CUDA test program.
+# Stages (GPU_CHECK_STAGES, comma-separated; default "ops,models,bench"):
+#   ops     build, then the CUDA op tests against the CPU reference (tests/unit/test_backend_cuda.c
+#           and test_cuda_topk when built)
+#   models  the model golden tests with MLXCEL_DEVICE=gpu (tests/unit/test_models.c)
+#   bench   `mlxcel bench` on random weights of the issue's shapes (bench/configs): Llama-3.1-8B
+#           q4/g64 and bf16, Qwen3-0.6B q4/g64; batch 1 (pp512, tg128) and 128 sequences (tg128)
+#   ckpt    shape-faithful checkpoints: .gpudeps/make_bench_model.py (HF layout, bf16, needs
+#           PyTorch + transformers) -> `mlxcel convert -q` (q4/g64) -> generate + bench
+#           (GPU_CHECK_CKPT: names, default "qwen3-0.6b")
+#   server  mlxcel-server on the GPU (random Qwen3-0.6B q4 weights) under tools/loadtest at
+#           concurrency 1..128, and the server's shell tests with MLXCEL_DEVICE=gpu
+#   ncu     per-kernel times of decode steps (Nsight Compute), Llama-3.1-8B q4 batch 1
+#   mv      the matvec table alone (test_backend_cuda --bench-mv)
+#   synth   the op-level benchmarks (test_backend_cuda --bench: matvec table, synthetic steps)
+#
+# The full build needs the -dev packages of scripts/setup.sh. A bare GPU machine without network
+# can take them from .deb files in .gpudeps/ (fetch them on a Debian machine with
+# `scripts/gpu_check.sh --fetch-debs`); without them only core + backends + the CUDA op test
+# program are built and only the `ops` and `synth` stages run.
 set -u
 cd "$(dirname "$0")/.."
+if [ "${1:-}" = --fetch-debs ]; then   # on the Debian 12 development machine (apt, no root needed)
+  mkdir -p .gpudeps && cd .gpudeps
+  pk="libjansson-dev libpcre2-dev libutf8proc-dev liblzma-dev libmicrohttpd-dev libcurl4-openssl-dev"
+  apt-cache depends --recurse --no-recommends --no-suggests --no-conflicts --no-breaks --no-replaces \
+    --no-enhances --no-pre-depends $pk 2>/dev/null | grep '^\w' | sort -u |
+    grep -v -E '^(libc6|libc6-dev|libgcc-s1|libstdc\+\+6|gcc-12-base|libcrypt|linux-libc-dev|libnsl|libtirpc|debconf|perl|dpkg|tar|zlib1g$|libselinux1|libzstd1|libc-dev-bin|rpcsvc-proto)' |
+    xargs apt-get download
+  exit $?
+fi
 OUTD=${1:-${OUT:-/tmp/gpu_check}}
 mkdir -p "$OUTD"
+STAGES=",${GPU_CHECK_STAGES:-ops,models,bench},"
+has() { case "$STAGES" in *",$1,"*) return 0 ;; esac; return 1; }
 CUDA=${CUDA_HOME:-/usr/local/cuda}
 NVCC=${NVCC:-$CUDA/bin/nvcc}
 B=build-cuda-gpu
 T=$B/tests/test_backend_cuda
 ARCHS=${GPU_CHECK_ARCHS:-"90a-real;90-virtual"}
+SUMMARY="$OUTD/0summary.txt"
+: >"$SUMMARY"
+say() { echo "$*" | tee -a "$SUMMARY"; }
 t0=$(date +%s)
 
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv 2>&1 | tee "$OUTD/gpu.txt"
 "$NVCC" --version | tail -2
+
+# -dev packages from .gpudeps/*.deb, unpacked into a private prefix
+if ! pkg-config --exists jansson 2>/dev/null && ls .gpudeps/*.deb >/dev/null 2>&1; then
+  P=/tmp/gpudeps
+  rm -rf $P && mkdir -p $P
+  for f in .gpudeps/*.deb; do dpkg-deb -x "$f" $P; done
+  # absolute symlinks (liblzma.so -> /lib/...) point into the prefix instead
+  find $P -type l | while read -r l; do t=$(readlink "$l"); case $t in /*) ln -sf "$P$t" "$l" ;; esac; done
+  export PKG_CONFIG_SYSROOT_DIR=$P
+  export PKG_CONFIG_PATH=$P/usr/lib/x86_64-linux-gnu/pkgconfig:$P/usr/share/pkgconfig
+  # found at run time through the binaries' RPATH (DT_RPATH, which also serves their libraries'
+  # own dependencies), not LD_LIBRARY_PATH, which would hand Debian's libcurl to the system's curl
+  export LIBRARY_PATH=$P/usr/lib/x86_64-linux-gnu:$P/lib/x86_64-linux-gnu
+  RPATH_FLAGS="-Wl,--disable-new-dtags -Wl,-rpath,$LIBRARY_PATH -Wl,-rpath-link,$LIBRARY_PATH"
+  echo "using -dev packages from .gpudeps ($(ls .gpudeps/*.deb | wc -l) files)"
+fi
 
 full=1
 [ "${GPU_CHECK_MINIMAL:-0}" = 1 ] && full=0
@@ -35,9 +79,9 @@ build_ok=0
 if [ $full = 1 ]; then
   echo "== full CMake build ($B)"
   if cmake -S . -B $B -DCMAKE_BUILD_TYPE=Release -DMLXCEL_CUDA=ON -DCMAKE_CUDA_COMPILER="$NVCC" \
-       "-DCMAKE_CUDA_ARCHITECTURES=$ARCHS" >"$OUTD/build.log" 2>&1 &&
+       "-DCMAKE_CUDA_ARCHITECTURES=$ARCHS" "-DCMAKE_EXE_LINKER_FLAGS=${RPATH_FLAGS:-}" >"$OUTD/build.log" 2>&1 &&
      cmake --build $B -j "$(nproc)" >>"$OUTD/build.log" 2>&1; then build_ok=1; else
-    echo "full build failed (tail of build.log):"; tail -15 "$OUTD/build.log"; fi
+    echo "full build failed (tail of build.log):"; tail -15 "$OUTD/build.log"; full=0; fi
 fi
 if [ $build_ok = 0 ]; then
   echo "== minimal build: core + backends + test_backend_cuda ($B)"
@@ -65,34 +109,152 @@ if [ $build_ok = 0 ]; then
   ) >"$OUTD/build.log" 2>&1 && build_ok=1 || { echo "minimal build failed:"; tail -30 "$OUTD/build.log"; }
 fi
 t1=$(date +%s)
-echo "build: $((t1 - t0)) s"
+say "build: $((t1 - t0)) s ($([ $full = 1 ] && echo full || echo minimal))"
 [ $build_ok = 1 ] || exit 1
+M=$B/mlxcel
+status=0
 
-echo "== op tests"
-MLXCEL_LOG=info $T 2>&1 | tee "$OUTD/test.log"
-pass=$(grep -c '^PASS ' "$OUTD/test.log"); fail=$(grep -c '^FAIL ' "$OUTD/test.log")
+if has ops; then
+  echo "== op tests"
+  MLXCEL_LOG=info $T 2>&1 | tee "$OUTD/test.log"
+  pass=$(grep -c '^PASS ' "$OUTD/test.log"); fail=$(grep -c '^FAIL ' "$OUTD/test.log")
+  if [ -x $B/tests/test_cuda_topk ]; then
+    $B/tests/test_cuda_topk 2>&1 | tee -a "$OUTD/test.log" | grep -E '^(PASS|FAIL)'
+    pass=$(grep -c '^PASS ' "$OUTD/test.log"); fail=$(grep -c '^FAIL ' "$OUTD/test.log")
+  fi
+  say "CUDA op tests: $pass passed, $fail failed"
+  grep '^FAIL ' "$OUTD/test.log" | head -10 | tee -a "$SUMMARY"
+  [ "$fail" = 0 ] || status=1
+fi
 
-models=""
-if [ $full = 1 ] && [ -x $B/tests/test_models ]; then
+if has models && [ $full = 1 ]; then
   echo "== model tests with MLXCEL_DEVICE=gpu"
   MLXCEL_ROOT=$(pwd) MLXCEL_DEVICE=gpu $B/tests/test_models 2>&1 | tee "$OUTD/models.log" | grep -E '^(PASS|FAIL)'
-  models="model tests (MLXCEL_DEVICE=gpu): $(grep -c '^PASS ' "$OUTD/models.log") passed, $(grep -c '^FAIL ' "$OUTD/models.log") failed"
+  mp=$(grep -c '^PASS ' "$OUTD/models.log"); mf=$(grep -c '^FAIL ' "$OUTD/models.log")
+  say "model tests (MLXCEL_DEVICE=gpu): $mp passed, $mf failed"
+  grep '^FAIL ' "$OUTD/models.log" | head -20 | tee -a "$SUMMARY"
+  [ "$mf" = 0 ] || status=1
 fi
 
-if [ "${GPU_CHECK_BENCH:-1}" != 0 ]; then
-  echo "== benchmarks"
-  $T --bench 2>&1 | tee "$OUTD/bench.log"
+bench() {   # label args...: one `mlxcel bench` run on the GPU, its table rows into the summary
+  local label=$1; shift
+  echo "== bench $label: mlxcel bench $*"
+  MLXCEL_DEVICE=gpu $M bench "$@" 2>&1 | tee -a "$OUTD/bench.log" | tee "$OUTD/last.txt"
+  grep -E '^\| ' "$OUTD/last.txt" | grep -v -E 'model|---' | sed "s/^/$label /" >>"$SUMMARY"
+}
+if has bench && [ $full = 1 ]; then
+  : >"$OUTD/bench.log"
+  L8=bench/configs/llama3.1-8b.json Q06=bench/configs/qwen3-0.6b.json
+  say "copy: $(MLXCEL_DEVICE=gpu $T --bench-copy 2>/dev/null | grep -o '[0-9]* GB/s' | head -1)"
+  bench llama8b-q4 --config $L8 --random --q-bits 4 --q-group-size 64 -p 512 -n 128 -r 3
+  bench llama8b-q4-b128 --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 128 -r 2
+  bench llama8b-bf16 --config $L8 --random --dtype bf16 -p 512 -n 128 -r 3
+  bench qwen06-q4 --config $Q06 --random --q-bits 4 --q-group-size 64 -p 512 -n 128 -r 3
+  bench qwen06-q4-b128 --config $Q06 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 128 -r 2
+  for v in ${GPU_CHECK_EXTRA_BENCH:-}; do   # e.g. "llama8b-q4-f32mv" rows with MLXCEL_CUDA_MV=f32
+    case $v in
+      llama8b-q4-f32mv) MLXCEL_CUDA_MV=f32 bench $v --config $L8 --random --q-bits 4 -p 0 -n 128 -r 3 ;;
+      llama8b-q8) bench $v --config $L8 --random --q-bits 8 -p 512 -n 128 -r 3 ;;
+      llama8b-q4-b32) bench $v --config $L8 --random --q-bits 4 -p 0 -n 128 -b 32 -r 2 ;;
+      llama8b-q4-b16) bench $v --config $L8 --random --q-bits 4 -p 0 -n 128 -b 16 -r 2 ;;
+      qwen06-q4-b32) bench $v --config $Q06 --random --q-bits 4 -p 0 -n 128 -b 32 -r 2 ;;
+      qwen06-q4-nograph) MLXCEL_CUDA_GRAPHS=0 bench $v --config $Q06 --random --q-bits 4 -p 0 -n 128 -r 3 ;;
+    esac
+  done
 fi
+
+if has ckpt && [ $full = 1 ]; then
+  for name in ${GPU_CHECK_CKPT:-qwen3-0.6b}; do
+    case $name in qwen3*) tok=tests/fixtures/tokenizers/qwen3 ;; *) tok=tests/fixtures/tokenizers/llama3_1 ;; esac
+    hf=/tmp/ckpt-$name q4=/tmp/ckpt-$name-q4
+    echo "== checkpoint $name"
+    rm -rf "$hf" "$q4"
+    if python3 .gpudeps/make_bench_model.py "$name" "$hf" "$tok" 2>&1 | tail -2 &&
+       /usr/bin/time -f "convert: %e s, %M KiB max RSS" $M convert --hf-path "$hf" -o "$q4" -q --q-bits 4 --q-group-size 64 2>&1 | tail -2; then
+      MLXCEL_DEVICE=gpu $M generate -m "$q4" -p "The capital of France is" -n 24 --temp 0 2>&1 | tail -3 | tee -a "$SUMMARY"
+      bench "ckpt-$name-q4" -m "$q4" -p 512 -n 128 -r 3
+      [ "${GPU_CHECK_CKPT_BF16:-1}" = 1 ] && bench "ckpt-$name-bf16" -m "$hf" -p 512 -n 128 -r 2
+    else
+      say "checkpoint $name: could not be made"
+      status=1
+    fi
+  done
+fi
+
+if has server && [ $full = 1 ]; then
+  echo "== server on the GPU"
+  PORTF=$OUTD/server.out
+  MLXCEL_DEVICE=gpu timeout 300 $B/mlxcel-server --port 0 -np 128 -c 1024 --random-config bench/configs/qwen3-0.6b.json --q-bits 4 \
+    -m tests/fixtures/tokenizers/qwen3 >"$PORTF" 2>"$OUTD/server.err" &
+  SPID=$!
+  url=
+  ok=0
+  for _ in $(seq 1 300); do
+    url=$(sed -n 's/^listening on \(http:.*\)$/\1/p' "$PORTF" | head -1)
+    [ -n "$url" ] && [ "$(curl -s -o /dev/null -w '%{http_code}' "$url/health")" = 200 ] && { ok=1; break; }
+    kill -0 $SPID 2>/dev/null || break
+    sleep 0.2
+  done
+  [ $ok = 1 ] || { say "server did not start: $(tail -2 "$OUTD/server.err")"; status=1; }
+  grep -i "device" "$OUTD/server.err" | head -2 | tee -a "$SUMMARY"
+  [ $ok = 1 ] && timeout 200 python3 tools/loadtest/loadtest.py --url "$url" --concurrency ${GPU_CHECK_LEVELS:-1,8,32,128} --max-tokens 128 --requests 1 --time-limit 30 \
+    2>&1 | tee "$OUTD/server_load.txt" | tail -8 | sed 's/^/server /' | tee -a "$SUMMARY"
+  kill $SPID; wait $SPID 2>/dev/null
+  for t in ${GPU_CHECK_SERVER_TESTS:-server_concurrency}; do
+    [ -f tests/cli/$t.sh ] || continue
+    MLXCEL_DEVICE=gpu MLXCEL_BIN=$M MLXCEL_SERVER_BIN=$B/mlxcel-server timeout 100 bash tests/cli/$t.sh >"$OUTD/$t.log" 2>&1
+    say "tests/cli/$t.sh on the GPU: $(grep -c '^PASS' "$OUTD/$t.log") passed, $(grep -c '^FAIL' "$OUTD/$t.log") failed"
+    grep '^FAIL' "$OUTD/$t.log" | head -5 | tee -a "$SUMMARY"
+  done
+fi
+
+if has ncu && [ $full = 1 ] && command -v ncu >/dev/null; then
+  for spec in ${GPU_CHECK_NCU:-qwen3-0.6b qwen3-0.6b:pp}; do   # NAME (decode) or NAME:pp (prefill 512)
+  cfgname=${spec%:pp}
+  if [ "$spec" = "$cfgname" ]; then what="-p 0 -n 3"; else what="-p 512 -n 0"; fi
+  echo "== per-kernel times (ncu), $spec q4 ($what)"
+  MLXCEL_DEVICE=gpu timeout 240 ncu --clock-control none --metrics gpu__time_duration.sum --csv --log-file "$OUTD/ncu-${spec/:/-}.csv" \
+    $M bench --config bench/configs/$cfgname.json --random --q-bits 4 $what -r 1 >/dev/null 2>&1
+  echo "ncu $spec ($what, the last forward pass):" >>"$SUMMARY"
+  python3 - "$OUTD/ncu-${spec/:/-}.csv" <<'PY' | tee -a "$SUMMARY"
+import csv, sys, re, collections
+rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
+hdr = rows[0]; rows = rows[1:]
+ki, vi = hdr.index("Kernel Name"), hdr.index("Metric Value")
+names = [re.sub(r"^void ", "", re.sub(r"[<(].*", "", r[ki])) for r in rows]
+vals = [float(r[vi].replace(",", "")) for r in rows]
+# the last forward pass: from the last embedding lookup on
+starts = [i for i, nm in enumerate(names) if nm.startswith("k_embed")]
+tail = slice(starts[-1] if starts else 0, len(vals))
+agg = collections.defaultdict(lambda: [0, 0.0])
+for nm, v in zip(names[tail], vals[tail]):
+    agg[nm][0] += 1; agg[nm][1] += v
+tot = sum(a[1] for a in agg.values())
+print(f"ncu: {tot/1e3:.1f} us of kernels, {sum(a[0] for a in agg.values())} launches")
+for nm, (c, v) in sorted(agg.items(), key=lambda kv: -kv[1][1])[:12]:
+    print(f"ncu   {nm:28s} {c:4d} x  {v/1e3/c:8.2f} us = {v/1e3:9.1f} us ({100*v/tot:4.1f}%)")
+PY
+  done
+fi
+
+if has mv; then
+  echo "== matvec benchmarks"
+  $T --bench-mv 2>&1 | tee "$OUTD/mv.log" | grep -E '^(device|format|q4|q8|bf16 )' | tee -a "$SUMMARY"
+fi
+
+if has synth; then
+  echo "== op benchmarks"
+  $T --bench 2>&1 | tee "$OUTD/synth.log" | grep -E '^(device|format|q4|q8|bf16 )' | tee -a "$SUMMARY"
+fi
+
 t2=$(date +%s)
 echo
-echo "================ summary ================"
+echo "================ summary ($((t2 - t0)) s) ================"
 head -2 "$OUTD/gpu.txt" | tail -1
-grep '^# ' "$OUTD/test.log" | head -2
-echo "CUDA op tests: $pass passed, $fail failed   (build $((t1 - t0)) s, total $((t2 - t0)) s)"
-grep '^FAIL ' "$OUTD/test.log" | head -10
-[ -n "$models" ] && echo "$models"
-if [ -f "$OUTD/bench.log" ]; then
-  grep -E '^device-to-device' "$OUTD/bench.log"
-  grep -E '^BENCH|split' "$OUTD/bench.log" | sed 's/^BENCH //'
+cat "$SUMMARY"
+# everything but the summary in one archive (the device tool brings back at most 8 files)
+if [ "${GPU_CHECK_PACK:-1}" = 1 ]; then
+  ( cd "$OUTD" && ls | grep -v -E '^(0summary.txt|logs.tgz|1log.txt)$' >/tmp/gpu_check_files &&
+    tar czf logs.tgz -T /tmp/gpu_check_files && xargs rm -f </tmp/gpu_check_files ) 2>/dev/null
 fi
-[ "$fail" = 0 ]
+exit $status

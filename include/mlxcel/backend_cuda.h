@@ -40,6 +40,10 @@ mx_status mx_backend_cuda_step_end(mx_backend *b);
 /* Benchmark helper: device-to-device copy rate in GB/s (bytes read + bytes written, median of
  * 9 copies of `bytes`), the memory-bandwidth ceiling that kernel figures are compared with. */
 double mx_backend_cuda_bench_copy(const mx_backend *b, size_t bytes);
+/* Matrix-vector products (n <= 16 rows) of q4/q8 weights quantize the activations to int8 per
+ * group of 32 by default (DP4A; error like bf16 activations). On: f32 activations instead (the
+ * default under MLXCEL_PRECISE=1 or MLXCEL_CUDA_MV=f32). For tests and comparisons. */
+void mx_backend_cuda_set_exact_matvec(mx_backend *b, bool on);
 
 /* Pick the backend: MLXCEL_DEVICE=cpu forces the CPU, =gpu forces the GPU (an error if this
  * build has no CUDA or no usable GPU is present), unset/"auto"/"" takes the GPU when one is

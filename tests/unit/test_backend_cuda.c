@@ -14,12 +14,12 @@
 #include <stdint.h>
 
 static uint64_t g_rng = 0x2545f4914f6cdd1dull;
-static uint32_t rnd32(void) {
+static inline uint32_t rnd32(void) {
     g_rng ^= g_rng << 13; g_rng ^= g_rng >> 7; g_rng ^= g_rng << 17;
     return (uint32_t)(g_rng >> 16);
 }
-static float frand(void) { return (float)((rnd32() & 0xffffff) / 8388608.0 - 1.0); } /* [-1, 1) */
-static void fill(float *p, int64_t n, float s) { for (int64_t i = 0; i < n; i++) p[i] = frand() * s; }
+static inline float frand(void) { return (float)((rnd32() & 0xffffff) / 8388608.0 - 1.0); } /* [-1, 1) */
+static inline void fill(float *p, int64_t n, float s) { for (int64_t i = 0; i < n; i++) p[i] = frand() * s; }
 
 /* ------------------------------------------------------------------------------------------ */
 /* device selection: runs in every build                                                       */
@@ -61,6 +61,7 @@ static void test_select(void) {
 
 #ifdef MLXCEL_HAVE_CUDA
 static mx_backend G, C;   /* GPU under test, CPU reference */
+static bool G_EXACT;     /* mx_backend_cuda_set_exact_matvec on */
 
 static double relerr(const float *a, const float *r, int64_t n) {
     double num = 0, den = 0;
@@ -172,8 +173,11 @@ static void check_matmul(const mm_case *c) {
     G.i->matmul(G.ctx, &t.w, dx, dy, c->n);
     float *y = gdown(dy, (int64_t)c->n * c->rows);
     double e = relerr(y, reff, (int64_t)c->n * c->rows);
-    /* n <= 8: f32 arithmetic; larger n: bf16 activations into tensor-core GEMM */
-    double tol = (c->n <= 8 || (!c->bits && c->dt == MX_DTYPE_F32)) ? 2e-5 : 1.5e-2;
+    /* n <= 8: f32 arithmetic, except q4/q8 (group >= 32) at n <= 16, whose activations are
+     * int8 per group of 32 unless the exact matvec is on (G_EXACT); larger n: bf16 activations
+     * into tensor-core GEMM */
+    bool i8 = !G_EXACT && (c->bits == 4 || c->bits == 8) && c->gs >= 32 && c->cols % 32 == 0 && c->n <= 16;
+    double tol = i8 ? 1e-2 : (c->n <= 8 || (!c->bits && c->dt == MX_DTYPE_F32)) ? 2e-5 : 1.5e-2;
     if (c->bits && c->dt == MX_DTYPE_F32 && tol < 1e-3) tol = 1e-3;   /* f32 scales are kept as f16 on the GPU */
     TCHECK(e < tol, "%dx%d n=%d: rel err %.3g > %.3g (y[0]=%g ref %g)", c->rows, c->cols, c->n, e, tol, y[0], reff[0]);
     TCHECK(mx_backend_cuda_status(&G) == MX_OK, "status: %s", mx_last_error());
@@ -195,6 +199,9 @@ static const mm_case g_mm[] = {
     {"cuda_matmul_q3_g64_n3", 50, 256, 3, 3, 64, MX_DTYPE_BF16, true},
     {"cuda_matmul_q5_g32_n2", 40, 256, 2, 5, 32, MX_DTYPE_F16, false},
     {"cuda_matmul_q6_g128_n1", 40, 256, 1, 6, 128, MX_DTYPE_BF16, false},
+    {"cuda_matmul_q4_g64_bf16_n12", 70, 4096, 12, 4, 64, MX_DTYPE_BF16, true},
+    {"cuda_matmul_q8_g32_bf16_n16", 33, 1024, 16, 8, 32, MX_DTYPE_BF16, false},
+    {"cuda_matmul_q4_g128_f16_n7_long", 40, 14336, 7, 4, 128, MX_DTYPE_F16, false},
     {"cuda_matmul_bf16_n1", 300, 1024, 1, 0, 0, MX_DTYPE_BF16, false},
     {"cuda_matmul_bf16_n8_bias", 100, 512, 8, 0, 0, MX_DTYPE_BF16, true},
     {"cuda_matmul_f16_n2", 100, 512, 2, 0, 0, MX_DTYPE_F16, false},
@@ -300,7 +307,7 @@ static void test_rope(void) {
     }
 }
 
-typedef struct { const char *name; int n_heads, n_kv, hd, window; float softcap; bool f32kv, sinks; } att_case;
+typedef struct { const char *name; int n_heads, n_kv, hd, window; float softcap; bool f32kv, sinks; int prep; } att_case;
 
 static void check_attention(const att_case *a) {
     const int bs = 16, nblocks = 24, L = 2;
@@ -342,8 +349,34 @@ static void check_attention(const att_case *a) {
         float *dq = gup(q, (int64_t)n * qd), *dk = gup(k, (int64_t)n * kvd), *dv = gup(v, (int64_t)n * kvd);
         for (int layer = 0; layer < L; layer++) {
             float *dout = gnan((int64_t)n * qd);
-            G.i->attention(G.ctx, layer, dq, dk, dv, dout, &p, &m);
-            C.i->attention(C.ctx, layer, q, k, v, ref, &p, &m);
+            if (a->prep) {   /* per-head q/k norms (prep 2) and rope before the attention, as Qwen3 / Llama
+                              * call them: the CUDA backend runs them in one kernel with the cache write */
+                float inv[128];
+                for (int i = 0; i < a->hd / 2; i++) inv[i] = (float)pow(10000.0, -2.0 * i / a->hd);
+                mx_rope rp = {a->hd, inv, 1.f};
+                mx_vec gq, gk, gq2, gk2; void *bq, *bk;
+                vec_make(&gq, &bq, a->hd, MX_DTYPE_BF16, 1.f); gq2 = gq;
+                vec_make(&gk, &bk, a->hd, MX_DTYPE_BF16, 1.f); gk2 = gk;
+                if (a->prep == 2) {
+                    G.i->rmsnorm(G.ctx, dq, &gq, 1e-6f, 0.f, dq, n * a->n_heads, a->hd);
+                    G.i->rmsnorm(G.ctx, dk, &gk, 1e-6f, 0.f, dk, n * a->n_kv, a->hd);
+                    C.i->rmsnorm(C.ctx, q, &gq2, 1e-6f, 0.f, q, n * a->n_heads, a->hd);
+                    C.i->rmsnorm(C.ctx, k, &gk2, 1e-6f, 0.f, k, n * a->n_kv, a->hd);
+                }
+                G.i->rope(G.ctx, dq, n, a->n_heads, a->hd, &rp, &m);
+                G.i->rope(G.ctx, dk, n, a->n_kv, a->hd, &rp, &m);
+                C.i->rope(C.ctx, q, n, a->n_heads, a->hd, &rp, &m);
+                C.i->rope(C.ctx, k, n, a->n_kv, a->hd, &rp, &m);
+                G.i->attention(G.ctx, layer, dq, dk, dv, dout, &p, &m);
+                C.i->attention(C.ctx, layer, q, k, v, ref, &p, &m);
+                float *gq_h = gdown(dq, (int64_t)n * qd), *gk_h = gdown(dk, (int64_t)n * kvd);
+                double eq = relerr(gq_h, q, (int64_t)n * qd), ek = relerr(gk_h, k, (int64_t)n * kvd);
+                TCHECK(eq < 1e-5 && ek < 1e-5, "q/k after the fused norm+rope: rel err %.3g / %.3g", eq, ek);
+                free(gq_h); free(gk_h); free(bq); free(bk);
+            } else {
+                G.i->attention(G.ctx, layer, dq, dk, dv, dout, &p, &m);
+                C.i->attention(C.ctx, layer, q, k, v, ref, &p, &m);
+            }
             float *y = gdown(dout, (int64_t)n * qd);
             double e = relerr(y, ref, (int64_t)n * qd);
             if (e > worst) worst = e;
@@ -359,14 +392,17 @@ static void check_attention(const att_case *a) {
     unsetenv("MLXCEL_CUDA_KV");
 }
 static const att_case g_att[] = {
-    {"cuda_attention_gqa_hd128", 8, 2, 128, 0, 0.f, false, false},
-    {"cuda_attention_gqa_hd128_f32kv", 8, 2, 128, 0, 0.f, true, false},
-    {"cuda_attention_window_softcap", 4, 4, 64, 16, 30.f, true, false},
-    {"cuda_attention_hd256", 4, 1, 256, 0, 0.f, false, false},
-    {"cuda_attention_hd80", 6, 3, 80, 0, 50.f, true, false},
-    {"cuda_attention_16heads_prefill_narrow", 16, 4, 64, 0, 0.f, false, false},   /* 58 tokens x 16 heads: 4-warp blocks */
-    {"cuda_attention_sinks", 8, 2, 64, 0, 0.f, true, true},
-    {"cuda_attention_sinks_window_bf16kv", 4, 4, 64, 16, 0.f, false, true},
+    {"cuda_attention_gqa_hd128", 8, 2, 128, 0, 0.f, false, false, 0},
+    {"cuda_attention_gqa_hd128_f32kv", 8, 2, 128, 0, 0.f, true, false, 0},
+    {"cuda_attention_window_softcap", 4, 4, 64, 16, 30.f, true, false, 0},
+    {"cuda_attention_hd256", 4, 1, 256, 0, 0.f, false, false, 0},
+    {"cuda_attention_hd80", 6, 3, 80, 0, 50.f, true, false, 0},
+    {"cuda_attention_16heads_prefill_narrow", 16, 4, 64, 0, 0.f, false, false, 0},   /* 58 tokens x 16 heads: 4-warp blocks */
+    {"cuda_attention_sinks", 8, 2, 64, 0, 0.f, true, true, 0},
+    {"cuda_attention_sinks_window_bf16kv", 4, 4, 64, 16, 0.f, false, true, 0},
+    {"cuda_attention_rope_fused", 8, 2, 128, 0, 0.f, true, false, 1},
+    {"cuda_attention_qknorm_rope_fused", 16, 8, 128, 0, 0.f, true, false, 2},
+    {"cuda_attention_qknorm_rope_fused_bf16kv_hd64", 8, 4, 64, 0, 0.f, false, false, 2},
 };
 
 static void test_elementwise(void) {
@@ -416,6 +452,86 @@ static void test_elementwise(void) {
     TCHECK(mx_backend_cuda_status(&G) == MX_OK, "status: %s", mx_last_error());
     G.i->free(G.ctx, dgu); G.i->free(G.ctx, db); G.i->free(G.ctx, dy);
     free(gu); free(ref); free(b);
+}
+
+/* What the CUDA backend fuses behind the op interface gives the op-by-op results: matmul_multi
+ * (one launch for several weights) = separate matmuls; an add followed by the rmsnorm of its sum
+ * (one kernel) = the CPU's add and rmsnorm; the int8 activations an rmsnorm or act_mul leaves for
+ * the next matmul = quantizing a copy; an op that rewrites them in place (rope) drops them. */
+static void test_fusions(void) {
+    enum { N = 3, D = 1024, R1 = 200, R2 = 64, R3 = 130 };
+    tw t[3];
+    tw_make(&t[0], R1, D, 4, 64, MX_DTYPE_BF16, false);
+    tw_make(&t[1], R2, D, 4, 64, MX_DTYPE_BF16, true);
+    tw_make(&t[2], R3, D, 4, 64, MX_DTYPE_BF16, false);
+    for (int i = 0; i < 3; i++) TREQUIRE(G.i->weight_prepare(G.ctx, &t[i].w) == MX_OK, "prepare");
+    float *x = malloc(N * D * 4), *h = malloc(N * D * 4), *ref = malloc(N * D * 4), *sum = malloc(N * D * 4);
+    fill(x, N * D, 2.f); fill(h, N * D, 2.f);
+    float *dx = gup(x, N * D), *dh = gup(h, N * D), *dcopy = gnan(N * D);
+    float *ya[3], *yb[3];
+    int rows[3] = {R1, R2, R3};
+    for (int i = 0; i < 3; i++) { ya[i] = gnan((int64_t)N * rows[i]); yb[i] = gnan((int64_t)N * rows[i]); }
+    const mx_weight *ws[3] = {&t[0].w, &t[1].w, &t[2].w};
+    /* matmul_multi = matmuls */
+    G.i->matmul_multi(G.ctx, 3, ws, dx, ya, N);
+    for (int i = 0; i < 3; i++) G.i->matmul(G.ctx, ws[i], dx, yb[i], N);
+    for (int i = 0; i < 3; i++) {
+        float *a = gdown(ya[i], (int64_t)N * rows[i]), *b = gdown(yb[i], (int64_t)N * rows[i]);
+        TCHECK(!memcmp(a, b, (size_t)N * rows[i] * 4), "matmul_multi weight %d differs from matmul", i);
+        free(a); free(b);
+    }
+    /* add + rmsnorm of the sum (x = x + h; h = rmsnorm(x)), as the decoder calls them */
+    mx_vec g1, g2; void *gb;
+    vec_make(&g1, &gb, D, MX_DTYPE_BF16, 1.f); g2 = g1; g2.dev = NULL;
+    G.i->add(G.ctx, dx, dh, dx, N * D);
+    G.i->rmsnorm(G.ctx, dx, &g1, 1e-5f, 0.f, dh, N, D);
+    C.i->add(C.ctx, x, h, sum, N * D);
+    C.i->rmsnorm(C.ctx, sum, &g2, 1e-5f, 0.f, ref, N, D);
+    float *gs = gdown(dx, N * D), *gn = gdown(dh, N * D);
+    TCHECK(relerr(gs, sum, N * D) < 1e-7, "fused add: sum %.3g", relerr(gs, sum, N * D));
+    TCHECK(relerr(gn, ref, N * D) < 1e-5, "fused add+rmsnorm: %.3g", relerr(gn, ref, N * D));
+    /* rmsnorm leaves int8 activations: the matmul on its output = on a copy of it */
+    G.i->write(G.ctx, dcopy, gn, N * D * 4);
+    G.i->rmsnorm(G.ctx, dx, &g1, 1e-5f, 0.f, dh, N, D);
+    G.i->matmul(G.ctx, ws[0], dh, ya[0], N);
+    G.i->matmul(G.ctx, ws[0], dcopy, yb[0], N);
+    float *a = gdown(ya[0], N * R1), *b = gdown(yb[0], N * R1);
+    TCHECK(!memcmp(a, b, N * R1 * 4), "matmul after rmsnorm differs from matmul of a copy");
+    free(a); free(b);
+    /* rope in place after the rmsnorm: the matmul must see the rotated values */
+    float inv[32];
+    for (int i = 0; i < 32; i++) inv[i] = (float)pow(10000.0, -2.0 * i / 64);
+    mx_rope rp = {64, inv, 1.f};
+    int32_t pos[N] = {5, 9, 100}, zero[N] = {0, 0, 0};
+    mx_attn_meta meta = {N, pos, zero, zero, 1, 0, NULL};
+    G.i->rmsnorm(G.ctx, dx, &g1, 1e-5f, 0.f, dh, N, D);
+    G.i->rope(G.ctx, dh, N, D / 64, 64, &rp, &meta);
+    G.i->matmul(G.ctx, ws[0], dh, ya[0], N);
+    float *roped = gdown(dh, N * D);
+    G.i->write(G.ctx, dcopy, roped, N * D * 4);
+    G.i->matmul(G.ctx, ws[0], dcopy, yb[0], N);
+    a = gdown(ya[0], N * R1); b = gdown(yb[0], N * R1);
+    TCHECK(!memcmp(a, b, N * R1 * 4), "matmul after rmsnorm + rope used stale int8 activations");
+    free(a); free(b); free(roped);
+    /* act_mul leaves int8 activations too */
+    float *dgu = gup(x, N * D), *dact = gnan(N * D / 2);
+    G.i->act_mul(G.ctx, MX_ACT_SILU, dgu, dgu + D / 2, D, dact, N, D / 2);
+    float *act = gdown(dact, N * D / 2);
+    tw t4;
+    tw_make(&t4, 96, D / 2, 8, 32, MX_DTYPE_F16, false);
+    TREQUIRE(G.i->weight_prepare(G.ctx, &t4.w) == MX_OK, "prepare");
+    G.i->act_mul(G.ctx, MX_ACT_SILU, dgu, dgu + D / 2, D, dact, N, D / 2);
+    G.i->matmul(G.ctx, &t4.w, dact, ya[0], N);
+    G.i->write(G.ctx, dcopy, act, N * D / 2 * 4);
+    G.i->matmul(G.ctx, &t4.w, dcopy, yb[0], N);
+    a = gdown(ya[0], N * 96); b = gdown(yb[0], N * 96);
+    TCHECK(!memcmp(a, b, N * 96 * 4), "matmul after act_mul differs from matmul of a copy");
+    free(a); free(b); free(act);
+    TCHECK(mx_backend_cuda_status(&G) == MX_OK, "status: %s", mx_last_error());
+    for (int i = 0; i < 3; i++) { G.i->free(G.ctx, ya[i]); G.i->free(G.ctx, yb[i]); tw_free(&t[i]); }
+    G.i->free(G.ctx, dx); G.i->free(G.ctx, dh); G.i->free(G.ctx, dcopy); G.i->free(G.ctx, dgu); G.i->free(G.ctx, dact);
+    tw_free(&t4);
+    free(x); free(h); free(ref); free(sum); free(gs); free(gn); free(gb);
 }
 
 /* Decode steps through step_begin/step_end (warm-up, capture, replays) give the same results
@@ -520,8 +636,8 @@ static void bench_matvec(double copy_gbs) {
             }
             double bytes = fm[f].bits ? (double)shp[s].rows * shp[s].cols * (fm[f].bits / 8.0 + 4.0 / 64)
                                       : (double)shp[s].rows * shp[s].cols * 2;
-            int nn[] = {1, 8, 128};
-            for (int ni = 0; ni < 3; ni++) {
+            int nn[] = {1, 4, 16, 128};
+            for (int ni = 0; ni < 4; ni++) {
                 int n = nn[ni];
                 float *x = malloc((size_t)n * shp[s].cols * 4);
                 fill(x, (int64_t)n * shp[s].cols, 1.f);
@@ -717,6 +833,12 @@ int main(int argc, char **argv) {
     (void)argc; (void)argv;
 #ifdef MLXCEL_HAVE_CUDA
     bool bench = argc > 1 && (!strcmp(argv[1], "--bench") || !strcmp(argv[1], "--bench-mv"));
+    if (argc > 1 && !strcmp(argv[1], "--bench-copy")) {   /* the copy-rate ceiling alone */
+        if (mx_backend_cuda_init(&G) != MX_OK) return 1;
+        printf("device-to-device copy: %.0f GB/s (read + write)\n", mx_backend_cuda_bench_copy(&G, (size_t)2 << 30));
+        mx_backend_cuda_free(&G);
+        return 0;
+    }
     if (!bench) RUN(test_select);
     if (mx_backend_cuda_init(&G) != MX_OK) {
         /* a CUDA build on a machine without a usable GPU: the selection test above covers it */
@@ -730,6 +852,14 @@ int main(int argc, char **argv) {
     if (bench) { int rc = run_bench(!strcmp(argv[1], "--bench-mv")); mx_backend_cuda_free(&G); return rc; }
     if (mx_backend_cpu_init(&C) != MX_OK) { printf("FAIL cpu_init: %s\n", mx_last_error()); return 1; }
     for (size_t i = 0; i < sizeof g_mm / sizeof g_mm[0]; i++) RUN_NAMED(g_mm[i].name, check_matmul, &g_mm[i]);
+    /* the same products with f32 activations (MLXCEL_PRECISE=1) */
+    mx_backend_cuda_set_exact_matvec(&G, true); G_EXACT = true;
+    for (size_t i = 0; i < sizeof g_mm / sizeof g_mm[0]; i++) {
+        char nm[96]; snprintf(nm, sizeof nm, "%s_exact", g_mm[i].name);
+        RUN_NAMED(nm, check_matmul, &g_mm[i]);
+    }
+    mx_backend_cuda_set_exact_matvec(&G, false); G_EXACT = false;
+    RUN(test_fusions);
     for (size_t i = 0; i < sizeof g_emb / sizeof g_emb[0]; i++) RUN_NAMED(g_emb[i].name, check_embed, &g_emb[i]);
     RUN(test_norms);
     RUN(test_rope);

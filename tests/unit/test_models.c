@@ -12,9 +12,11 @@
 
 static mx_backend g_be;
 static mx_backend g_cpu;     /* exact CPU reference for near-tie checks when g_be is the GPU */
+static mx_backend g_gpu_f32; /* on the GPU: a second instance with f32 activations (MLXCEL_PRECISE=1) */
 static bool g_gpu;
 static double g_tol = 1e-4;
-#define GPU_TOL 3e-2         /* bf16 activations and KV cache on the GPU */
+#define GPU_TOL 4e-2         /* int8 (per 32 values, as llama.cpp's q8_1) or bf16 activations and a
+                              * bf16 KV cache on the GPU: the demo's q4 model reaches 0.030 */
 static const char *g_dir;
 
 static const mx_st_tensor *need(mx_safetensors *g, const char *name) {
@@ -286,11 +288,31 @@ int main(void) {
                         "starcoder2", "smollm3", "qwen3_moe", "qwen3_moe-mlx-q4", "qwen3_moe-mlx-q8",
                         "mixtral", "mixtral-mlx-q4", "mixtral-mlx-q8", "gpt_oss", "deepseek_v3"};
     char name[96];
+    /* MoE routing is discontinuous: on the GPU, int8/bf16 activation error flips the choice
+     * between near-tied experts of these random fixtures (seen: logits 0.12-0.3 of the row max
+     * apart). So on the GPU the MoE fixtures run on an instance with f32 activations everywhere
+     * (MLXCEL_PRECISE=1; f32 KV cache), held to 1e-3. */
+    bool have_f32 = false;
+    if (g_gpu) {
+        setenv("MLXCEL_PRECISE", "1", 1);
+        have_f32 = mx_backend_auto_init(&g_gpu_f32) == MX_OK;
+        unsetenv("MLXCEL_PRECISE");
+        if (!have_f32) printf("FAIL backend_precise: %s\n", mx_last_error());
+    }
     for (size_t i = 0; i < sizeof fx / sizeof *fx; i++) {
         snprintf(name, sizeof name, "parity_%s", fx[i]);
         g_tol = g_gpu ? GPU_TOL : 1e-4;
+        bool moe = strstr(fx[i], "moe") || strstr(fx[i], "mixtral");
+        if (g_gpu && moe && have_f32) {
+            mx_backend keep = g_be;
+            g_be = g_gpu_f32; g_tol = 1e-3;
+            RUN_NAMED(name, fixture, fx[i]);
+            g_be = keep;
+            continue;
+        }
         RUN_NAMED(name, fixture, fx[i]);
     }
+    if (have_f32) mx_backend_auto_free(&g_gpu_f32);
     /* The demo goldens of the quantized versions come from transformers on weights dequantized
      * to bf16 (MLX's dequantize returns the scales' dtype), while mlxcel computes scale*q+bias in
      * f32 as MLX's quantized matmul does; that rounding moves logits by up to ~7e-4 of the row max

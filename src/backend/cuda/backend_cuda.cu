@@ -21,6 +21,7 @@ extern "C" {
 #include "mlxcel/backend.h"
 #include "mlxcel/backend_cuda.h"
 }
+#include "backend/cuda/topk.h"
 
 #ifndef MX_CUDA_ARCHS
 #define MX_CUDA_ARCHS "sm_90a + PTX compute_90"
@@ -81,6 +82,23 @@ struct cu_ctx {
     void *blas_ws;
     void *wscratch; size_t wscratch_cap;   /* dequantized weight slice (bf16) */
     void *xscratch; size_t xscratch_cap;   /* activations converted to bf16/f16 */
+    void *xq; size_t xq_cap;               /* activations quantized to int8 (k_quant_x) */
+    void *tk; size_t tk_cap;               /* topk: device results + scratch */
+    void *tkh; size_t tkh_cap;             /* topk: pinned host copy of the results */
+    bool mv_f32;                           /* MLXCEL_PRECISE=1 / MLXCEL_CUDA_MV=f32: f32 matvecs */
+    bool precise;                          /* MLXCEL_PRECISE=1: f32 activations in every product
+                                            * (no GEMM on bf16) and an f32 KV cache */
+    const float *xq_src; int64_t xq_count; /* the activations whose int8 form xq holds (an op that
+                                            * wrote them also wrote that: rmsnorm, act_mul) */
+    struct { const float *a, *b; float *y; int64_t count; bool on; } pend;   /* an add not yet
+                                            * launched: the next rmsnorm of its sum fuses it */
+    struct hop {                           /* per-head ops on q/k deferred until the attention */
+        int kind;                          /* 1: rmsnorm in place, 2: rope (rot_dim == head_dim) */
+        float *x; int rows, d;             /* rmsnorm: rows x d */
+        const float *g; float eps, add_one;
+        int n, heads; const float *f; float af; const int32_t *pos_d; uint64_t pos_hash;  /* rope */
+    } hq[4];
+    int n_hq;
     void **owned; size_t n_owned, cap_owned;       /* device buffers of prepared weights */
     void **owned_h; size_t n_owned_h, cap_owned_h; /* host cu_weight structs */
 };
@@ -410,6 +428,136 @@ k_mv_dense(const WT *__restrict__ W, const float *__restrict__ bias, const float
     }
 }
 
+/* ------------------------------------------------------------------------------------------ */
+/* matrix-vector products on int8 activations (decode, n <= MV_I8_MAX rows of x): x is first
+ * quantized per group of 32 values (k_quant_x: int8 codes, scale amax/127, and the scaled code
+ * sum); then each lane takes one group of 32 weights of a row (q4: 16 bytes, q8: 32 bytes) and
+ * multiplies codes with DP4A: sum (s q + b) x ~= s dx sum(q xi) + b dx sum(xi) (the group-bias
+ * term uses the quantized activation sum, as the CPU's fast path does, so the zero-point does
+ * not amplify the rounding). Rows of several weights sharing x (q/k/v, gate/up) go in one
+ * launch (mv_set). Error: about 1e-3 of a row's scale, like bf16 activations. */
+
+#define MV_I8_MAX 16
+
+__device__ __forceinline__ int dp4a_us(uint32_t a, uint32_t b, int c) {   /* u8x4 . s8x4 + c */
+    int d;
+    asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
+
+/* x [n, K] f32 -> xq [n, K] int8, xds [n, K/32] (dx, dx * sum of codes); one warp a group */
+__global__ void k_quant_x(const float *__restrict__ x, int8_t *__restrict__ xq, float2 *__restrict__ xds, int n, int K) {
+    const int gw = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31, ng = K >> 5;
+    if (gw >= n * ng) return;
+    const int t = gw / ng, g = gw % ng;
+    const size_t o = (size_t)t * K + ((size_t)g << 5) + lane;
+    const float v = x[o];
+    const float amax = warp_max(fabsf(v));
+    const float inv = amax > 0.f ? 127.f / amax : 0.f;
+    const int q = __float2int_rn(v * inv);
+    xq[o] = (int8_t)q;
+    const int s = __reduce_add_sync(0xffffffffu, q);
+    if (lane == 0) { float dx = amax * (1.f / 127.f); xds[(size_t)t * ng + g] = make_float2(dx, dx * (float)s); }
+}
+
+struct mv_set {           /* up to 4 weights of one format sharing x; blocks [blk0[k], blk0[k+1]) do weight k */
+    const uint32_t *W[4];
+    const void *S[4], *B[4];
+    const float *bias[4];
+    float *y[4];
+    int rows[4], blk0[5], nw;
+};
+
+template <int BITS, typename ST, int R, int NB>
+__global__ void __launch_bounds__(MV_WARPS * 32)
+k_mv_i8(const mv_set set, const int8_t *__restrict__ xq, const float2 *__restrict__ xds, int cols, int gs_shift, int n) {
+    constexpr int U = 4, V = BITS / 4;   /* x-groups per lane per batch; uint4 per x-group */
+    int k = 0;
+#pragma unroll
+    for (int i = 1; i < 4; i++) if (i < set.nw && (int)blockIdx.x >= set.blk0[i]) k = i;
+    const int rows = set.rows[k], lane = threadIdx.x & 31;
+    const int r0 = (((int)blockIdx.x - set.blk0[k]) * MV_WARPS + (threadIdx.x >> 5)) * R;
+    if (r0 >= rows) return;
+    const int ngx = cols >> 5, ngw = cols >> gs_shift;
+    const uint4 *wr[R];
+    const ST *sr[R], *br[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        const int rr = min(r0 + r, rows - 1);
+        wr[r] = (const uint4 *)(set.W[k] + (size_t)rr * (cols / (32 / BITS)));
+        sr[r] = (const ST *)set.S[k] + (size_t)rr * ngw;
+        br[r] = (const ST *)set.B[k] + (size_t)rr * ngw;
+    }
+    float acc[R][NB];
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int t = 0; t < NB; t++) acc[r][t] = 0.f;
+    for (int gb = lane; gb < ngx; gb += 32 * U) {
+        uint4 wq[R][U][V];
+        float sc[R][U], bc[R][U];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int g = gb + 32 * u;
+            const bool ok = g < ngx;
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+#pragma unroll
+                for (int h = 0; h < V; h++) wq[r][u][h] = ok ? ld_stream(wr[r] + (size_t)g * V + h) : make_uint4(0, 0, 0, 0);
+                const int wg = (g << 5) >> gs_shift;
+                sc[r][u] = ok ? ld_s(sr[r] + wg) : 0.f;
+                bc[r][u] = ok ? ld_s(br[r] + wg) : 0.f;
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int g = gb + 32 * u;
+            if (g >= ngx) break;
+            uint32_t wb[R][8];   /* the 32 codes of the group as bytes, in order */
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                if (BITS == 4) {
+                    const uint32_t wd[4] = {wq[r][u][0].x, wq[r][u][0].y, wq[r][u][0].z, wq[r][u][0].w};
+#pragma unroll
+                    for (int h = 0; h < 4; h++) {
+                        const uint32_t lo = wd[h] & 0x0f0f0f0fu, hi = (wd[h] >> 4) & 0x0f0f0f0fu;
+                        wb[r][2 * h] = __byte_perm(lo, hi, 0x5140);
+                        wb[r][2 * h + 1] = __byte_perm(lo, hi, 0x7362);
+                    }
+                } else {
+                    wb[r][0] = wq[r][u][0].x; wb[r][1] = wq[r][u][0].y; wb[r][2] = wq[r][u][0].z; wb[r][3] = wq[r][u][0].w;
+                    wb[r][4] = wq[r][u][V - 1].x; wb[r][5] = wq[r][u][V - 1].y; wb[r][6] = wq[r][u][V - 1].z; wb[r][7] = wq[r][u][V - 1].w;
+                }
+            }
+#pragma unroll
+            for (int t = 0; t < NB; t++) {
+                if (t >= n) break;
+                const uint4 *xp = (const uint4 *)(xq + (size_t)t * cols + ((size_t)g << 5));
+                const uint4 xa = __ldg(xp), xb = __ldg(xp + 1);
+                const float2 ds = __ldg(xds + (size_t)t * ngx + g);
+                const uint32_t xv[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    int ia = 0;
+#pragma unroll
+                    for (int j = 0; j < 8; j++) ia = dp4a_us(wb[r][j], xv[j], ia);
+                    acc[r][t] = fmaf(sc[r][u] * ds.x, (float)ia, fmaf(bc[r][u], ds.y, acc[r][t]));
+                }
+            }
+        }
+    }
+    const float *bias = set.bias[k];
+    float *y = set.y[k];
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int t = 0; t < NB; t++) {
+            if (t >= n) break;
+            const float a = warp_sum(acc[r][t]);
+            if (lane == 0 && r0 + r < rows) y[(size_t)t * rows + r0 + r] = a + (bias ? bias[r0 + r] : 0.f);
+        }
+}
+
 /* Any layout, any n: one warp per (row, x row); used for bit widths other than 4/8 and for
  * shapes the vector kernels do not take (cols not a multiple of 32). */
 template <typename ST>
@@ -492,15 +640,96 @@ __global__ void k_embed(cu_weight w, const int32_t *ids, float *out) {
     }
 }
 
-__global__ void k_rmsnorm(const float *x, const float *g, float eps, float add_one, float *y, int d) {
+/* warp-wide: the 32 consecutive values v of lanes 0..31 (group gi) to int8 codes (see k_quant_x) */
+__device__ __forceinline__ void quant_group(float v, int8_t *xq, float2 *xds, size_t i) {
+    const float amax = warp_max(fabsf(v));
+    const int q = __float2int_rn(v * (amax > 0.f ? 127.f / amax : 0.f));
+    xq[i] = (int8_t)q;
+    const int s = __reduce_add_sync(0xffffffffu, q);
+    if ((threadIdx.x & 31) == 0) { float dx = amax * (1.f / 127.f); xds[i >> 5] = make_float2(dx, dx * (float)s); }
+}
+
+/* y = rmsnorm(x) (x2: of x + x2, the sum also stored to xsum); xq: also the int8 form of y
+ * (d a multiple of 32, blockDim a multiple of 32, so that each warp step is one group) */
+__global__ void k_rmsnorm(const float *x, const float *x2, float *xsum, const float *g, float eps, float add_one,
+                          float *y, int d, int8_t *xq, float2 *xds) {
     __shared__ float sh[32];
     const float *xr = x + (size_t)blockIdx.x * d;
     float *yr = y + (size_t)blockIdx.x * d;
     float ss = 0.f;
-    for (int i = threadIdx.x; i < d; i += blockDim.x) ss = fmaf(xr[i], xr[i], ss);
+    if (x2) {
+        const float *x2r = x2 + (size_t)blockIdx.x * d;
+        float *sr = xsum + (size_t)blockIdx.x * d;
+        for (int i = threadIdx.x; i < d; i += blockDim.x) { float v = xr[i] + x2r[i]; sr[i] = v; ss = fmaf(v, v, ss); }
+        xr = sr;
+    } else {
+        for (int i = threadIdx.x; i < d; i += blockDim.x) ss = fmaf(xr[i], xr[i], ss);
+    }
     ss = block_sum(ss, sh);
     float inv = rsqrtf(ss / d + eps);
-    for (int i = threadIdx.x; i < d; i += blockDim.x) yr[i] = xr[i] * inv * (g ? g[i] + add_one : 1.f);
+    for (int i = threadIdx.x; i < d; i += blockDim.x) {
+        const float v = xr[i] * inv * (g ? g[i] + add_one : 1.f);
+        yr[i] = v;
+        if (xq) quant_group(v, xq, xds, (size_t)blockIdx.x * d + i);
+    }
+}
+
+/* k_rmsnorm with the row in registers (VPT values a thread, d <= VPT * blockDim): every load is
+ * issued before the first store, so the loads of a row are not serialized behind stores that
+ * might alias them (in-place norms), and the gamma load overlaps the reduction. */
+template <int VPT>
+__global__ void k_rmsnorm_r(const float *x, const float *x2, float *xsum, const float *g, float eps, float add_one,
+                            float *y, int d, int8_t *xq, float2 *xds) {
+    __shared__ float sh[32];
+    const size_t base = (size_t)blockIdx.x * d;
+    float v[VPT], gv[VPT];
+    float ss = 0.f;
+#pragma unroll
+    for (int j = 0; j < VPT; j++) {
+        const int i = threadIdx.x + j * blockDim.x;
+        const bool ok = i < d;
+        v[j] = ok ? x[base + i] : 0.f;
+        if (x2) v[j] += ok ? x2[base + i] : 0.f;
+        gv[j] = g ? (ok ? g[i] + add_one : 0.f) : 1.f;
+    }
+#pragma unroll
+    for (int j = 0; j < VPT; j++) ss = fmaf(v[j], v[j], ss);
+    if (x2) {
+#pragma unroll
+        for (int j = 0; j < VPT; j++) { const int i = threadIdx.x + j * blockDim.x; if (i < d) xsum[base + i] = v[j]; }
+    }
+    ss = block_sum(ss, sh);
+    const float inv = rsqrtf(ss / d + eps);
+    float o[VPT];
+#pragma unroll
+    for (int j = 0; j < VPT; j++) {
+        const int i = threadIdx.x + j * blockDim.x;
+        o[j] = v[j] * inv * gv[j];
+        if (i < d) y[base + i] = o[j];
+    }
+    if (!xq) return;
+    /* the int8 form, the VPT groups of a warp side by side (independent shuffle chains) */
+    float am[VPT];
+#pragma unroll
+    for (int j = 0; j < VPT; j++) am[j] = fabsf(o[j]);
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1)
+#pragma unroll
+        for (int j = 0; j < VPT; j++) am[j] = fmaxf(am[j], __shfl_xor_sync(0xffffffffu, am[j], off));
+    int qv[VPT], qs[VPT];
+#pragma unroll
+    for (int j = 0; j < VPT; j++) {
+        qv[j] = __float2int_rn(o[j] * (am[j] > 0.f ? 127.f / am[j] : 0.f));
+        qs[j] = __reduce_add_sync(0xffffffffu, qv[j]);
+    }
+#pragma unroll
+    for (int j = 0; j < VPT; j++) {
+        const int i = threadIdx.x + j * blockDim.x;   /* d % 32 == 0: whole warps in or out */
+        if (i < d) {
+            xq[base + i] = (int8_t)qv[j];
+            if ((threadIdx.x & 31) == 0) { float dx = am[j] * (1.f / 127.f); xds[(base + i) >> 5] = make_float2(dx, dx * (float)qs[j]); }
+        }
+    }
 }
 
 __global__ void k_layernorm(const float *x, const float *g, const float *b, float eps, float *y, int d) {
@@ -541,11 +770,14 @@ __device__ __forceinline__ float act_f(int act, float g) {
     }
 }
 
-__global__ void k_act_mul(int act, const float *gate, const float *up, int64_t stride, float *y, int n, int d) {
+__global__ void k_act_mul(int act, const float *gate, const float *up, int64_t stride, float *y, int n, int d,
+                          int8_t *xq, float2 *xds) {
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (int64_t)n * d) return;
     int64_t r = i / d, c = i % d;
-    y[i] = act_f(act, gate[r * stride + c]) * up[r * stride + c];
+    const float v = act_f(act, gate[r * stride + c]) * up[r * stride + c];
+    y[i] = v;
+    if (xq) quant_group(v, xq, xds, (size_t)i);   /* d % 32 == 0: whole warps are in range */
 }
 __global__ void k_act(int act, const float *x, float *y, int64_t n) {
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -584,27 +816,35 @@ __global__ void k_kv_write(const float *k, const float *v, T *kp, T *vp, const i
 }
 
 #define ATT_MAXI 8   /* head_dim <= 256 */
-#define ATT_P 4
 
 /* One block per (token, head); warps take positions in turn with an online softmax, lanes split
  * head_dim; the warps' partial results are merged at the end. */
-template <typename T, int ATT_WARPS>
+/* NI: head values per lane (head_dim <= 32 * NI). The sequence's block table is first copied to
+ * shared memory (sbt_n entries; 0: read from global memory), and each step loads the K and V
+ * rows of its ATT_P positions before using any, so a step waits for memory once. */
+#define ATT_SBT_MAX 4096
+template <typename T, int ATT_WARPS, int ATT_P, int NI>
 __global__ void __launch_bounds__(ATT_WARPS * 32)
 k_attn(const float *q, const T *kp, const T *vp, float *out, const int32_t *pos, const int32_t *seq,
        const int32_t *bt, int n_seqs, int max_blocks, int block_size, int n_blocks, int n_heads, int n_kv, int D, float scale,
-       int window, float softcap, const float *sinks) {
-    __shared__ float sm[ATT_WARPS], sl[ATT_WARPS], sacc[ATT_WARPS][ATT_MAXI * 32];
+       int window, float softcap, const float *sinks, int8_t *xq, float2 *xds, int sbt_n) {
+    __shared__ float sm[ATT_WARPS], sl[ATT_WARPS], sacc[ATT_WARPS][NI * 32];
+    extern __shared__ int32_t sbt[];
     const int t = blockIdx.x, h = blockIdx.y, lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     const int kvh = h / (n_heads / n_kv), kvdim = n_kv * D;
     const int ni = (D + 31) / 32;
     const float *qr = q + ((size_t)t * n_heads + h) * D;
     if (seq[t] < 0 || seq[t] >= n_seqs || pos[t] < 0) {   /* as the CPU reference: zeros */
-        for (int d = threadIdx.x; d < D; d += blockDim.x) out[((size_t)t * n_heads + h) * D + d] = 0.f;
+        for (int d = threadIdx.x; d < D; d += blockDim.x) {
+            const size_t o = ((size_t)t * n_heads + h) * D + d;
+            out[o] = 0.f;
+            if (xq) { xq[o] = 0; if (!(o & 31)) xds[o >> 5] = make_float2(0.f, 0.f); }
+        }
         return;
     }
-    float qv[ATT_MAXI], acc[ATT_MAXI];
+    float qv[NI], acc[NI];
 #pragma unroll
-    for (int i = 0; i < ATT_MAXI; i++) {
+    for (int i = 0; i < NI; i++) {
         int d = lane + 32 * i;
         qv[i] = (i < ni && d < D) ? qr[d] * scale : 0.f;
         acc[i] = 0.f;
@@ -612,29 +852,36 @@ k_attn(const float *q, const T *kp, const T *vp, float *out, const int32_t *pos,
     const int p_end = min(pos[t], max_blocks * block_size - 1);
     const int p0 = window > 0 ? max(0, pos[t] - window + 1) : 0;
     const int32_t *btr = bt + (size_t)seq[t] * max_blocks;
+    if (sbt_n > 0) {
+        const int nb = min(p_end / block_size + 1, sbt_n);
+        for (int i = threadIdx.x; i < nb; i += blockDim.x) sbt[i] = btr[i];
+        __syncthreads();
+        btr = sbt;
+    }
     float m = -INFINITY, l = 0.f;
     /* ATT_P positions per warp and step: their loads and reductions overlap */
     for (int p = p0 + w * ATT_P; p <= p_end; p += ATT_WARPS * ATT_P) {
-        const T *kr[ATT_P], *vr[ATT_P];
         bool ok[ATT_P];
-        float dot[ATT_P];
+        float dot[ATT_P], kk[ATT_P][NI], vv[ATT_P][NI];
 #pragma unroll
         for (int j = 0; j < ATT_P; j++) {
             int pj = p + j, blk = pj <= p_end ? btr[pj / block_size] : -1;
             ok[j] = blk >= 0 && blk < n_blocks;   /* as the CPU reference: bad blocks are skipped */
             int64_t s = ok[j] ? (int64_t)blk * block_size + pj % block_size : 0;
-            kr[j] = kp + s * kvdim + (size_t)kvh * D;
-            vr[j] = vp + s * kvdim + (size_t)kvh * D;
+            const T *kr = kp + s * kvdim + (size_t)kvh * D, *vr = vp + s * kvdim + (size_t)kvh * D;
+#pragma unroll
+            for (int i = 0; i < NI; i++) {
+                const int d = lane + 32 * i;
+                const bool in = i < ni && d < D;
+                kk[j][i] = in ? ld_s(kr + d) : 0.f;
+                vv[j][i] = in ? ld_s(vr + d) : 0.f;
+            }
             dot[j] = 0.f;
         }
 #pragma unroll
-        for (int i = 0; i < ATT_MAXI; i++) {
-            int d = lane + 32 * i;
-            if (i < ni && d < D) {
+        for (int i = 0; i < NI; i++)
 #pragma unroll
-                for (int j = 0; j < ATT_P; j++) dot[j] = fmaf(qv[i], ld_s(kr[j] + d), dot[j]);
-            }
-        }
+            for (int j = 0; j < ATT_P; j++) dot[j] = fmaf(qv[i], kk[j][i], dot[j]);
         float mx = m;
 #pragma unroll
         for (int j = 0; j < ATT_P; j++) {
@@ -649,35 +896,96 @@ k_attn(const float *q, const T *kp, const T *vp, float *out, const int32_t *pos,
 #pragma unroll
         for (int j = 0; j < ATT_P; j++) { e[j] = __expf(dot[j] - mx); l += e[j]; }
 #pragma unroll
-        for (int i = 0; i < ATT_MAXI; i++) {
-            int d = lane + 32 * i;
-            if (i < ni && d < D) {
-                float a = acc[i] * corr;
+        for (int i = 0; i < NI; i++) {
+            float a = acc[i] * corr;
 #pragma unroll
-                for (int j = 0; j < ATT_P; j++) a = fmaf(e[j], ld_s(vr[j] + d), a);
-                acc[i] = a;
-            }
+            for (int j = 0; j < ATT_P; j++) a = fmaf(e[j], vv[j][i], a);
+            acc[i] = a;
         }
         m = mx;
     }
     if (lane == 0) { sm[w] = m; sl[w] = l; }
 #pragma unroll
-    for (int i = 0; i < ATT_MAXI; i++) if (i < ni) sacc[w][lane + 32 * i] = acc[i];
+    for (int i = 0; i < NI; i++) if (i < ni) sacc[w][lane + 32 * i] = acc[i];
     __syncthreads();
-    if (w == 0) {
-        float M = -INFINITY;
-        for (int j = 0; j < ATT_WARPS; j++) M = fmaxf(M, sm[j]);
-        float L = 0.f, cj[ATT_WARPS];
-        for (int j = 0; j < ATT_WARPS; j++) { cj[j] = sm[j] == -INFINITY ? 0.f : __expf(sm[j] - M); L += sl[j] * cj[j]; }
-        if (sinks && M != -INFINITY) L += __expf(sinks[h] - M);   /* the sink joins the denominator */
-        float *o = out + ((size_t)t * n_heads + h) * D;
-        for (int i = 0; i < ni; i++) {
-            int d = lane + 32 * i;
-            if (d >= D) break;
-            float a = 0.f;
+    /* merge the warps' partial results: every thread takes output values d (whole warps step
+     * together, so with xq each warp step is one group of 32 for the int8 form) */
+    float M = -INFINITY;
+    for (int j = 0; j < ATT_WARPS; j++) M = fmaxf(M, sm[j]);
+    float L = 0.f, cj[ATT_WARPS];
+#pragma unroll
+    for (int j = 0; j < ATT_WARPS; j++) { cj[j] = sm[j] == -INFINITY ? 0.f : __expf(sm[j] - M); L += sl[j] * cj[j]; }
+    if (sinks && M != -INFINITY) L += __expf(sinks[h] - M);   /* the sink joins the denominator */
+    const size_t ob = ((size_t)t * n_heads + h) * D;
+    for (int d0 = 0; d0 < D; d0 += ATT_WARPS * 32) {
+        const int d = d0 + threadIdx.x;
+        if (xq && d0 + (int)(threadIdx.x & ~31) >= D) break;   /* whole warps (D % 32 == 0 with xq) */
+        float a = 0.f;
+        if (d < D) {
+#pragma unroll
             for (int j = 0; j < ATT_WARPS; j++) a += sacc[j][d] * cj[j];
-            o[d] = L > 0.f ? a / L : 0.f;
+            a = L > 0.f ? a / L : 0.f;
+            out[ob + d] = a;
         }
+        if (xq) quant_group(a, xq, xds, ob + d);
+    }
+}
+
+/* The q/k preparation before attention in one kernel, for the ops the backend deferred
+ * (c_rmsnorm per head in place, c_rope with rot_dim == head_dim): block (t, hh) takes head hh of
+ * q (hh < nh), of k (nh <= hh < nh + nkv; also stored to the cache at slot[t]) or of v (stored
+ * to the cache); thread i holds the pair (i, i + D/2): norm over the head, then the rotation,
+ * with the arithmetic of k_rmsnorm_r / k_rope. */
+struct qk_prep_args {
+    float *q, *k; const float *v;
+    const float *qg, *kg; float qeps, keps, qa1, ka1; int qnorm, knorm;
+    const float *qf, *kf; float qaf, kaf; int qrope, krope;
+    int nh, nkv, D;
+};
+template <typename T>
+__global__ void k_qk_prep(const qk_prep_args a, T *kp, T *vp, const int32_t *slot, const int32_t *pos, int64_t nslots) {
+    __shared__ float sh[32];
+    const int t = blockIdx.x, hh = blockIdx.y, half = a.D / 2, i = threadIdx.x;
+    const bool ok = i < half;
+    const int kvdim = a.nkv * a.D;
+    const int64_t s = slot[t];
+    const bool store = s >= 0 && s < nslots;
+    if (hh >= a.nh + a.nkv) {   /* v head */
+        const int vh = hh - a.nh - a.nkv;
+        if (ok && store) {
+            const float *vr = a.v + (size_t)t * kvdim + (size_t)vh * a.D;
+            st_kv(vp + s * kvdim + (size_t)vh * a.D + i, vr[i]);
+            st_kv(vp + s * kvdim + (size_t)vh * a.D + i + half, vr[i + half]);
+        }
+        return;
+    }
+    const bool isq = hh < a.nh;
+    const int hd = isq ? hh : hh - a.nh;
+    float *xr = isq ? a.q + ((size_t)t * a.nh + hd) * a.D : a.k + ((size_t)t * a.nkv + hd) * a.D;
+    float x0 = ok ? xr[i] : 0.f, x1 = ok ? xr[i + half] : 0.f;
+    if (isq ? a.qnorm : a.knorm) {
+        const float *g = isq ? a.qg : a.kg;
+        const float a1 = isq ? a.qa1 : a.ka1, eps = isq ? a.qeps : a.keps;
+        const float g0 = g ? (ok ? g[i] + a1 : 0.f) : 1.f, g1 = g ? (ok ? g[i + half] + a1 : 0.f) : 1.f;
+        float ss = fmaf(x1, x1, x0 * x0);
+        ss = block_sum(ss, sh);
+        const float inv = rsqrtf(ss / a.D + eps);
+        x0 = x0 * inv * g0; x1 = x1 * inv * g1;
+    }
+    if (ok && (isq ? a.qrope : a.krope)) {
+        const float *f = isq ? a.qf : a.kf;
+        const float af = isq ? a.qaf : a.kaf;
+        float sn, cs;
+        sincosf((float)pos[t] * f[i], &sn, &cs);
+        sn *= af; cs *= af;
+        const float r0 = x0 * cs - x1 * sn, r1 = x1 * cs + x0 * sn;
+        x0 = r0; x1 = r1;
+    }
+    if (!ok) return;
+    xr[i] = x0; xr[i + half] = x1;
+    if (!isq && store) {
+        st_kv(kp + s * kvdim + (size_t)hd * a.D + i, x0);
+        st_kv(kp + s * kvdim + (size_t)hd * a.D + i + half, x1);
     }
 }
 
@@ -722,24 +1030,49 @@ static bool g_op(cu_ctx *c, const uint64_t *v, size_t n) {
 #define GOP_HOST(c, ...) do { uint64_t v_[] = {__VA_ARGS__}; if (!g_op(c, v_, sizeof v_ / 8)) return; } while (0)
 #define REPLAY_STOP(c) do { if ((c)->gmode == G_REPLAY) return; } while (0)
 
+static void xq_forget(cu_ctx *c) { c->xq_src = NULL; c->xq_count = 0; }
+/* the int8 buffer for `count` activations: codes, then (dx, dx*sum) per group of 32 */
+static bool xq_buf(cu_ctx *c, int64_t count, int8_t **q, float2 **ds) {
+    size_t qb = ((size_t)count + 15) & ~(size_t)15;
+    char *buf = (char *)scratch(c, &c->xq, &c->xq_cap, qb + (size_t)(count / 32) * sizeof(float2));
+    if (!buf) return false;
+    *q = (int8_t *)buf; *ds = (float2 *)(buf + qb);
+    return true;
+}
+static void pend_flush(cu_ctx *c) {
+    if (!c->pend.on) return;
+    c->pend.on = false;
+    k_add<<<nblk(c->pend.count, 256), 256, 0, c->st>>>(c->pend.a, c->pend.b, c->pend.y, c->pend.count);
+    LAUNCHED(c, "add");
+}
+static void hq_flush(cu_ctx *c);
+static void launch_rmsnorm(cu_ctx *c, const float *x, const float *x2, float *xsum, const float *gd, float eps,
+                           float add_one, float *y, int n, int d, int8_t *xq, float2 *xds);
+/* an op other than the ones that use them: launch the deferred ops, forget the int8 form */
+#define OP_ENTER(c) do { hq_flush(c); pend_flush(c); xq_forget(c); } while (0)
+#define FLUSH_ALL(c) do { hq_flush(c); pend_flush(c); } while (0)
+
 static void *c_alloc(void *ctx, size_t bytes) {
     void *p = NULL;
     (void)ctx;
     if (cudaMalloc(&p, bytes ? bytes : 16) != cudaSuccess) { cudaGetLastError(); return NULL; }
     return p;
 }
-static void c_free(void *ctx, void *p) { (void)ctx; if (p) cudaFree(p); }
+static void c_free(void *ctx, void *p) { cu_ctx *c = (cu_ctx *)ctx; OP_ENTER(c); if (p) cudaFree(p); }
 static void c_write(void *ctx, void *dst, const void *src, size_t bytes) {
     cu_ctx *c = (cu_ctx *)ctx;
+    OP_ENTER(c);
     CK(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->st), "write");
 }
 static void c_read(void *ctx, void *dst, const void *src, size_t bytes) {
     cu_ctx *c = (cu_ctx *)ctx;
+    FLUSH_ALL(c);
     CK(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, c->st), "read");
     CK(c, cudaStreamSynchronize(c->st), "read sync");
 }
 static void c_sync(void *ctx) {
     cu_ctx *c = (cu_ctx *)ctx;
+    FLUSH_ALL(c);
     CK(c, cudaStreamSynchronize(c->st), "sync");
 }
 
@@ -845,10 +1178,11 @@ static const float *get_v(cu_ctx *c, const mx_vec *v) {
 static mx_status c_kv_init(void *ctx, mx_kv_desc *d) {
     cu_ctx *c = (cu_ctx *)ctx;
     const char *e = getenv("MLXCEL_CUDA_KV");
-    mx_dtype t = (e && !strcmp(e, "f32")) ? MX_DTYPE_F32 : MX_DTYPE_BF16;
+    mx_dtype t = ((e && !strcmp(e, "f32")) || c->precise) ? MX_DTYPE_F32 : MX_DTYPE_BF16;
     if (d->n_layers <= 0 || d->n_kv_heads <= 0 || d->head_dim <= 0 || d->head_dim > 32 * ATT_MAXI ||
         d->block_size <= 0 || d->n_blocks <= 0)
         return mx_errorf(MX_ERR_INVALID_ARG, "cuda: kv cache: bad geometry (head_dim %d, at most %d)", d->head_dim, 32 * ATT_MAXI);
+    OP_ENTER(c);
     g_invalidate(c);
     if (c->kpool) { cudaFree(c->kpool); cudaFree(c->vpool); c->kpool = c->vpool = NULL; }
     size_t per = (size_t)d->n_blocks * d->block_size * d->n_kv_heads * d->head_dim * mx_dtype_size(t);
@@ -867,6 +1201,7 @@ static mx_status c_kv_init(void *ctx, mx_kv_desc *d) {
 }
 static void c_kv_free(void *ctx) {
     cu_ctx *c = (cu_ctx *)ctx;
+    OP_ENTER(c);
     g_invalidate(c);
     cudaStreamSynchronize(c->st);
     if (c->kpool) cudaFree(c->kpool);
@@ -921,13 +1256,78 @@ static bool mv_fast(cu_ctx *c, const cu_weight *w, const float *x, float *y, int
     return true;
 }
 
+static bool mv_i8_ok(const cu_ctx *c, const cu_weight *w, const cu_weight *w0, int n) {
+    return !c->mv_f32 && n <= MV_I8_MAX && (w->bits == 4 || w->bits == 8) && w->cols % 32 == 0 &&
+           log2_exact(w->gs) >= 5 && w->bits == w0->bits && w->gs == w0->gs && w->sdt == w0->sdt && w->cols == w0->cols;
+}
+
+#define I8_CASES(BITS, ST) \
+    switch (n <= 1 ? 0 : n <= 2 ? 1 : n <= 4 ? 2 : n <= 8 ? 3 : 4) { \
+    case 0: k_mv_i8<BITS, ST, 1, 1><<<blk, MV_WARPS * 32, 0, c->st>>>(set, xq, xds, cols, gsh, n); break; \
+    case 1: k_mv_i8<BITS, ST, 2, 2><<<blk, MV_WARPS * 32, 0, c->st>>>(set, xq, xds, cols, gsh, n); break; \
+    case 2: k_mv_i8<BITS, ST, 2, 4><<<blk, MV_WARPS * 32, 0, c->st>>>(set, xq, xds, cols, gsh, n); break; \
+    case 3: k_mv_i8<BITS, ST, 2, 8><<<blk, MV_WARPS * 32, 0, c->st>>>(set, xq, xds, cols, gsh, n); break; \
+    default: k_mv_i8<BITS, ST, 2, 16><<<blk, MV_WARPS * 32, 0, c->st>>>(set, xq, xds, cols, gsh, n); break; }
+
+/* nw (<= 4) q4/q8 weights of one format on x [n, cols] through int8 activations, one quantize
+ * and one matvec launch. False (nothing launched) when the weights do not qualify. */
+static bool mv_i8(cu_ctx *c, int nw, const cu_weight *const *w, const float *x, float *const *ys, int n) {
+    if (nw < 1 || nw > 4) return false;
+    for (int k = 0; k < nw; k++) if (!mv_i8_ok(c, w[k], w[0], n)) return false;
+    const int cols = (int)w[0]->cols, ngx = cols / 32, gsh = log2_exact(w[0]->gs);
+    const int R = n >= 2 ? 2 : 1;
+    int8_t *xq; float2 *xds;
+    if (!xq_buf(c, (int64_t)n * cols, &xq, &xds)) return true;   /* failure recorded */
+    if (c->xq_src != x || c->xq_count != (int64_t)n * cols) {
+        k_quant_x<<<nblk((int64_t)n * ngx * 32, 256), 256, 0, c->st>>>(x, xq, xds, n, cols);
+        LAUNCHED(c, "quantize activations");
+        c->xq_src = x; c->xq_count = (int64_t)n * cols;
+    }
+    mv_set set;
+    memset(&set, 0, sizeof set);
+    unsigned blk = 0;
+    for (int k = 0; k < nw; k++) {
+        set.W[k] = (const uint32_t *)w[k]->w; set.S[k] = w[k]->scales; set.B[k] = w[k]->biases;
+        set.bias[k] = w[k]->bias; set.y[k] = ys[k]; set.rows[k] = (int)w[k]->rows; set.blk0[k] = (int)blk;
+        blk += nblk(w[k]->rows, MV_WARPS * R);
+    }
+    set.blk0[nw] = (int)blk; set.nw = nw;
+    if (w[0]->sdt == SDT_BF16) { if (w[0]->bits == 4) { I8_CASES(4, __nv_bfloat16) } else { I8_CASES(8, __nv_bfloat16) } }
+    else { if (w[0]->bits == 4) { I8_CASES(4, __half) } else { I8_CASES(8, __half) } }
+    LAUNCHED(c, "matvec (int8 activations)");
+    for (int k = 0; k < nw; k++)   /* an output over the input: its int8 form is stale */
+        if (ys[k] < x + (size_t)n * cols && x < ys[k] + (size_t)n * w[k]->rows) xq_forget(c);
+    return true;
+}
+
+static void mm_impl(cu_ctx *c, const cu_weight *w, const float *x, float *y, int n);
 static void c_matmul(void *ctx, const mx_weight *wt, const float *x, float *y, int n) {
     cu_ctx *c = (cu_ctx *)ctx;
     GOP_PURE(c, 1, PU(wt), PU(x), PU(y), (uint64_t)n);
+    FLUSH_ALL(c);
     const cu_weight *w = get_w(c, wt);
     if (!w || n <= 0) return;
+    mm_impl(c, w, x, y, n);
+}
+
+static void c_matmul_multi(void *ctx, int nw, const mx_weight *const *ws, const float *x, float *const *ys, int n) {
+    cu_ctx *c = (cu_ctx *)ctx;
+    GOP_PURE(c, 13, (uint64_t)nw, nw > 0 ? PU(ws[0]) : 0, nw > 1 ? PU(ws[1]) : 0, nw > 2 ? PU(ws[2]) : 0,
+             nw > 3 ? PU(ws[3]) : 0, PU(x), nw > 0 ? PU(ys[0]) : 0, nw > 1 ? PU(ys[1]) : 0, nw > 2 ? PU(ys[2]) : 0,
+             nw > 3 ? PU(ys[3]) : 0, (uint64_t)n);
+    FLUSH_ALL(c);
+    if (nw < 1 || nw > 4 || n <= 0) return;
+    const cu_weight *w[4];
+    for (int k = 0; k < nw; k++) if (!(w[k] = get_w(c, ws[k]))) return;
+    if (mv_i8(c, nw, w, x, ys, n)) return;
+    for (int k = 0; k < nw; k++) mm_impl(c, w[k], x, ys[k], n);
+}
+
+static void mm_impl(cu_ctx *c, const cu_weight *w, const float *x, float *y, int n) {
+    if (mv_i8(c, 1, &w, x, &y, n)) return;
+    if (y < c->xq_src + c->xq_count && c->xq_src < y + (size_t)n * w->rows) xq_forget(c);
     if (n <= 8 && mv_fast(c, w, x, y, n)) return;
-    if (n <= 8) {
+    if (n <= 8 || c->precise) {   /* precise: f32 FMA chains for any n (slow; for parity checks) */
         int64_t warps = w->rows * n;
         if (w->sdt == SDT_F16) k_mv_generic<__half><<<nblk(warps * 32, 256), 256, 0, c->st>>>(*w, x, y, n);
         else k_mv_generic<__nv_bfloat16><<<nblk(warps * 32, 256), 256, 0, c->st>>>(*w, x, y, n);
@@ -992,6 +1392,7 @@ static void c_matmul(void *ctx, const mx_weight *wt, const float *x, float *y, i
 static void c_embed(void *ctx, const mx_weight *wt, const int32_t *ids_host, int n, float *out) {
     cu_ctx *c = (cu_ctx *)ctx;
     GOP_HOST(c, 2, PU(wt), PU(out), (uint64_t)n);
+    OP_ENTER(c);
     const cu_weight *w = get_w(c, wt);
     if (!w || n <= 0) return;
     for (int i = 0; i < n; i++)
@@ -1010,15 +1411,39 @@ static int norm_threads(int d) { int t = ((d + 31) / 32) * 32; return t > 1024 ?
 static void c_rmsnorm(void *ctx, const float *x, const mx_vec *g, float eps, float add_one, float *y, int n, int d) {
     cu_ctx *c = (cu_ctx *)ctx;
     GOP_PURE(c, 3, PU(x), PU(g), fbits(eps), fbits(add_one), PU(y), (uint64_t)n, (uint64_t)d);
-    if (n <= 0 || d <= 0) return;
+    /* the add just before, of whose sum this is the norm, runs in the same kernel */
+    const float *x2 = NULL;
+    float *xsum = NULL;
+    if (c->pend.on && c->pend.y == x && c->pend.count == (int64_t)n * d && n > 0 && d > 0) {
+        x = c->pend.a; x2 = c->pend.b; xsum = c->pend.y;
+        c->pend.on = false;
+    }
     const float *gd = get_v(c, g);
     if (g && !gd) return;
-    k_rmsnorm<<<n, norm_threads(d) > 256 ? 256 : norm_threads(d), 0, c->st>>>(x, gd, eps, add_one, y, d);
-    LAUNCHED(c, "rmsnorm");
+    /* an in-place norm of rows of <= 256 (per-head q/k norms) waits for the attention */
+    if (!x2 && x == y && n > 0 && d > 0 && d <= 256 && d % 2 == 0 && c->n_hq < 4 && c->gmode != G_REPLAY) {
+        bool other = false;   /* only q/k ops may be in the queue: a norm of another buffer flushes */
+        for (int i = 0; i < c->n_hq; i++) if (c->hq[i].x == y && c->hq[i].kind == 1) other = true;
+        if (!other) {
+            pend_flush(c);
+            xq_forget(c);
+            cu_ctx::hop *o = &c->hq[c->n_hq++];
+            memset(o, 0, sizeof *o);
+            o->kind = 1; o->x = y; o->rows = n; o->d = d; o->g = gd; o->eps = eps; o->add_one = add_one;
+            return;
+        }
+    }
+    OP_ENTER(c);
+    if (n <= 0 || d <= 0) return;
+    int8_t *xq = NULL; float2 *xds = NULL;
+    if (!c->mv_f32 && d % 32 == 0 && !xq_buf(c, (int64_t)n * d, &xq, &xds)) return;
+    launch_rmsnorm(c, x, x2, xsum, gd, eps, add_one, y, n, d, xq, xds);
+    if (xq) { c->xq_src = y; c->xq_count = (int64_t)n * d; }
 }
 static void c_layernorm(void *ctx, const float *x, const mx_vec *g, const mx_vec *b, float eps, float *y, int n, int d) {
     cu_ctx *c = (cu_ctx *)ctx;
     GOP_PURE(c, 4, PU(x), PU(g), PU(b), fbits(eps), PU(y), (uint64_t)n, (uint64_t)d);
+    OP_ENTER(c);
     if (n <= 0 || d <= 0) return;
     const float *gd = get_v(c, g), *bd = get_v(c, b);
     if ((g && !gd) || (b && !bd)) return;
@@ -1064,6 +1489,8 @@ static void c_rope(void *ctx, float *x, int n, int n_heads, int head_dim, const 
     GOP_HOST(c, 5, PU(x), (uint64_t)n, (uint64_t)n_heads, (uint64_t)head_dim, (uint64_t)r->rot_dim,
              half > 0 ? fnv(r->inv_freq, (size_t)half * 4, 1469598103934665603ull) : 0, fbits(r->attn_factor),
              (uint64_t)meta->n_tokens, (uint64_t)meta->n_seqs, (uint64_t)meta->max_blocks);
+    pend_flush(c);
+    xq_forget(c);
     if (n <= 0) return;
     if (half <= 0 || r->rot_dim > head_dim) { cu_fail(c, MX_ERR_INVALID_ARG, "rope: rot_dim", cudaSuccess); return; }
     /* inv_freq tables stay on the device for the backend's life (models have one or two) */
@@ -1087,12 +1514,114 @@ static void c_rope(void *ctx, float *x, int n, int n_heads, int head_dim, const 
         c->n_rf++;
         f = e->d;
     }
+    const uint64_t ph = fnv(meta->pos, (size_t)meta->n_tokens * 4, (uint64_t)meta->n_tokens);
+    for (int i = 0; i < c->n_hq; i++)   /* a queued rope of other positions runs first */
+        if (c->hq[i].kind == 2 && c->hq[i].pos_hash != ph) { hq_flush(c); break; }
     dmeta dm;
     if (!meta_up(c, meta, &dm)) return;
     REPLAY_STOP(c);
+    if (r->rot_dim == head_dim && head_dim <= 256 && c->n_hq < 4) {   /* waits for the attention */
+        cu_ctx::hop *o = &c->hq[c->n_hq++];
+        memset(o, 0, sizeof *o);
+        o->kind = 2; o->x = x; o->n = n; o->heads = n_heads; o->d = head_dim; o->f = f; o->af = r->attn_factor;
+        o->pos_d = dm.pos; o->pos_hash = ph;
+        return;
+    }
+    hq_flush(c);
     dim3 grid((unsigned)n, (unsigned)n_heads);
     k_rope<<<grid, half >= 64 ? 64 : 32, 0, c->st>>>(x, n_heads, head_dim, half, f, r->attn_factor, dm.pos);
     LAUNCHED(c, "rope");
+}
+
+static void launch_rmsnorm(cu_ctx *c, const float *x, const float *x2, float *xsum, const float *gd, float eps,
+                           float add_one, float *y, int n, int d, int8_t *xq, float2 *xds) {
+    if (d <= 8192) {   /* the row in registers: up to 4 values a thread (8 past 4096) */
+        int th = ((d + 3) / 4 + 31) / 32 * 32;
+        if (th > 1024) th = 1024;
+        const int vpt = (d + th - 1) / th;
+        if (vpt <= 1) k_rmsnorm_r<1><<<n, th, 0, c->st>>>(x, x2, xsum, gd, eps, add_one, y, d, xq, xds);
+        else if (vpt <= 2) k_rmsnorm_r<2><<<n, th, 0, c->st>>>(x, x2, xsum, gd, eps, add_one, y, d, xq, xds);
+        else if (vpt <= 4) k_rmsnorm_r<4><<<n, th, 0, c->st>>>(x, x2, xsum, gd, eps, add_one, y, d, xq, xds);
+        else k_rmsnorm_r<8><<<n, th, 0, c->st>>>(x, x2, xsum, gd, eps, add_one, y, d, xq, xds);
+    } else {
+        k_rmsnorm<<<n, norm_threads(d) > 256 ? 256 : norm_threads(d), 0, c->st>>>(x, x2, xsum, gd, eps, add_one, y, d, xq, xds);
+    }
+    LAUNCHED(c, "rmsnorm");
+}
+
+/* Launch the deferred per-head ops as they were called (their consumer was not an attention
+ * they could be fused into). */
+static void hq_flush(cu_ctx *c) {
+    const int nq = c->n_hq;
+    c->n_hq = 0;
+    for (int i = 0; i < nq; i++) {
+        const cu_ctx::hop *o = &c->hq[i];
+        if (o->kind == 1) {
+            launch_rmsnorm(c, o->x, NULL, NULL, o->g, o->eps, o->add_one, o->x, o->rows, o->d, NULL, NULL);
+        } else {
+            const int half = o->d / 2;
+            k_rope<<<dim3((unsigned)o->n, (unsigned)o->heads), half >= 64 ? 64 : 32, 0, c->st>>>(o->x, o->heads, o->d, half, o->f, o->af, o->pos_d);
+            LAUNCHED(c, "rope");
+        }
+    }
+}
+
+/* Can the queued per-head ops be done by k_qk_prep for this attention? Fills a. */
+static bool hq_fusable(const cu_ctx *c, const float *q, const float *k, int n, const mx_attn_params *p, uint64_t ph,
+                       qk_prep_args *a) {
+    if (c->n_hq == 0 || q == k || p->head_dim % 2 || p->head_dim > 256) return false;
+    memset(a, 0, sizeof *a);
+    int seen_rope_q = 0, seen_rope_k = 0;
+    const int D = p->head_dim;
+    for (int i = 0; i < c->n_hq; i++) {
+        const cu_ctx::hop *o = &c->hq[i];
+        const bool isq = o->x == q;
+        if (!isq && o->x != k) return false;
+        const int heads = isq ? p->n_heads : p->n_kv_heads;
+        if (o->kind == 1) {
+            if (o->rows != n * heads || o->d != D || (isq ? a->qnorm : a->knorm) || (isq ? seen_rope_q : seen_rope_k)) return false;
+            if (isq) { a->qnorm = 1; a->qg = o->g; a->qeps = o->eps; a->qa1 = o->add_one; }
+            else { a->knorm = 1; a->kg = o->g; a->keps = o->eps; a->ka1 = o->add_one; }
+        } else {
+            if (o->n != n || o->heads != heads || o->d != D || o->pos_hash != ph || (isq ? seen_rope_q : seen_rope_k)) return false;
+            if (isq) { seen_rope_q = 1; a->qrope = 1; a->qf = o->f; a->qaf = o->af; }
+            else { seen_rope_k = 1; a->krope = 1; a->kf = o->f; a->kaf = o->af; }
+        }
+    }
+    a->nh = p->n_heads; a->nkv = p->n_kv_heads; a->D = D;
+    return true;
+}
+
+template <typename T>
+static void launch_attn(cu_ctx *c, int layer, const float *q, const float *k, const float *v, float *out,
+                        const mx_attn_params *p, const mx_attn_meta *meta, const dmeta &dm, T *kp, T *vp, int64_t nslots,
+                        const qk_prep_args *pa, const float *sk, int8_t *xq, float2 *xds) {
+    const int n = meta->n_tokens, kvdim = p->n_kv_heads * p->head_dim;
+    (void)layer;
+    if (pa) {
+        dim3 g((unsigned)n, (unsigned)(p->n_heads + 2 * p->n_kv_heads));
+        k_qk_prep<T><<<g, (p->head_dim / 2 + 31) / 32 * 32, 0, c->st>>>(*pa, kp, vp, dm.slot, dm.pos, nslots);
+        LAUNCHED(c, "q/k prep");
+    } else {
+        k_kv_write<T><<<nblk((int64_t)n * kvdim, 256), 256, 0, c->st>>>(k, v, kp, vp, dm.slot, kvdim, n, nslots);
+        LAUNCHED(c, "kv write");
+    }
+    dim3 grid((unsigned)n, (unsigned)p->n_heads);
+    /* few (token, head) blocks (decode): 16 warps a block share the positions, 8 each per step;
+     * else 4 warps, 4 positions each */
+    const bool wide = (int64_t)n * p->n_heads < 4 * c->prop.multiProcessorCount;
+    const int sbt_n = meta->max_blocks <= ATT_SBT_MAX ? meta->max_blocks : 0;
+    const size_t shm = (size_t)(sbt_n > 0 ? sbt_n : 1) * 4;
+#define ATT_ARGS (q, kp, vp, out, dm.pos, dm.seq, dm.bt, meta->n_seqs, meta->max_blocks, c->kv.block_size, c->kv.n_blocks, \
+                  p->n_heads, p->n_kv_heads, p->head_dim, p->scale, p->sliding_window, p->softcap, sk, xq, xds, sbt_n)
+#define ATT_NI(W, P) \
+    if (p->head_dim <= 64) k_attn<T, W, P, 2><<<grid, W * 32, shm, c->st>>>ATT_ARGS; \
+    else if (p->head_dim <= 128) k_attn<T, W, P, 4><<<grid, W * 32, shm, c->st>>>ATT_ARGS; \
+    else k_attn<T, W, P, 8><<<grid, W * 32, shm, c->st>>>ATT_ARGS;
+    if (wide) { ATT_NI(16, 8) } else { ATT_NI(4, 4) }
+#undef ATT_NI
+#undef ATT_ARGS
+    LAUNCHED(c, "attention");
 }
 
 static void c_attention(void *ctx, int layer, const float *q, const float *k, const float *v, float *out,
@@ -1103,6 +1632,8 @@ static void c_attention(void *ctx, int layer, const float *q, const float *k, co
              (uint64_t)p->head_dim, fbits(p->scale), (uint64_t)p->sliding_window, fbits(p->softcap), (uint64_t)n,
              (uint64_t)meta->n_seqs, (uint64_t)meta->max_blocks,
              p->sinks ? fnv(p->sinks, (size_t)p->n_heads * 4, 1469598103934665603ull) : 0);
+    pend_flush(c);
+    xq_forget(c);
     if (n <= 0) return;
     /* attention sinks: [n_heads] tables stay on the device for the backend's life */
     const float *sk = NULL;
@@ -1133,46 +1664,46 @@ static void c_attention(void *ctx, int layer, const float *q, const float *k, co
         cu_fail(c, MX_ERR_INVALID_ARG, "attention: kv cache not initialised or geometry mismatch", cudaSuccess);
         return;
     }
+    /* the queued q/k norms and ropes (and the cache write) in one kernel, when they fit */
+    const uint64_t ph = fnv(meta->pos, (size_t)n * 4, (uint64_t)n);
+    qk_prep_args pa;
+    const bool fuse = hq_fusable(c, q, k, n, p, ph, &pa);
+    if (!fuse) hq_flush(c);
     dmeta dm;
     if (!meta_up(c, meta, &dm)) return;
     REPLAY_STOP(c);
-    int kvdim = p->n_kv_heads * p->head_dim;
-    size_t per = (size_t)c->kv.n_blocks * c->kv.block_size * kvdim;
-    dim3 grid((unsigned)n, (unsigned)p->n_heads);
-    /* few (token, head) blocks (decode): 16 warps a block share the positions; else 4 */
-    bool wide = (int64_t)n * p->n_heads < 4 * c->prop.multiProcessorCount;
-    if (c->kv.dtype == MX_DTYPE_F32) {
-        float *kp = (float *)c->kpool + per * layer, *vp = (float *)c->vpool + per * layer;
-        k_kv_write<float><<<nblk((int64_t)n * kvdim, 256), 256, 0, c->st>>>(k, v, kp, vp, dm.slot, kvdim, n, (int64_t)c->kv.n_blocks * c->kv.block_size);
-        if (wide) k_attn<float, 16><<<grid, 16 * 32, 0, c->st>>>(q, kp, vp, out, dm.pos, dm.seq, dm.bt, meta->n_seqs, meta->max_blocks,
-                                                          c->kv.block_size, c->kv.n_blocks, p->n_heads, p->n_kv_heads, p->head_dim,
-                                                          p->scale, p->sliding_window, p->softcap, sk);
-        else k_attn<float, 4><<<grid, 4 * 32, 0, c->st>>>(q, kp, vp, out, dm.pos, dm.seq, dm.bt, meta->n_seqs, meta->max_blocks,
-                                                          c->kv.block_size, c->kv.n_blocks, p->n_heads, p->n_kv_heads, p->head_dim,
-                                                          p->scale, p->sliding_window, p->softcap, sk);
-    } else {
-        __nv_bfloat16 *kp = (__nv_bfloat16 *)c->kpool + per * layer, *vp = (__nv_bfloat16 *)c->vpool + per * layer;
-        k_kv_write<__nv_bfloat16><<<nblk((int64_t)n * kvdim, 256), 256, 0, c->st>>>(k, v, kp, vp, dm.slot, kvdim, n, (int64_t)c->kv.n_blocks * c->kv.block_size);
-        if (wide) k_attn<__nv_bfloat16, 16><<<grid, 16 * 32, 0, c->st>>>(q, kp, vp, out, dm.pos, dm.seq, dm.bt, meta->n_seqs, meta->max_blocks,
-                                                                  c->kv.block_size, c->kv.n_blocks, p->n_heads, p->n_kv_heads, p->head_dim,
-                                                                  p->scale, p->sliding_window, p->softcap, sk);
-        else k_attn<__nv_bfloat16, 4><<<grid, 4 * 32, 0, c->st>>>(q, kp, vp, out, dm.pos, dm.seq, dm.bt, meta->n_seqs, meta->max_blocks,
-                                                                  c->kv.block_size, c->kv.n_blocks, p->n_heads, p->n_kv_heads, p->head_dim,
-                                                                  p->scale, p->sliding_window, p->softcap, sk);
-    }
-    LAUNCHED(c, "attention");
+    c->n_hq = 0;
+    const int kvdim = p->n_kv_heads * p->head_dim;
+    const size_t per = (size_t)c->kv.n_blocks * c->kv.block_size * kvdim;
+    const int64_t nslots = (int64_t)c->kv.n_blocks * c->kv.block_size;
+    int8_t *xq = NULL; float2 *xds = NULL;   /* the int8 form of the output, for the o projection */
+    if (!c->mv_f32 && p->head_dim % 32 == 0 && !xq_buf(c, (int64_t)n * p->n_heads * p->head_dim, &xq, &xds)) return;
+    if (fuse) { pa.q = (float *)q; pa.k = (float *)k; pa.v = v; }
+    if (c->kv.dtype == MX_DTYPE_F32)
+        launch_attn<float>(c, layer, q, k, v, out, p, meta, dm, (float *)c->kpool + per * layer, (float *)c->vpool + per * layer,
+                           nslots, fuse ? &pa : NULL, sk, xq, xds);
+    else
+        launch_attn<__nv_bfloat16>(c, layer, q, k, v, out, p, meta, dm, (__nv_bfloat16 *)c->kpool + per * layer,
+                                   (__nv_bfloat16 *)c->vpool + per * layer, nslots, fuse ? &pa : NULL, sk, xq, xds);
+    if (xq) { c->xq_src = out; c->xq_count = (int64_t)n * p->n_heads * p->head_dim; }
 }
+
 
 static void c_act_mul(void *ctx, mx_act act, const float *gate, const float *up, int64_t stride, float *y, int n, int d) {
     cu_ctx *c = (cu_ctx *)ctx;
     GOP_PURE(c, 7, (uint64_t)act, PU(gate), PU(up), (uint64_t)stride, PU(y), (uint64_t)n, (uint64_t)d);
+    OP_ENTER(c);
     if (n <= 0 || d <= 0) return;
-    k_act_mul<<<nblk((int64_t)n * d, 256), 256, 0, c->st>>>((int)act, gate, up, stride, y, n, d);
+    int8_t *xq = NULL; float2 *xds = NULL;
+    if (!c->mv_f32 && d % 32 == 0 && !xq_buf(c, (int64_t)n * d, &xq, &xds)) return;
+    k_act_mul<<<nblk((int64_t)n * d, 256), 256, 0, c->st>>>((int)act, gate, up, stride, y, n, d, xq, xds);
     LAUNCHED(c, "act_mul");
+    if (xq) { c->xq_src = y; c->xq_count = (int64_t)n * d; }
 }
 static void c_act(void *ctx, mx_act act, const float *x, float *y, int64_t count) {
     cu_ctx *c = (cu_ctx *)ctx;
     GOP_PURE(c, 8, (uint64_t)act, PU(x), PU(y), (uint64_t)count);
+    OP_ENTER(c);
     if (count <= 0) return;
     k_act<<<nblk(count, 256), 256, 0, c->st>>>((int)act, x, y, count);
     LAUNCHED(c, "act");
@@ -1180,13 +1711,15 @@ static void c_act(void *ctx, mx_act act, const float *x, float *y, int64_t count
 static void c_add(void *ctx, const float *a, const float *b, float *y, int64_t count) {
     cu_ctx *c = (cu_ctx *)ctx;
     GOP_PURE(c, 9, PU(a), PU(b), PU(y), (uint64_t)count);
+    OP_ENTER(c);
     if (count <= 0) return;
-    k_add<<<nblk(count, 256), 256, 0, c->st>>>(a, b, y, count);
-    LAUNCHED(c, "add");
+    /* deferred: launched by the next op, or fused into the next rmsnorm of y */
+    c->pend.a = a; c->pend.b = b; c->pend.y = y; c->pend.count = count; c->pend.on = true;
 }
 static void c_scale(void *ctx, const float *x, float s, float *y, int64_t count) {
     cu_ctx *c = (cu_ctx *)ctx;
     GOP_PURE(c, 10, PU(x), fbits(s), PU(y), (uint64_t)count);
+    OP_ENTER(c);
     if (count <= 0) return;
     k_scale<<<nblk(count, 256), 256, 0, c->st>>>(x, s, y, count);
     LAUNCHED(c, "scale");
@@ -1194,6 +1727,7 @@ static void c_scale(void *ctx, const float *x, float s, float *y, int64_t count)
 static void c_gather_rows(void *ctx, const float *src, const int32_t *rows_host, int n, int d, float *dst) {
     cu_ctx *c = (cu_ctx *)ctx;
     GOP_HOST(c, 11, PU(src), (uint64_t)n, (uint64_t)d, PU(dst));
+    OP_ENTER(c);
     if (n <= 0 || d <= 0) return;
     const int32_t *r = (const int32_t *)stage_up(c, &c->rows, rows_host, (size_t)n * 4);
     if (!r) return;
@@ -1204,9 +1738,57 @@ static void c_gather_rows(void *ctx, const float *src, const int32_t *rows_host,
 static void c_softcap(void *ctx, float *x, float cap, int64_t count) {
     cu_ctx *c = (cu_ctx *)ctx;
     GOP_PURE(c, 12, PU(x), fbits(cap), (uint64_t)count);
+    OP_ENTER(c);
     if (count <= 0 || cap == 0.f) return;
     k_softcap<<<nblk(count, 256), 256, 0, c->st>>>(x, cap, count);
     LAUNCHED(c, "softcap");
+}
+
+/* Sampling candidates on the device (topk.cu); only k values, ids and the lse per row come back. */
+static void topk_none(int n_rows, int k, float *vals_host, int32_t *ids_host, float *lse_host) {
+    /* on failure: "no candidates" (the sampler then reads the row); the error stays in c->err */
+    for (size_t i = 0; i < (size_t)n_rows * (k > 0 ? k : 0); i++) { vals_host[i] = -INFINITY; ids_host[i] = -1; }
+    for (int r = 0; r < n_rows; r++) lse_host[r] = NAN;
+}
+static void c_topk_run(cu_ctx *c, const float *logits, int n_rows, int vocab, int k, float *vals_host, int32_t *ids_host,
+                       float *lse_host);
+static void c_topk(void *ctx, const float *logits, int n_rows, int vocab, int k, float *vals_host, int32_t *ids_host,
+                   float *lse_host) {
+    cu_ctx *c = (cu_ctx *)ctx;
+    if (n_rows <= 0) return;
+    mx_status before = c->err;
+    c_topk_run(c, logits, n_rows, vocab, k, vals_host, ids_host, lse_host);
+    if (c->err != before || c->err) topk_none(n_rows, k, vals_host, ids_host, lse_host);
+}
+static void c_topk_run(cu_ctx *c, const float *logits, int n_rows, int vocab, int k, float *vals_host, int32_t *ids_host,
+                       float *lse_host) {
+    FLUSH_ALL(c);
+    if (n_rows <= 0 || vocab <= 0 || k < 1 || k > MX_TOPK_MAX) { cu_fail(c, MX_ERR_INVALID_ARG, "topk: bad arguments", cudaSuccess); return; }
+    if (c->gmode == G_CAPTURE || c->gmode == G_REPLAY) { c->gbroken = true; return; }
+    size_t need = 0;
+    if (mx_cuda_topk(c->st, logits, n_rows, vocab, k, NULL, NULL, NULL, NULL, 0, &need) < 0) {
+        cu_fail(c, MX_ERR_INVALID_ARG, "topk: bad arguments", cudaSuccess);
+        return;
+    }
+    const size_t nv = (size_t)n_rows * k, out = (nv * 8 + (size_t)n_rows * 4 + 255) & ~(size_t)255;
+    char *d = (char *)scratch(c, &c->tk, &c->tk_cap, out + need);
+    if (!d) return;
+    if (c->tkh_cap < out) {
+        if (c->tkh) cudaFreeHost(c->tkh);
+        c->tkh = NULL; c->tkh_cap = 0;
+        if (cudaMallocHost(&c->tkh, out) != cudaSuccess) { c->tkh = NULL; cu_fail(c, MX_ERR_NOMEM, "topk staging", cudaGetLastError()); return; }
+        c->tkh_cap = out;
+    }
+    float *vd = (float *)d, *ld = (float *)(d + nv * 8);
+    int32_t *id = (int32_t *)(d + nv * 4);
+    int rc = mx_cuda_topk(c->st, logits, n_rows, vocab, k, vd, id, ld, d + out, need, &need);
+    if (rc != 0) { cu_fail(c, MX_ERR_INTERNAL, "topk", rc > 0 ? (cudaError_t)rc : cudaSuccess); return; }
+    CK(c, cudaMemcpyAsync(c->tkh, d, nv * 8 + (size_t)n_rows * 4, cudaMemcpyDeviceToHost, c->st), "topk copy");
+    CK(c, cudaStreamSynchronize(c->st), "topk sync");
+    if (c->err) return;
+    memcpy(vals_host, c->tkh, nv * 4);
+    memcpy(ids_host, (char *)c->tkh + nv * 4, nv * 4);
+    memcpy(lse_host, (char *)c->tkh + nv * 8, (size_t)n_rows * 4);
 }
 
 extern "C" mx_status mx_backend_cuda_step_begin(mx_backend *b, uint64_t key);
@@ -1223,7 +1805,7 @@ static mx_status c_step_end(void *ctx) {
 static const mx_backend_i g_cuda_i = {
     "cuda", c_alloc, c_free, c_write, c_read, c_sync, c_weight_prepare, c_vec_prepare, c_kv_init, c_kv_free,
     c_matmul, c_embed, c_rmsnorm, c_layernorm, c_rope, c_attention, c_act_mul, c_act, c_add, c_scale,
-    c_gather_rows, c_softcap, NULL /* set_precision */, c_step_begin, c_step_end,
+    c_gather_rows, c_softcap, NULL /* set_precision */, c_step_begin, c_step_end, c_matmul_multi, c_topk,
 };
 
 /* ------------------------------------------------------------------------------------------ */
@@ -1263,6 +1845,11 @@ extern "C" mx_status mx_backend_cuda_init(mx_backend *out) {
     cu_ctx *c = (cu_ctx *)calloc(1, sizeof *c);
     if (!c) return mx_errorf(MX_ERR_NOMEM, "cuda: context");
     c->dev = dev; c->prop = prop;
+    {
+        const char *pe = getenv("MLXCEL_PRECISE"), *me = getenv("MLXCEL_CUDA_MV");
+        c->precise = pe && !strcmp(pe, "1");
+        c->mv_f32 = c->precise || (me && !strcmp(me, "f32"));
+    }
     if ((e = cudaStreamCreateWithFlags(&c->st, cudaStreamNonBlocking)) != cudaSuccess) {
         free(c);
         return mx_errorf(MX_ERR_UNSUPPORTED, "cuda: stream: %s", cudaGetErrorString(e));
@@ -1289,6 +1876,14 @@ extern "C" void mx_backend_cuda_describe(const mx_backend *b, char *buf, size_t 
     cudaMemGetInfo(&fr, &tot);
     snprintf(buf, n, "%.100s, sm_%d%d, %.1f GiB (%.1f free), %d SMs; built for %s", c->prop.name, c->prop.major,
              c->prop.minor, tot / 1073741824.0, fr / 1073741824.0, c->prop.multiProcessorCount, MX_CUDA_ARCHS);
+}
+
+extern "C" void mx_backend_cuda_set_exact_matvec(mx_backend *b, bool on) {
+    cu_ctx *c = (cu_ctx *)b->ctx;
+    FLUSH_ALL(c);
+    xq_forget(c);
+    g_invalidate(c);
+    c->mv_f32 = on;
 }
 
 extern "C" mx_status mx_backend_cuda_status(const mx_backend *b) {
@@ -1331,6 +1926,7 @@ done:
 extern "C" mx_status mx_backend_cuda_step_begin(mx_backend *b, uint64_t key) {
     cu_ctx *c = (cu_ctx *)b->ctx;
     if (c->gmode != G_EAGER) return mx_errorf(MX_ERR_INVALID_ARG, "cuda: step_begin inside a step");
+    OP_ENTER(c);
     if (getenv("MLXCEL_CUDA_GRAPHS") && !strcmp(getenv("MLXCEL_CUDA_GRAPHS"), "0")) return MX_OK;
     cu_graph *g = NULL, *lru = NULL;   /* the key's entry; else a free one, else the least recently used */
     for (int i = 0; i < MX_GRAPHS && !g; i++) {
@@ -1361,6 +1957,7 @@ extern "C" mx_status mx_backend_cuda_step_begin(mx_backend *b, uint64_t key) {
 
 extern "C" mx_status mx_backend_cuda_step_end(mx_backend *b) {
     cu_ctx *c = (cu_ctx *)b->ctx;
+    if (c->gmode != G_REPLAY) OP_ENTER(c);   /* the deferred add belongs to this step */
     int mode = c->gmode;
     cu_graph *g = c->gcur;
     c->gmode = G_EAGER; c->gcur = NULL;
@@ -1416,6 +2013,9 @@ extern "C" void mx_backend_cuda_free(mx_backend *b) {
     if (c->blas_ws) cudaFree(c->blas_ws);
     if (c->wscratch) cudaFree(c->wscratch);
     if (c->xscratch) cudaFree(c->xscratch);
+    if (c->xq) cudaFree(c->xq);
+    if (c->tk) cudaFree(c->tk);
+    if (c->tkh) cudaFreeHost(c->tkh);
     for (size_t i = 0; i < c->n_owned; i++) cudaFree(c->owned[i]);
     for (size_t i = 0; i < c->n_owned_h; i++) free(c->owned_h[i]);
     free(c->owned); free(c->owned_h);
