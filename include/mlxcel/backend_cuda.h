@@ -44,6 +44,10 @@ double mx_backend_cuda_bench_copy(const mx_backend *b, size_t bytes);
  * group of 32 by default (DP4A; error like bf16 activations). On: f32 activations instead (the
  * default under MLXCEL_PRECISE=1 or MLXCEL_CUDA_MV=f32). For tests and comparisons. */
 void mx_backend_cuda_set_exact_matvec(mx_backend *b, bool on);
+/* Prompt attention through the tiled kernel (shared K/V tiles for up to 64 tokens of a sequence)
+ * instead of one block per (token, head); MLXCEL_CUDA_ATTN=tiled at init. Off by default until
+ * it has been measured on a GPU (see src/backend/cuda/NOTES.md). */
+void mx_backend_cuda_set_tiled_attention(mx_backend *b, bool on);
 
 /* Pick the backend: MLXCEL_DEVICE=cpu forces the CPU, =gpu forces the GPU (an error if this
  * build has no CUDA or no usable GPU is present), unset/"auto"/"" takes the GPU when one is

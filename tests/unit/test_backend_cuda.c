@@ -864,6 +864,13 @@ int main(int argc, char **argv) {
     RUN(test_norms);
     RUN(test_rope);
     for (size_t i = 0; i < sizeof g_att / sizeof g_att[0]; i++) RUN_NAMED(g_att[i].name, check_attention, &g_att[i]);
+    /* the same with the tiled prompt attention (the 58-token prefill step takes it) */
+    mx_backend_cuda_set_tiled_attention(&G, true);
+    for (size_t i = 0; i < sizeof g_att / sizeof g_att[0]; i++) {
+        char nm[96]; snprintf(nm, sizeof nm, "%s_tiled", g_att[i].name);
+        RUN_NAMED(nm, check_attention, &g_att[i]);
+    }
+    mx_backend_cuda_set_tiled_attention(&G, false);
     RUN(test_elementwise);
     RUN(test_graph_steps);
     RUN(test_bad_args);

@@ -12,6 +12,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cublas_v2.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -73,7 +74,9 @@ struct cu_ctx {
     mx_status err;
     mx_kv_desc kv;
     void *kpool, *vpool;   /* [n_layers][n_blocks*block_size][n_kv_heads*head_dim] */
-    cu_stage meta, ids, rows;
+    cu_stage meta, ids, rows, tiles;
+    bool attn_tiled;                       /* MLXCEL_CUDA_ATTN=tiled: k_attn_tiled for prompts */
+    bool tiled_attr[2][3];                 /* its shared-memory limit raised (per T, NI) */
     cu_rf rf[MX_RF_CACHE]; int n_rf;
     cu_rf sk[MX_SK_CACHE]; int n_sk;   /* attention sink tables (one per layer) */
     int gmode; bool gbroken; int g_op; uint64_t g_step;
@@ -989,6 +992,133 @@ __global__ void k_qk_prep(const qk_prep_args a, T *kp, T *vp, const int32_t *slo
     }
 }
 
+/* Prompt attention, tiled (MLXCEL_CUDA_ATTN=tiled; not yet the default: written after the last
+ * GPU run of its session, see NOTES.md). Block (tile, head): up to ATT_TQ tokens of one sequence
+ * (the queries, in shared memory) against that sequence's keys ATT_TK at a time (K and V rows
+ * in shared memory, each loaded once for all the tile's queries, instead of once per query as
+ * k_attn does). 8 warps, 8 queries each; in a key tile lane j owns key j for the scores
+ * (online softmax per query with warp reductions), then every lane accumulates its head values
+ * d = lane + 32 i over the tile's keys. Same masking, softcap, sinks and int8 epilogue as k_attn. */
+#define ATT_TQ 64
+#define ATT_TK 32
+template <typename T, int NI>
+__global__ void __launch_bounds__(256)
+k_attn_tiled(const float *q, const T *kp, const T *vp, float *out, const int32_t *pos, const int32_t *seq,
+             const int32_t *bt, const int2 *tiles, int max_blocks, int block_size, int n_blocks, int n_heads,
+             int n_kv, int D, float scale, int window, float softcap, const float *sinks, int8_t *xq, float2 *xds) {
+    extern __shared__ float4 smem4[];
+    float *smem = (float *)smem4;
+    const int DP = D + 4;                       /* padded rows: float4 reads without bank conflicts */
+    float *sq = smem, *sk = sq + ATT_TQ * DP, *sv = sk + ATT_TK * DP;
+    int *sslot = (int *)(sv + ATT_TK * DP);
+    __shared__ int s_kmin, s_kmax;
+    const int2 tile = tiles[blockIdx.x];
+    const int t0 = tile.x, nt = tile.y, h = blockIdx.y;
+    const int kvh = h / (n_heads / n_kv), kvdim = n_kv * D, lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    const int32_t *btr = bt + (size_t)seq[t0] * max_blocks;
+    const int pmax = max_blocks * block_size - 1;
+    if (threadIdx.x == 0) { s_kmin = INT_MAX; s_kmax = -1; }
+    for (int e = threadIdx.x; e < ATT_TQ * D; e += blockDim.x) {
+        const int r = e / D, d = e % D;
+        sq[r * DP + d] = r < nt ? q[((size_t)(t0 + r) * n_heads + h) * D + d] * scale : 0.f;
+    }
+    __syncthreads();
+    if ((int)threadIdx.x < nt) {
+        const int p = pos[t0 + threadIdx.x];
+        atomicMax(&s_kmax, min(p, pmax));
+        atomicMin(&s_kmin, window > 0 ? max(0, p - window + 1) : 0);
+    }
+    int qp[8];
+    float m[8], l[8], acc[8][NI];
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        const int r = w * 8 + j;
+        qp[j] = r < nt ? pos[t0 + r] : -1;
+        m[j] = -INFINITY; l[j] = 0.f;
+#pragma unroll
+        for (int i = 0; i < NI; i++) acc[j][i] = 0.f;
+    }
+    __syncthreads();
+    const int kmin = s_kmin, kmax = s_kmax;
+    for (int k0 = kmin; k0 <= kmax; k0 += ATT_TK) {
+        if ((int)threadIdx.x < ATT_TK) {
+            const int p = k0 + threadIdx.x;
+            const int blk = p <= kmax ? btr[p / block_size] : -1;
+            sslot[threadIdx.x] = blk >= 0 && blk < n_blocks ? blk * block_size + p % block_size : -1;
+        }
+        __syncthreads();
+        for (int e = threadIdx.x; e < ATT_TK * D; e += blockDim.x) {
+            const int j = e / D, d = e % D, sl = sslot[j];
+            float kv = 0.f, vv = 0.f;
+            if (sl >= 0) {
+                const size_t o = (size_t)sl * kvdim + (size_t)kvh * D + d;
+                kv = ld_s(kp + o); vv = ld_s(vp + o);
+            }
+            sk[j * DP + d] = kv; sv[j * DP + d] = vv;
+        }
+        __syncthreads();
+        /* scores: lane = key */
+        float sc[8];
+#pragma unroll
+        for (int j = 0; j < 8; j++) sc[j] = 0.f;
+        const float4 *kr = (const float4 *)(sk + lane * DP);
+        for (int d4 = 0; d4 < D / 4; d4++) {
+            const float4 kk = kr[d4];
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                const float4 qq = ((const float4 *)(sq + (w * 8 + j) * DP))[d4];
+                sc[j] = fmaf(qq.x, kk.x, fmaf(qq.y, kk.y, fmaf(qq.z, kk.z, fmaf(qq.w, kk.w, sc[j]))));
+            }
+        }
+        const int kpos = k0 + lane;
+        const bool kvalid = sslot[lane] >= 0;
+        float pj[8];
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const bool ok = kvalid && kpos <= qp[j] && (window <= 0 || kpos > qp[j] - window);
+            float s = sc[j];
+            if (softcap > 0.f) s = softcap * tanhf(s / softcap);
+            s = ok ? s : -INFINITY;
+            const float mnew = fmaxf(m[j], warp_max(s));
+            if (mnew == -INFINITY) { pj[j] = 0.f; continue; }
+            const float corr = m[j] == -INFINITY ? 0.f : __expf(m[j] - mnew);
+            pj[j] = ok ? __expf(s - mnew) : 0.f;
+            l[j] = l[j] * corr + warp_sum(pj[j]);
+#pragma unroll
+            for (int i = 0; i < NI; i++) acc[j][i] *= corr;
+            m[j] = mnew;
+        }
+        for (int kj = 0; kj < ATT_TK; kj++) {
+            float vr[NI];
+#pragma unroll
+            for (int i = 0; i < NI; i++) { const int d = lane + 32 * i; vr[i] = d < D ? sv[kj * DP + d] : 0.f; }
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                const float p = __shfl_sync(0xffffffffu, pj[j], kj);
+#pragma unroll
+                for (int i = 0; i < NI; i++) acc[j][i] = fmaf(p, vr[i], acc[j][i]);
+            }
+        }
+        __syncthreads();   /* the tile's K/V are consumed before the next load */
+    }
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        const int r = w * 8 + j;
+        if (r >= nt) break;   /* the same for the whole warp */
+        float L = l[j];
+        if (sinks && m[j] != -INFINITY) L += __expf(sinks[h] - m[j]);
+        const size_t ob = ((size_t)(t0 + r) * n_heads + h) * D;
+#pragma unroll
+        for (int i = 0; i < NI; i++) {
+            const int d = lane + 32 * i;
+            if (xq && 32 * i >= D) break;
+            const float a = d < D && L > 0.f ? acc[j][i] / L : 0.f;
+            if (d < D) out[ob + d] = a;
+            if (xq) quant_group(a, xq, xds, ob + d);
+        }
+    }
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* vtable                                                                                      */
 
@@ -1592,6 +1722,50 @@ static bool hq_fusable(const cu_ctx *c, const float *q, const float *k, int n, c
     return true;
 }
 
+/* Prompt attention through k_attn_tiled: tiles of up to ATT_TQ consecutive tokens of one sequence.
+ * False (nothing launched) when the batch does not suit it (few tokens a tile, e.g. decode rows;
+ * tokens k_attn answers with zeros; head sizes it does not take; inside a graph step). */
+template <typename T>
+static bool launch_attn_tiled(cu_ctx *c, const float *q, float *out, const mx_attn_params *p, const mx_attn_meta *meta,
+                              const dmeta &dm, T *kp, T *vp, const float *sk, int8_t *xq, float2 *xds) {
+    const int n = meta->n_tokens, D = p->head_dim;
+    if (c->gmode != G_EAGER || n < 16 || D % 4 || D > 256 || !meta->seq) return false;
+    for (int t = 0; t < n; t++)
+        if (meta->seq[t] < 0 || meta->seq[t] >= meta->n_seqs || meta->pos[t] < 0) return false;
+    int2 *tl = (int2 *)malloc((size_t)n * sizeof(int2));
+    if (!tl) return false;
+    int nt = 0;
+    for (int t = 0; t < n;) {
+        int e = t + 1;
+        while (e < n && e - t < ATT_TQ && meta->seq[e] == meta->seq[t]) e++;
+        tl[nt++] = make_int2(t, e - t);
+        t = e;
+    }
+    if (nt * 4 > n) { free(tl); return false; }   /* under 4 tokens a tile on average */
+    const int2 *td = (const int2 *)stage_up(c, &c->tiles, tl, (size_t)nt * sizeof(int2));
+    free(tl);
+    if (!td) return false;
+    const int ni = D <= 64 ? 0 : D <= 128 ? 1 : 2, ti = sizeof(T) == 4 ? 0 : 1;
+    const size_t shm = ((size_t)(ATT_TQ + 2 * ATT_TK) * (D + 4) + ATT_TK) * sizeof(float);
+    const void *fn = ni == 0 ? (const void *)k_attn_tiled<T, 2> : ni == 1 ? (const void *)k_attn_tiled<T, 4> : (const void *)k_attn_tiled<T, 8>;
+    if (!c->tiled_attr[ti][ni]) {
+        if (cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shm) != cudaSuccess) {
+            cudaGetLastError();
+            return false;
+        }
+        c->tiled_attr[ti][ni] = true;
+    }
+    dim3 grid((unsigned)nt, (unsigned)p->n_heads);
+#define TARGS (q, kp, vp, out, dm.pos, dm.seq, dm.bt, td, meta->max_blocks, c->kv.block_size, c->kv.n_blocks, p->n_heads, \
+               p->n_kv_heads, D, p->scale, p->sliding_window, p->softcap, sk, xq, xds)
+    if (ni == 0) k_attn_tiled<T, 2><<<grid, 256, shm, c->st>>>TARGS;
+    else if (ni == 1) k_attn_tiled<T, 4><<<grid, 256, shm, c->st>>>TARGS;
+    else k_attn_tiled<T, 8><<<grid, 256, shm, c->st>>>TARGS;
+#undef TARGS
+    LAUNCHED(c, "attention (tiled)");
+    return true;
+}
+
 template <typename T>
 static void launch_attn(cu_ctx *c, int layer, const float *q, const float *k, const float *v, float *out,
                         const mx_attn_params *p, const mx_attn_meta *meta, const dmeta &dm, T *kp, T *vp, int64_t nslots,
@@ -1606,6 +1780,7 @@ static void launch_attn(cu_ctx *c, int layer, const float *q, const float *k, co
         k_kv_write<T><<<nblk((int64_t)n * kvdim, 256), 256, 0, c->st>>>(k, v, kp, vp, dm.slot, kvdim, n, nslots);
         LAUNCHED(c, "kv write");
     }
+    if (c->attn_tiled && launch_attn_tiled<T>(c, q, out, p, meta, dm, kp, vp, sk, xq, xds)) return;
     dim3 grid((unsigned)n, (unsigned)p->n_heads);
     /* few (token, head) blocks (decode): 16 warps a block share the positions, 8 each per step;
      * else 4 warps, 4 positions each */
@@ -1848,6 +2023,8 @@ extern "C" mx_status mx_backend_cuda_init(mx_backend *out) {
     {
         const char *pe = getenv("MLXCEL_PRECISE"), *me = getenv("MLXCEL_CUDA_MV");
         c->precise = pe && !strcmp(pe, "1");
+        const char *ae = getenv("MLXCEL_CUDA_ATTN");
+        c->attn_tiled = ae && !strcmp(ae, "tiled");
         c->mv_f32 = c->precise || (me && !strcmp(me, "f32"));
     }
     if ((e = cudaStreamCreateWithFlags(&c->st, cudaStreamNonBlocking)) != cudaSuccess) {
@@ -1876,6 +2053,12 @@ extern "C" void mx_backend_cuda_describe(const mx_backend *b, char *buf, size_t 
     cudaMemGetInfo(&fr, &tot);
     snprintf(buf, n, "%.100s, sm_%d%d, %.1f GiB (%.1f free), %d SMs; built for %s", c->prop.name, c->prop.major,
              c->prop.minor, tot / 1073741824.0, fr / 1073741824.0, c->prop.multiProcessorCount, MX_CUDA_ARCHS);
+}
+
+extern "C" void mx_backend_cuda_set_tiled_attention(mx_backend *b, bool on) {
+    cu_ctx *c = (cu_ctx *)b->ctx;
+    FLUSH_ALL(c);
+    c->attn_tiled = on;
 }
 
 extern "C" void mx_backend_cuda_set_exact_matvec(mx_backend *b, bool on) {
@@ -2002,7 +2185,7 @@ extern "C" void mx_backend_cuda_free(mx_backend *b) {
     cu_ctx *c = (cu_ctx *)b->ctx;
     cudaStreamSynchronize(c->st);
     c_kv_free(c);
-    stage_free(&c->meta); stage_free(&c->ids); stage_free(&c->rows);
+    stage_free(&c->meta); stage_free(&c->ids); stage_free(&c->rows); stage_free(&c->tiles);
     for (int i = 0; i < c->n_rf; i++) free(c->rf[i].h);
     for (int i = 0; i < c->n_sk; i++) free(c->sk[i].h);
     for (int i = 0; i < MX_GRAPHS; i++) {
