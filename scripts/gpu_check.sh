@@ -155,6 +155,9 @@ if has bench && [ $full = 1 ]; then
   bench llama8b-bf16 --config $L8 --random --dtype bf16 -p 512 -n 128 -r 3
   bench qwen06-q4 --config $Q06 --random --q-bits 4 --q-group-size 64 -p 512 -n 128 -r 3
   bench qwen06-q4-b128 --config $Q06 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 128 -r 2
+  # as llama-batched-bench (128 prompt + 128 generated tokens a sequence): the prompts cached first
+  bench llama8b-q4-b128-d128 --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 128 -d 128 -r 2
+  bench qwen06-q4-b128-d128 --config $Q06 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 128 -d 128 -r 2
   MLXCEL_CUDA_ATTN=tiled bench llama8b-q4-tiled --config $L8 --random --q-bits 4 --q-group-size 64 -p 512 -n 0 -r 3
   MLXCEL_CUDA_ATTN=tiled bench qwen06-q4-tiled --config $Q06 --random --q-bits 4 --q-group-size 64 -p 512 -n 0 -r 3
   for v in ${GPU_CHECK_EXTRA_BENCH:-}; do   # e.g. "llama8b-q4-f32mv" rows with MLXCEL_CUDA_MV=f32

@@ -1,6 +1,8 @@
 /* cli/cmd_bench.c: `mlxcel bench`, in the spirit of llama-bench: prompt processing (ppN: one
- * forward of N tokens) and token generation (tgN: N single-token steps from an empty context,
- * optionally for B sequences at once) in tokens per second, mean and deviation over repetitions.
+ * forward of N tokens) and token generation (tgN: N single-token steps, optionally for B
+ * sequences at once) in tokens per second, mean and deviation over repetitions; with -d D both
+ * start after D tokens already in each sequence's cache (llama-bench -d; llama-batched-bench's
+ * decode figures have their prompts in the cache), those D tokens not timed.
  * Takes a model directory, or a config.json with --random to time a shape without its weights.
  * Each step brings back only the argmax of each logit row (the backend's topk op, k = 1), as the
  * generation loops do; --full-logits times the old full-row copy instead. */
@@ -17,7 +19,7 @@
 static void usage(FILE *f) {
     fprintf(f,
         "usage: mlxcel bench (-m MODEL | --config CONFIG.json --random [--q-bits B --q-group-size G | --dtype D])\n"
-        "                    [-p N] [-n N] [-b B] [-t THREADS] [-r REPS] [--json]\n\n"
+        "                    [-p N] [-n N] [-b B] [-d D] [-t THREADS] [-r REPS] [--json]\n\n"
         "  -m, --model MODEL      model directory\n"
         "      --config FILE      config.json of the shape to time (with --random)\n"
         "      --random           random weights built in memory (no checkpoint needed)\n"
@@ -27,6 +29,7 @@ static void usage(FILE *f) {
         "  -p, --n-prompt N       prompt tokens for the pp test (default 512; 0 skips it)\n"
         "  -n, --n-gen N          generated tokens for the tg test (default 128; 0 skips it)\n"
         "  -b, --batch B          sequences decoded together in the tg test (default 1)\n"
+        "  -d, --depth D          tokens already in each sequence's cache before each test (default 0)\n"
         "  -t, --threads N        CPU threads (default: all cores)\n"
         "  -r, --repetitions N    repetitions (default 3)\n"
         "      --full-logits      copy whole logit rows to the host each step (default: top-1 only)\n"
@@ -46,7 +49,7 @@ static void stats(const double *v, int n, double *mean, double *sd) {
 int cmd_bench(int argc, char **argv) {
     const char *model_arg = NULL, *config_path = NULL, *dtype_s = "bf16";
     bool random = false, json = false, full_logits = false;
-    long long q_bits = 0, q_group = 64, n_prompt = 512, n_gen = 128, batch = 1, threads = 0, reps = 3;
+    long long q_bits = 0, q_group = 64, n_prompt = 512, n_gen = 128, batch = 1, threads = 0, reps = 3, depth = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 #define NEED() do { if (!v) { fprintf(stderr, "mlxcel bench: %s needs a value\n", a); return 2; } i++; } while (0)
@@ -59,6 +62,7 @@ int cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "--dtype")) { NEED(); dtype_s = v; }
         else if (!strcmp(a, "-p") || !strcmp(a, "--n-prompt")) { NEED(); if (!cli_parse_int(a, v, 0, 65536, &n_prompt)) return 2; }
         else if (!strcmp(a, "-n") || !strcmp(a, "--n-gen")) { NEED(); if (!cli_parse_int(a, v, 0, 65536, &n_gen)) return 2; }
+        else if (!strcmp(a, "-d") || !strcmp(a, "--depth")) { NEED(); if (!cli_parse_int(a, v, 0, 65536, &depth)) return 2; }
         else if (!strcmp(a, "-b") || !strcmp(a, "--batch")) { NEED(); if (!cli_parse_int(a, v, 1, 4096, &batch)) return 2; }
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { NEED(); if (!cli_parse_int(a, v, 1, 1024, &threads)) return 2; }
         else if (!strcmp(a, "-r") || !strcmp(a, "--repetitions")) { NEED(); if (!cli_parse_int(a, v, 1, 1000, &reps)) return 2; }
@@ -110,8 +114,13 @@ int cmd_bench(int argc, char **argv) {
     const mx_model_config *c = mx_model_cfg(m);
     const int V = c->vocab_size;
     int B = (int)batch;
-    int ctx = (int)(n_prompt > n_gen ? n_prompt : n_gen);
+    int ctx = (int)depth + (int)(n_prompt > n_gen ? n_prompt : n_gen);
     if (ctx < 1) ctx = 1;
+    if (c->max_position_embeddings > 0 && ctx > c->max_position_embeddings) {
+        fprintf(stderr, "mlxcel bench: depth + tokens = %d is past the model's %d positions\n", ctx, c->max_position_embeddings);
+        rc = 2;
+        goto done;
+    }
     const int bs = 16;
     int blocks_per_seq = (ctx + bs - 1) / bs;
     int max_tokens = (int)(n_prompt > B ? n_prompt : B);
@@ -142,29 +151,43 @@ int cmd_bench(int argc, char **argv) {
         mx_batch b = {k, tok, pos, seq, B, blocks_per_seq, tables, 1, rows, 0};
         if (FORWARD(b)) { rc = cli_fail("bench", NULL); goto done; }
     }
+    /* -d: the first `depth` positions of sequences [0, ns) filled by prompt forwards (not timed) */
+#define FILL_DEPTH(ns) do { \
+        for (int s_ = 0; s_ < (ns) && depth > 0; s_++) \
+            for (int off = 0; off < depth; off += max_tokens) { \
+                int k = (int)(depth - off < max_tokens ? depth - off : max_tokens); \
+                for (int i = 0; i < k; i++) { tok[i] = RAND_TOK(); pos[i] = off + i; seq[i] = s_; } \
+                rows[0] = k - 1; \
+                mx_batch fb = {k, tok, pos, seq, B, blocks_per_seq, tables, 1, rows, 0}; \
+                if (FORWARD(fb)) { rc = cli_fail("bench", NULL); goto done; } \
+            } } while (0)
+    char at[32] = "";
+    if (depth > 0) snprintf(at, sizeof at, " @ d%lld", depth);
     if (n_prompt > 0) {
+        FILL_DEPTH(1);
         for (int r = 0; r < reps; r++) {
             double t0 = mx_time_s();
             for (int off = 0; off < n_prompt; off += max_tokens) {
                 int k = (int)(n_prompt - off < max_tokens ? n_prompt - off : max_tokens);
-                for (int i = 0; i < k; i++) { tok[i] = RAND_TOK(); pos[i] = off + i; seq[i] = 0; }
+                for (int i = 0; i < k; i++) { tok[i] = RAND_TOK(); pos[i] = (int)depth + off + i; seq[i] = 0; }
                 rows[0] = k - 1;
                 mx_batch b = {k, tok, pos, seq, B, blocks_per_seq, tables, off + k == n_prompt ? 1 : 0, rows, 0};
                 if (FORWARD(b)) { rc = cli_fail("bench", NULL); goto done; }
             }
             samples[r] = (double)n_prompt / (mx_time_s() - t0);
         }
-        snprintf(res[n_res].test, sizeof res[n_res].test, "pp%lld", n_prompt);
+        snprintf(res[n_res].test, sizeof res[n_res].test, "pp%lld%s", n_prompt, at);
         res[n_res].n_tokens = (int)n_prompt;
         stats(samples, (int)reps, &res[n_res].mean, &res[n_res].sd);
         n_res++;
     }
     if (n_gen > 0) {
+        FILL_DEPTH(B);
         for (int r = 0; r < reps; r++) {
             for (int s = 0; s < B; s++) tok[s] = RAND_TOK();
             double t0 = mx_time_s();
             for (int step = 0; step < n_gen; step++) {
-                for (int s = 0; s < B; s++) { pos[s] = step; seq[s] = s; rows[s] = s; }
+                for (int s = 0; s < B; s++) { pos[s] = (int)depth + step; seq[s] = s; rows[s] = s; }
                 mx_batch b = {B, tok, pos, seq, B, blocks_per_seq, tables, B, rows, B};
                 if (FORWARD(b)) { rc = cli_fail("bench", NULL); goto done; }
                 for (int s = 0; s < B; s++) {   /* greedy next token */
@@ -177,8 +200,8 @@ int cmd_bench(int argc, char **argv) {
             }
             samples[r] = (double)n_gen * B / (mx_time_s() - t0);
         }
-        if (B > 1) snprintf(res[n_res].test, sizeof res[n_res].test, "tg%lld x%d", n_gen, B);
-        else snprintf(res[n_res].test, sizeof res[n_res].test, "tg%lld", n_gen);
+        if (B > 1) snprintf(res[n_res].test, sizeof res[n_res].test, "tg%lld x%d%s", n_gen, B, at);
+        else snprintf(res[n_res].test, sizeof res[n_res].test, "tg%lld%s", n_gen, at);
         res[n_res].n_tokens = (int)n_gen * B;
         stats(samples, (int)reps, &res[n_res].mean, &res[n_res].sd);
         n_res++;
@@ -189,8 +212,9 @@ int cmd_bench(int argc, char **argv) {
         json_t *arr = json_array();
         for (int i = 0; i < n_res; i++)
             json_array_append_new(arr, json_pack("{s:s, s:f, s:f, s:i}", "test", res[i].test, "tps", res[i].mean, "tps_sd", res[i].sd, "tokens", res[i].n_tokens));
-        json_t *o = json_pack("{s:s, s:f, s:s, s:i, s:i, s:i, s:o}", "model", label, "size_mib", mib,
-                              "backend", be.i->name, "threads", nthreads, "batch", B, "repetitions", (int)reps, "results", arr);
+        json_t *o = json_pack("{s:s, s:f, s:s, s:i, s:i, s:i, s:i, s:o}", "model", label, "size_mib", mib,
+                              "backend", be.i->name, "threads", nthreads, "batch", B, "depth", (int)depth,
+                              "repetitions", (int)reps, "results", arr);
         char *s = json_dumps(o, JSON_INDENT(2));
         printf("%s\n", s);
         free(s);

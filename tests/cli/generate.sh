@@ -60,6 +60,9 @@ then pass logits_file; else fail logits_file; fi
 out=$("$M" bench -m "$DEMO" -p 16 -n 4 -r 1 --json 2>&1) && echo "$out" | python3 -c "import json,sys; o=json.load(sys.stdin); assert [r['test'] for r in o['results']]==['pp16','tg4'] and all(r['tps']>0 for r in o['results'])" && pass bench_model || fail bench_model "$out"
 out=$("$M" bench --config "$R/tests/fixtures/models/qwen3/config.json" --random --q-bits 4 --q-group-size 32 -p 8 -n 4 -r 1 2>&1) && echo "$out" | grep -q "tg4" && pass bench_random || fail bench_random "$out"
 out=$("$M" bench --config "$R/tests/fixtures/models/llama/config.json" --random -p 8 -n 4 -b 3 -r 1 --json 2>&1) && echo "$out" | grep -q '"tg4 x3"' && pass bench_batch || fail bench_batch "$out"
+# -d: tests after D tokens already in each sequence's cache (llama-bench -d)
+out=$("$M" bench -m "$DEMO" -p 8 -n 4 -b 2 -d 20 -r 1 --json 2>&1) && echo "$out" | python3 -c "import json,sys; o=json.load(sys.stdin); assert o['depth']==20 and [r['test'] for r in o['results']]==['pp8 @ d20','tg4 x2 @ d20'] and all(r['tps']>0 for r in o['results'])" && pass bench_depth || fail bench_depth "$out"
+expect_fail bad_bench_depth "past the model" "$M" bench -m "$DEMO" -p 8 -n 4 -d 65536
 
 out=$("$M" arch) && echo "$out" | grep -q qwen3 && echo "$out" | grep -q mistral && pass arch || fail arch "$out"
 "$M" arch --json | python3 -c "import json,sys; a=json.load(sys.stdin); assert {x['model_type'] for x in a} >= {'llama','qwen2','qwen3','mistral'}" && pass arch_json || fail arch_json
