@@ -48,6 +48,10 @@ void mx_backend_cuda_set_exact_matvec(mx_backend *b, bool on);
  * instead of one block per (token, head); MLXCEL_CUDA_ATTN=tiled at init. Off by default until
  * it has been measured on a GPU (see src/backend/cuda/NOTES.md). */
 void mx_backend_cuda_set_tiled_attention(mx_backend *b, bool on);
+/* q4 products of more than 16 rows through the fused GEMM (weights dequantized in registers into
+ * tensor-core fragments) instead of a bf16 copy for cuBLAS; MLXCEL_CUDA_GEMM=fused at init. Off
+ * by default until measured on a GPU. */
+void mx_backend_cuda_set_fused_gemm(mx_backend *b, bool on);
 
 /* Pick the backend: MLXCEL_DEVICE=cpu forces the CPU, =gpu forces the GPU (an error if this
  * build has no CUDA or no usable GPU is present), unset/"auto"/"" takes the GPU when one is

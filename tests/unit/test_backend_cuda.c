@@ -208,6 +208,9 @@ static const mm_case g_mm[] = {
     {"cuda_matmul_f32_n3", 100, 512, 3, 0, 0, MX_DTYPE_F32, true},
     {"cuda_matmul_bf16_odd_cols_n2", 33, 100, 2, 0, 0, MX_DTYPE_BF16, false},
     {"cuda_matmul_q4_gemm_n17", 300, 512, 17, 4, 64, MX_DTYPE_BF16, true},
+    {"cuda_matmul_q4_gemm_n100_g32_f16", 130, 1024, 100, 4, 32, MX_DTYPE_F16, false},
+    {"cuda_matmul_q4_gemm_n128_g128_bias", 256, 2048, 128, 4, 128, MX_DTYPE_BF16, true},
+    {"cuda_matmul_q4_gemm_n40", 64, 4096, 40, 4, 64, MX_DTYPE_BF16, false},
     {"cuda_matmul_q8_gemm_n64", 256, 1024, 64, 8, 32, MX_DTYPE_F16, false},
     {"cuda_matmul_q3_gemm_n20", 64, 256, 20, 3, 64, MX_DTYPE_BF16, false},
     {"cuda_matmul_bf16_gemm_n33", 200, 512, 33, 0, 0, MX_DTYPE_BF16, true},
@@ -859,6 +862,14 @@ int main(int argc, char **argv) {
         RUN_NAMED(nm, check_matmul, &g_mm[i]);
     }
     mx_backend_cuda_set_exact_matvec(&G, false); G_EXACT = false;
+    /* q4 above 16 rows through the fused GEMM (off by default) */
+    mx_backend_cuda_set_fused_gemm(&G, true);
+    for (size_t i = 0; i < sizeof g_mm / sizeof g_mm[0]; i++) {
+        if (g_mm[i].bits != 4 || g_mm[i].n <= 16) continue;
+        char nm[96]; snprintf(nm, sizeof nm, "%s_fused", g_mm[i].name);
+        RUN_NAMED(nm, check_matmul, &g_mm[i]);
+    }
+    mx_backend_cuda_set_fused_gemm(&G, false);
     RUN(test_fusions);
     for (size_t i = 0; i < sizeof g_emb / sizeof g_emb[0]; i++) RUN_NAMED(g_emb[i].name, check_embed, &g_emb[i]);
     RUN(test_norms);

@@ -76,6 +76,7 @@ struct cu_ctx {
     void *kpool, *vpool;   /* [n_layers][n_blocks*block_size][n_kv_heads*head_dim] */
     cu_stage meta, ids, rows, tiles;
     bool attn_tiled;                       /* MLXCEL_CUDA_ATTN=tiled: k_attn_tiled for prompts */
+    bool gemm_fused;                       /* MLXCEL_CUDA_GEMM=fused: k_gemm_q4 above the matvecs */
     bool tiled_attr[2][3];                 /* its shared-memory limit raised (per T, NI) */
     cu_rf rf[MX_RF_CACHE]; int n_rf;
     cu_rf sk[MX_SK_CACHE]; int n_sk;   /* attention sink tables (one per layer) */
@@ -559,6 +560,90 @@ k_mv_i8(const mv_set set, const int8_t *__restrict__ xq, const float2 *__restric
             const float a = warp_sum(acc[r][t]);
             if (lane == 0 && r0 + r < rows) y[(size_t)t * rows + r0 + r] = a + (bias ? bias[r0 + r] : 0.f);
         }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* q4 GEMM for batches above the int8 matvecs (MLXCEL_CUDA_GEMM=fused; off by default: written
+ * after the session's GPU time ran out, see NOTES.md): y[n, rows] = x[n, cols] W^T with the
+ * packed weights read once and dequantized in registers straight into tensor-core fragments
+ * (mma.sync m16n8k16, bf16 in, f32 accumulate), instead of dequantizing every weight to a bf16
+ * buffer for cuBLAS. Block: 4 warps x 16 weight rows, GM_BN tokens; x (bf16) staged in shared
+ * memory per 64-wide k chunk. */
+#define GM_BM 64
+#define GM_BK 64
+
+__device__ __forceinline__ uint32_t gm_pack(float s, float b, uint32_t w, int c) {
+    /* codes c and c+1 of the word, as bf16 (s q + b) in the low and high half */
+    const float f0 = fmaf(s, (float)((w >> (4 * c)) & 15u), b), f1 = fmaf(s, (float)((w >> (4 * c + 4)) & 15u), b);
+    __nv_bfloat162 h = __floats2bfloat162_rn(f0, f1);
+    uint32_t u;
+    memcpy(&u, &h, 4);
+    return u;
+}
+
+__device__ __forceinline__ void gm_mma(float *d, const uint32_t *a, uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+template <int BN, typename ST>
+__global__ void __launch_bounds__(128)
+k_gemm_q4(const uint32_t *__restrict__ W, const ST *__restrict__ S, const ST *__restrict__ B,
+          const float *__restrict__ bias, const __nv_bfloat16 *__restrict__ x, float *__restrict__ y,
+          int rows, int cols, int n, int gs_shift) {
+    constexpr int NT = BN / 8, XS = GM_BK + 8;   /* padded rows: fragment reads hit 32 banks */
+    __shared__ __align__(16) __nv_bfloat16 xs[BN * XS];
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, c = 2 * (lane & 3);
+    const int m0 = blockIdx.x * GM_BM + w * 16, n0 = blockIdx.y * BN;
+    const int wpr = cols / 8, ngw = cols >> gs_shift;
+    const int rlo = min(m0 + g, rows - 1), rhi = min(m0 + g + 8, rows - 1);
+    const uint32_t *wlo = W + (size_t)rlo * wpr, *whi = W + (size_t)rhi * wpr;
+    float acc[NT][4];
+#pragma unroll
+    for (int t = 0; t < NT; t++) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.f;
+    for (int k0 = 0; k0 < cols; k0 += GM_BK) {
+        for (int u = threadIdx.x; u < BN * 8; u += 128) {   /* BN tokens x 64 values, 16 bytes a thread */
+            const int t = u >> 3, c8 = u & 7;
+            uint4 v = make_uint4(0, 0, 0, 0);
+            if (n0 + t < n) v = *(const uint4 *)(x + (size_t)(n0 + t) * cols + k0 + c8 * 8);
+            *(uint4 *)(xs + t * XS + c8 * 8) = v;
+        }
+        const uint4 *plo = (const uint4 *)(wlo + k0 / 8), *phi = (const uint4 *)(whi + k0 / 8);
+        const uint4 l0 = ld_stream(plo), l1 = ld_stream(plo + 1), h0 = ld_stream(phi), h1 = ld_stream(phi + 1);
+        __syncthreads();
+        const uint32_t wl[8] = {l0.x, l0.y, l0.z, l0.w, l1.x, l1.y, l1.z, l1.w};
+        const uint32_t wh[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w};
+#pragma unroll
+        for (int s = 0; s < 4; s++) {
+            const int gi = (k0 + 16 * s) >> gs_shift;
+            const float sl = ld_s(S + (size_t)rlo * ngw + gi), bl = ld_s(B + (size_t)rlo * ngw + gi);
+            const float sh = ld_s(S + (size_t)rhi * ngw + gi), bh = ld_s(B + (size_t)rhi * ngw + gi);
+            /* A fragment: rows g / g+8, k = 16 s + c, c+1 (word 2s) and + 8 (word 2s+1) */
+            const uint32_t a[4] = {gm_pack(sl, bl, wl[2 * s], c), gm_pack(sh, bh, wh[2 * s], c),
+                                   gm_pack(sl, bl, wl[2 * s + 1], c), gm_pack(sh, bh, wh[2 * s + 1], c)};
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                const __nv_bfloat16 *xb = xs + (t * 8 + g) * XS + 16 * s + c;   /* B: k = c, c+1 (+8), token g */
+                gm_mma(acc[t], a, *(const uint32_t *)xb, *(const uint32_t *)(xb + 8));
+            }
+        }
+        __syncthreads();
+    }
+    const int r0 = m0 + g, r1 = m0 + g + 8;
+    const float b0 = bias && r0 < rows ? bias[r0] : 0.f, b1 = bias && r1 < rows ? bias[r1] : 0.f;
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        const int tk = n0 + t * 8 + c;   /* C: rows g / g+8, tokens c, c+1 */
+        if (r0 < rows) {
+            if (tk < n) y[(size_t)tk * rows + r0] = acc[t][0] + b0;
+            if (tk + 1 < n) y[(size_t)(tk + 1) * rows + r0] = acc[t][1] + b0;
+        }
+        if (r1 < rows) {
+            if (tk < n) y[(size_t)tk * rows + r1] = acc[t][2] + b1;
+            if (tk + 1 < n) y[(size_t)(tk + 1) * rows + r1] = acc[t][3] + b1;
+        }
+    }
 }
 
 /* Any layout, any n: one warp per (row, x row); used for bit widths other than 4/8 and for
@@ -1479,6 +1564,26 @@ static void mm_impl(cu_ctx *c, const cu_weight *w, const float *x, float *y, int
         else k_cvt<__nv_bfloat16><<<nblk((int64_t)n * cols, 256), 256, 0, c->st>>>(x, (__nv_bfloat16 *)xb, (int64_t)n * cols);
         LAUNCHED(c, "convert activations");
         cudaDataType_t dt = f16 ? CUDA_R_16F : CUDA_R_16BF;
+        const int gsh = log2_exact(w->gs);
+        if (c->gemm_fused && w->bits == 4 && cols % GM_BK == 0 && gsh >= 4) {   /* weights read packed, once */
+            const unsigned gm = nblk(rows, GM_BM);
+            const bool narrow = (int64_t)gm * nblk(n, 64) < 2 * c->prop.multiProcessorCount;
+            const __nv_bfloat16 *xbb = (const __nv_bfloat16 *)xb;
+#define GM_ARGS (W_, (const ST_ *)w->scales, (const ST_ *)w->biases, w->bias, xbb, y, (int)rows, (int)cols, n, gsh)
+            const uint32_t *W_ = (const uint32_t *)w->w;
+            if (w->sdt == SDT_F16) {
+                typedef __half ST_;
+                if (narrow) k_gemm_q4<32, ST_><<<dim3(gm, nblk(n, 32)), 128, 0, c->st>>>GM_ARGS;
+                else k_gemm_q4<64, ST_><<<dim3(gm, nblk(n, 64)), 128, 0, c->st>>>GM_ARGS;
+            } else {
+                typedef __nv_bfloat16 ST_;
+                if (narrow) k_gemm_q4<32, ST_><<<dim3(gm, nblk(n, 32)), 128, 0, c->st>>>GM_ARGS;
+                else k_gemm_q4<64, ST_><<<dim3(gm, nblk(n, 64)), 128, 0, c->st>>>GM_ARGS;
+            }
+#undef GM_ARGS
+            LAUNCHED(c, "gemm (q4, fused)");
+            return;
+        }
         if (!w->bits) {
             bs = cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)rows, n, (int)cols, &one, w->w, dt, (int)cols,
                               xb, dt, (int)cols, &zero, y, CUDA_R_32F, (int)rows, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
@@ -2025,6 +2130,8 @@ extern "C" mx_status mx_backend_cuda_init(mx_backend *out) {
         c->precise = pe && !strcmp(pe, "1");
         const char *ae = getenv("MLXCEL_CUDA_ATTN");
         c->attn_tiled = ae && !strcmp(ae, "tiled");
+        const char *ge = getenv("MLXCEL_CUDA_GEMM");
+        c->gemm_fused = ge && !strcmp(ge, "fused");
         c->mv_f32 = c->precise || (me && !strcmp(me, "f32"));
     }
     if ((e = cudaStreamCreateWithFlags(&c->st, cudaStreamNonBlocking)) != cudaSuccess) {
@@ -2053,6 +2160,12 @@ extern "C" void mx_backend_cuda_describe(const mx_backend *b, char *buf, size_t 
     cudaMemGetInfo(&fr, &tot);
     snprintf(buf, n, "%.100s, sm_%d%d, %.1f GiB (%.1f free), %d SMs; built for %s", c->prop.name, c->prop.major,
              c->prop.minor, tot / 1073741824.0, fr / 1073741824.0, c->prop.multiProcessorCount, MX_CUDA_ARCHS);
+}
+
+extern "C" void mx_backend_cuda_set_fused_gemm(mx_backend *b, bool on) {
+    cu_ctx *c = (cu_ctx *)b->ctx;
+    FLUSH_ALL(c);
+    c->gemm_fused = on;
 }
 
 extern "C" void mx_backend_cuda_set_tiled_attention(mx_backend *b, bool on) {
