@@ -1853,8 +1853,9 @@ static bool launch_attn_tiled(cu_ctx *c, const float *q, float *out, const mx_at
     const int ni = D <= 64 ? 0 : D <= 128 ? 1 : 2, ti = sizeof(T) == 4 ? 0 : 1;
     const size_t shm = ((size_t)(ATT_TQ + 2 * ATT_TK) * (D + 4) + ATT_TK) * sizeof(float);
     const void *fn = ni == 0 ? (const void *)k_attn_tiled<T, 2> : ni == 1 ? (const void *)k_attn_tiled<T, 4> : (const void *)k_attn_tiled<T, 8>;
-    if (!c->tiled_attr[ti][ni]) {
-        if (cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shm) != cudaSuccess) {
+    if (!c->tiled_attr[ti][ni]) {   /* the limit for the bucket's largest D (32 NI), so any D of it fits */
+        const size_t shm_cap = ((size_t)(ATT_TQ + 2 * ATT_TK) * (32 * (2 << ni) + 4) + ATT_TK) * sizeof(float);
+        if (cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shm_cap) != cudaSuccess) {
             cudaGetLastError();
             return false;
         }
