@@ -449,19 +449,22 @@ __device__ __forceinline__ int dp4a_us(uint32_t a, uint32_t b, int c) {   /* u8x
     return d;
 }
 
+/* warp-wide: the 32 consecutive values v of lanes 0..31 (the group of element i) to int8 codes,
+ * with the scale amax/127 and the code sum times the scale */
+__device__ __forceinline__ void quant_group(float v, int8_t *xq, float2 *xds, size_t i) {
+    const float amax = warp_max(fabsf(v));
+    const int q = __float2int_rn(v * (amax > 0.f ? 127.f / amax : 0.f));
+    xq[i] = (int8_t)q;
+    const int s = __reduce_add_sync(0xffffffffu, q);
+    if ((threadIdx.x & 31) == 0) { float dx = amax * (1.f / 127.f); xds[i >> 5] = make_float2(dx, dx * (float)s); }
+}
+
 /* x [n, K] f32 -> xq [n, K] int8, xds [n, K/32] (dx, dx * sum of codes); one warp a group */
 __global__ void k_quant_x(const float *__restrict__ x, int8_t *__restrict__ xq, float2 *__restrict__ xds, int n, int K) {
     const int gw = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31, ng = K >> 5;
     if (gw >= n * ng) return;
-    const int t = gw / ng, g = gw % ng;
-    const size_t o = (size_t)t * K + ((size_t)g << 5) + lane;
-    const float v = x[o];
-    const float amax = warp_max(fabsf(v));
-    const float inv = amax > 0.f ? 127.f / amax : 0.f;
-    const int q = __float2int_rn(v * inv);
-    xq[o] = (int8_t)q;
-    const int s = __reduce_add_sync(0xffffffffu, q);
-    if (lane == 0) { float dx = amax * (1.f / 127.f); xds[(size_t)t * ng + g] = make_float2(dx, dx * (float)s); }
+    const size_t o = (size_t)(gw / ng) * K + ((size_t)(gw % ng) << 5) + lane;
+    quant_group(x[o], xq, xds, o);
 }
 
 struct mv_set {           /* up to 4 weights of one format sharing x; blocks [blk0[k], blk0[k+1]) do weight k */
@@ -726,15 +729,6 @@ __global__ void k_embed(cu_weight w, const int32_t *ids, float *out) {
         else v = __bfloat162float(((const __nv_bfloat16 *)w.w)[r * w.cols + k]);
         out[t * w.cols + k] = v;
     }
-}
-
-/* warp-wide: the 32 consecutive values v of lanes 0..31 (group gi) to int8 codes (see k_quant_x) */
-__device__ __forceinline__ void quant_group(float v, int8_t *xq, float2 *xds, size_t i) {
-    const float amax = warp_max(fabsf(v));
-    const int q = __float2int_rn(v * (amax > 0.f ? 127.f / amax : 0.f));
-    xq[i] = (int8_t)q;
-    const int s = __reduce_add_sync(0xffffffffu, q);
-    if ((threadIdx.x & 31) == 0) { float dx = amax * (1.f / 127.f); xds[i >> 5] = make_float2(dx, dx * (float)s); }
 }
 
 /* y = rmsnorm(x) (x2: of x + x2, the sum also stored to xsum); xq: also the int8 form of y
@@ -1718,6 +1712,34 @@ static bool meta_up(cu_ctx *c, const mx_attn_meta *m, dmeta *out) {
     return true;
 }
 
+/* A small constant host table (RoPE inv_freq, attention sinks) on the device: found by content
+ * among the `*n` kept in tab[cap], else uploaded once and kept for the backend's life. Inside a
+ * captured or replayed step a new table breaks the step (uploads are not allowed there); a full
+ * cache fails the op. NULL when the op must stop. */
+static const float *const_table(cu_ctx *c, cu_rf *tab, int *n, int cap, const float *h, int len, const char *what) {
+    for (int i = 0; i < *n; i++)
+        if (tab[i].len == len && !memcmp(tab[i].h, h, (size_t)len * 4)) return tab[i].d;
+    if (c->gmode == G_CAPTURE || c->gmode == G_REPLAY || *n == cap) {
+        c->gbroken = c->gmode != G_EAGER && c->gmode != G_WARMUP;
+        if (*n == cap) {
+            char m[128];
+            snprintf(m, sizeof m, "%s: more than %d distinct tables", what, cap);
+            cu_fail(c, MX_ERR_UNSUPPORTED, m, cudaSuccess);
+        }
+        return NULL;
+    }
+    cu_rf *e = &tab[*n];
+    e->h = (float *)malloc((size_t)len * 4);
+    e->d = (float *)dev_alloc_owned(c, (size_t)len * 4);
+    if (!e->h || !e->d) { free(e->h); e->h = NULL; cu_fail(c, MX_ERR_NOMEM, what, cudaSuccess); return NULL; }
+    memcpy(e->h, h, (size_t)len * 4);
+    CK(c, cudaMemcpyAsync(e->d, e->h, (size_t)len * 4, cudaMemcpyHostToDevice, c->st), what);
+    CK(c, cudaStreamSynchronize(c->st), what);
+    e->len = len;
+    (*n)++;
+    return e->d;
+}
+
 static void c_rope(void *ctx, float *x, int n, int n_heads, int head_dim, const mx_rope *r, const mx_attn_meta *meta) {
     cu_ctx *c = (cu_ctx *)ctx;
     int half = r->rot_dim / 2;
@@ -1729,26 +1751,8 @@ static void c_rope(void *ctx, float *x, int n, int n_heads, int head_dim, const 
     if (n <= 0) return;
     if (half <= 0 || r->rot_dim > head_dim) { cu_fail(c, MX_ERR_INVALID_ARG, "rope: rot_dim", cudaSuccess); return; }
     /* inv_freq tables stay on the device for the backend's life (models have one or two) */
-    const float *f = NULL;
-    for (int i = 0; i < c->n_rf && !f; i++)
-        if (c->rf[i].len == half && !memcmp(c->rf[i].h, r->inv_freq, (size_t)half * 4)) f = c->rf[i].d;
-    if (!f) {
-        if (c->gmode == G_CAPTURE || c->gmode == G_REPLAY || c->n_rf == MX_RF_CACHE) {
-            c->gbroken = c->gmode != G_EAGER && c->gmode != G_WARMUP;
-            if (c->n_rf == MX_RF_CACHE) cu_fail(c, MX_ERR_UNSUPPORTED, "rope: more than 16 distinct inv_freq tables", cudaSuccess);
-            return;
-        }
-        cu_rf *e = &c->rf[c->n_rf];
-        e->h = (float *)malloc((size_t)half * 4);
-        e->d = (float *)dev_alloc_owned(c, (size_t)half * 4);
-        if (!e->h || !e->d) { free(e->h); e->h = NULL; cu_fail(c, MX_ERR_NOMEM, "rope table", cudaSuccess); return; }
-        memcpy(e->h, r->inv_freq, (size_t)half * 4);
-        CK(c, cudaMemcpyAsync(e->d, e->h, (size_t)half * 4, cudaMemcpyHostToDevice, c->st), "rope table");
-        CK(c, cudaStreamSynchronize(c->st), "rope table");
-        e->len = half;
-        c->n_rf++;
-        f = e->d;
-    }
+    const float *f = const_table(c, c->rf, &c->n_rf, MX_RF_CACHE, r->inv_freq, half, "rope: inv_freq");
+    if (!f) return;
     const uint64_t ph = fnv(meta->pos, (size_t)meta->n_tokens * 4, (uint64_t)meta->n_tokens);
     for (int i = 0; i < c->n_hq; i++)   /* a queued rope of other positions runs first */
         if (c->hq[i].kind == 2 && c->hq[i].pos_hash != ph) { hq_flush(c); break; }
@@ -1918,28 +1922,7 @@ static void c_attention(void *ctx, int layer, const float *q, const float *k, co
     if (n <= 0) return;
     /* attention sinks: [n_heads] tables stay on the device for the backend's life */
     const float *sk = NULL;
-    if (p->sinks) {
-        int nh = p->n_heads;
-        for (int i = 0; i < c->n_sk && !sk; i++)
-            if (c->sk[i].len == nh && !memcmp(c->sk[i].h, p->sinks, (size_t)nh * 4)) sk = c->sk[i].d;
-        if (!sk) {
-            if (c->gmode == G_CAPTURE || c->gmode == G_REPLAY || c->n_sk == MX_SK_CACHE) {
-                c->gbroken = c->gmode != G_EAGER && c->gmode != G_WARMUP;
-                if (c->n_sk == MX_SK_CACHE) cu_fail(c, MX_ERR_UNSUPPORTED, "attention: more than 512 distinct sink tables", cudaSuccess);
-                return;
-            }
-            cu_rf *e = &c->sk[c->n_sk];
-            e->h = (float *)malloc((size_t)nh * 4);
-            e->d = (float *)dev_alloc_owned(c, (size_t)nh * 4);
-            if (!e->h || !e->d) { free(e->h); e->h = NULL; cu_fail(c, MX_ERR_NOMEM, "attention sink table", cudaSuccess); return; }
-            memcpy(e->h, p->sinks, (size_t)nh * 4);
-            CK(c, cudaMemcpyAsync(e->d, e->h, (size_t)nh * 4, cudaMemcpyHostToDevice, c->st), "attention sink table");
-            CK(c, cudaStreamSynchronize(c->st), "attention sink table");
-            e->len = nh;
-            c->n_sk++;
-            sk = e->d;
-        }
-    }
+    if (p->sinks && !(sk = const_table(c, c->sk, &c->n_sk, MX_SK_CACHE, p->sinks, p->n_heads, "attention: sink"))) return;
     if (!c->kpool || layer < 0 || layer >= c->kv.n_layers || p->n_kv_heads != c->kv.n_kv_heads ||
         p->head_dim != c->kv.head_dim || p->n_kv_heads <= 0 || p->n_heads % p->n_kv_heads) {
         cu_fail(c, MX_ERR_INVALID_ARG, "attention: kv cache not initialised or geometry mismatch", cudaSuccess);
