@@ -51,11 +51,11 @@ static bool on_token(void *ud, int32_t id) {
 
 int cmd_generate(int argc, char **argv) {
     const char *model_arg = NULL, *prompt = NULL, *prompt_ids_s = NULL;
-    long long n_predict = 128, threads = 0, top_k = 40;
-    double temp = 0.8, top_p = 0.95, min_p = 0.05, rep = 1.0;
-    long long seed = -1;
+    long long n_predict = 128, threads = 0;
+    cli_samp sf;
+    cli_samp_default(&sf);
     bool no_tmpl = false, ignore_eos = false, json = false, stats = true, precise = false;
-    for (int i = 1; i < argc; i++) {
+    for (int i = 1, sk; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
 #define NEED() do { if (!v) { fprintf(stderr, "mlxcel generate: %s needs a value\n", a); return 2; } i++; } while (0)
@@ -64,12 +64,7 @@ int cmd_generate(int argc, char **argv) {
         else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) { NEED(); prompt = v; }
         else if (!strcmp(a, "--prompt-ids")) { NEED(); prompt_ids_s = v; }
         else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) { NEED(); if (!cli_parse_int(a, v, 0, 1 << 20, &n_predict)) return 2; }
-        else if (!strcmp(a, "--temp") || !strcmp(a, "--temperature")) { NEED(); if (!cli_parse_float(a, v, 0, 100, &temp)) return 2; }
-        else if (!strcmp(a, "--top-k")) { NEED(); if (!cli_parse_int(a, v, 0, 1 << 24, &top_k)) return 2; }
-        else if (!strcmp(a, "--top-p")) { NEED(); if (!cli_parse_float(a, v, 0, 1, &top_p)) return 2; }
-        else if (!strcmp(a, "--min-p")) { NEED(); if (!cli_parse_float(a, v, 0, 1, &min_p)) return 2; }
-        else if (!strcmp(a, "--repeat-penalty")) { NEED(); if (!cli_parse_float(a, v, 0.01, 100, &rep)) return 2; }
-        else if (!strcmp(a, "--seed")) { NEED(); if (!cli_parse_int(a, v, -1, INT64_MAX, &seed)) return 2; }
+        else if ((sk = cli_samp_flag(&sf, "generate", argc, argv, &i)) != 0) { if (sk < 0) return 2; }
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { NEED(); if (!cli_parse_int(a, v, 1, 1024, &threads)) return 2; }
         else if (!strcmp(a, "--no-chat-template")) no_tmpl = true;
         else if (!strcmp(a, "--ignore-eos")) ignore_eos = true;
@@ -117,7 +112,7 @@ int cmd_generate(int argc, char **argv) {
     mx_gen_opts o = {0};
     o.n_predict = (int)n_predict;
     o.ignore_eos = ignore_eos;
-    cli_sampling(&o.sampling, temp, top_k, top_p, min_p, rep, seed);
+    cli_sampling(&o.sampling, &sf);
     sc.ds = mx_detok_stream_new(tok, true);
     sc.print = !json;
     if (!sc.ds) { fprintf(stderr, "mlxcel generate: out of memory\n"); goto done; }

@@ -44,9 +44,10 @@ static json_t *new_conversation(const char *system) {
 
 int cmd_run(int argc, char **argv) {
     const char *model_arg = NULL, *system = NULL;
-    long long n_predict = 512, ctx_arg = 0, threads = 0, top_k = 40, seed = -1;
-    double temp = 0.8, top_p = 0.95, min_p = 0.05, rep = 1.0;
-    for (int i = 1; i < argc; i++) {
+    long long n_predict = 512, ctx_arg = 0, threads = 0;
+    cli_samp sf;
+    cli_samp_default(&sf);
+    for (int i = 1, sk; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 #define NEED() do { if (!v) { fprintf(stderr, "mlxcel run: %s needs a value\n", a); return 2; } i++; } while (0)
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
@@ -54,12 +55,7 @@ int cmd_run(int argc, char **argv) {
         else if (!strcmp(a, "--system")) { NEED(); system = v; }
         else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) { NEED(); if (!cli_parse_int(a, v, 1, 1 << 20, &n_predict)) return 2; }
         else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) { NEED(); if (!cli_parse_int(a, v, 16, 1 << 24, &ctx_arg)) return 2; }
-        else if (!strcmp(a, "--temp")) { NEED(); if (!cli_parse_float(a, v, 0, 100, &temp)) return 2; }
-        else if (!strcmp(a, "--top-k")) { NEED(); if (!cli_parse_int(a, v, 0, 1 << 24, &top_k)) return 2; }
-        else if (!strcmp(a, "--top-p")) { NEED(); if (!cli_parse_float(a, v, 0, 1, &top_p)) return 2; }
-        else if (!strcmp(a, "--min-p")) { NEED(); if (!cli_parse_float(a, v, 0, 1, &min_p)) return 2; }
-        else if (!strcmp(a, "--repeat-penalty")) { NEED(); if (!cli_parse_float(a, v, 0.01, 100, &rep)) return 2; }
-        else if (!strcmp(a, "--seed")) { NEED(); if (!cli_parse_int(a, v, -1, INT64_MAX, &seed)) return 2; }
+        else if ((sk = cli_samp_flag(&sf, "run", argc, argv, &i)) != 0) { if (sk < 0) return 2; }
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { NEED(); if (!cli_parse_int(a, v, 1, 1024, &threads)) return 2; }
         else { fprintf(stderr, "mlxcel run: unknown option '%s' (see mlxcel run --help)\n", a); return 2; }
 #undef NEED
@@ -90,7 +86,7 @@ int cmd_run(int argc, char **argv) {
     msgs = new_conversation(system);
     if (!rc_.ds || !msgs) { fprintf(stderr, "mlxcel run: out of memory\n"); goto done; }
     mx_gen_opts o = {0};
-    cli_sampling(&o.sampling, temp, top_k, top_p, min_p, rep, seed);
+    cli_sampling(&o.sampling, &sf);
     bool tty = isatty(0);
     if (tty) fprintf(stderr, "mlxcel: chatting with %s (%s); /reset, /exit\n", dir, c->model_type);
     for (;;) {

@@ -53,12 +53,33 @@ mx_status cli_prompt_ids(const mx_tokenizer *tok, const char *dir, const char *t
     return mx_tokenizer_encode(tok, text, strlen(text), true, ids, n);
 }
 
-void cli_sampling(mx_sampling *s, double temp, long long top_k, double top_p, double min_p, double rep, long long seed) {
+void cli_samp_default(cli_samp *s) {
+    s->temp = 0.8; s->top_p = 0.95; s->min_p = 0.05; s->rep = 1.0; s->top_k = 40; s->seed = -1;
+}
+
+int cli_samp_flag(cli_samp *s, const char *cmd, int argc, char **argv, int *i) {
+    const char *a = argv[*i];
+    bool known = !strcmp(a, "--temp") || !strcmp(a, "--temperature") || !strcmp(a, "--top-k") || !strcmp(a, "--top-p") ||
+                 !strcmp(a, "--min-p") || !strcmp(a, "--repeat-penalty") || !strcmp(a, "--seed");
+    if (!known) return 0;
+    if (*i + 1 >= argc) { fprintf(stderr, "mlxcel %s: %s needs a value\n", cmd, a); return -1; }
+    const char *v = argv[++*i];
+    bool ok;
+    if (!strcmp(a, "--top-k")) ok = cli_parse_int(a, v, 0, 1 << 24, &s->top_k);
+    else if (!strcmp(a, "--top-p")) ok = cli_parse_float(a, v, 0, 1, &s->top_p);
+    else if (!strcmp(a, "--min-p")) ok = cli_parse_float(a, v, 0, 1, &s->min_p);
+    else if (!strcmp(a, "--repeat-penalty")) ok = cli_parse_float(a, v, 0.01, 100, &s->rep);
+    else if (!strcmp(a, "--seed")) ok = cli_parse_int(a, v, -1, INT64_MAX, &s->seed);
+    else ok = cli_parse_float(a, v, 0, 100, &s->temp);
+    return ok ? 1 : -1;
+}
+
+void cli_sampling(mx_sampling *s, const cli_samp *f) {
     mx_sampling_default(s);
-    s->temperature = (float)temp;
-    s->top_k = (int)top_k;
-    s->top_p = (float)top_p;
-    s->min_p = (float)min_p;
-    s->repeat_penalty = (float)rep;
-    s->seed = seed >= 0 ? (uint64_t)seed : (uint64_t)(mx_time_s() * 1e9) ^ (uint64_t)getpid();
+    s->temperature = (float)f->temp;
+    s->top_k = (int)f->top_k;
+    s->top_p = (float)f->top_p;
+    s->min_p = (float)f->min_p;
+    s->repeat_penalty = (float)f->rep;
+    s->seed = f->seed >= 0 ? (uint64_t)f->seed : (uint64_t)(mx_time_s() * 1e9) ^ (uint64_t)getpid();
 }

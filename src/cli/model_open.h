@@ -14,6 +14,13 @@ mx_status cli_resolve_model(const char *arg, char **dir_out);
  * generation prompt) when use_template and the model has one, else encoded with special tokens. */
 mx_status cli_prompt_ids(const mx_tokenizer *tok, const char *dir, const char *text, bool use_template,
                          int32_t **ids, int *n, bool *templated);
-/* Sampling settings from the common flags; seed < 0 picks a time-based seed. */
-void cli_sampling(mx_sampling *s, double temp, long long top_k, double top_p, double min_p, double rep, long long seed);
+/* The sampling flags generate and run share (--temp/--temperature, --top-k, --top-p, --min-p,
+ * --repeat-penalty, --seed) with their defaults. */
+typedef struct cli_samp { double temp, top_p, min_p, rep; long long top_k, seed; } cli_samp;
+void cli_samp_default(cli_samp *s);
+/* argv[*i] is one of them: parse its value (argv[*i + 1]; *i moves past it) and return 1, or
+ * print why the value is bad (prefixed with `cmd`) and return -1; 0 for any other flag. */
+int cli_samp_flag(cli_samp *s, const char *cmd, int argc, char **argv, int *i);
+/* Sampling settings from those flags; seed < 0 picks a time-based seed. */
+void cli_sampling(mx_sampling *s, const cli_samp *f);
 #endif
