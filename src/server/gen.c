@@ -293,26 +293,35 @@ static json_t *bytes_of(const char *t, size_t n) {
     return a;
 }
 
-/* OpenAI chat logprobs content entries for tokens [from, to). */
-static json_t *chat_logprobs(mx_srv *s, const mx_gen_update *u, int from, int to) {
-    json_t *content = json_array();
+/* One token's entry: {"id" (llama-server only), "token", "logprob", "bytes"}. */
+static json_t *prob_entry(mx_srv *s, int32_t id, float logprob, bool with_id) {
+    size_t n;
+    char *txt = mx_token_text(s, id, &n);
+    json_t *o = json_object();
+    if (with_id) json_object_set_new(o, "id", json_integer(id));
+    json_object_set_new(o, "token", mx_json_str_lossy(txt, n));
+    json_object_set_new(o, "logprob", json_real(logprob));
+    json_object_set_new(o, "bytes", bytes_of(txt, n));
+    free(txt);
+    return o;
+}
+
+/* Entries of tokens [from, to), each with its "top_logprobs" alternatives: OpenAI chat logprobs
+ * content (with_id false) or llama-server completion_probabilities (with_id true). */
+static json_t *prob_entries(mx_srv *s, const mx_gen_update *u, int from, int to, bool with_id) {
+    json_t *a = json_array();
     for (int i = from; i < to; i++) {
         const mx_gen_token *t = &u->toks[i];
-        size_t n;
-        char *txt = mx_token_text(s, t->id, &n);
-        json_t *tops = json_array();
-        for (int k = 0; k < t->n_top; k++) {
-            size_t m;
-            char *tt = mx_token_text(s, t->top[k].id, &m);
-            json_array_append_new(tops, json_pack("{s:o,s:f,s:o}", "token", mx_json_str_lossy(tt, m), "logprob",
-                                                  (double)t->top[k].logprob, "bytes", bytes_of(tt, m)));
-            free(tt);
-        }
-        json_array_append_new(content, json_pack("{s:o,s:f,s:o,s:o}", "token", mx_json_str_lossy(txt, n), "logprob",
-                                                 (double)t->logprob, "bytes", bytes_of(txt, n), "top_logprobs", tops));
-        free(txt);
+        json_t *e = prob_entry(s, t->id, t->logprob, with_id), *tops = json_array();
+        for (int k = 0; k < t->n_top; k++) json_array_append_new(tops, prob_entry(s, t->top[k].id, t->top[k].logprob, with_id));
+        json_object_set_new(e, "top_logprobs", tops);
+        json_array_append_new(a, e);
     }
-    return json_pack("{s:o}", "content", content);
+    return a;
+}
+
+static json_t *chat_logprobs(mx_srv *s, const mx_gen_update *u, int from, int to) {
+    return json_pack("{s:o}", "content", prob_entries(s, u, from, to, false));
 }
 
 /* OpenAI completions logprobs for tokens [from, to). */
@@ -340,26 +349,8 @@ static json_t *cmpl_logprobs(mx_srv *s, const mx_gen_update *u, int from, int to
     return json_pack("{s:o,s:o,s:o,s:o}", "tokens", toks, "token_logprobs", lps, "top_logprobs", tops, "text_offset", offs);
 }
 
-/* llama-server completion_probabilities for tokens [from, to). */
 static json_t *llama_probs(mx_srv *s, const mx_gen_update *u, int from, int to) {
-    json_t *a = json_array();
-    for (int i = from; i < to; i++) {
-        const mx_gen_token *t = &u->toks[i];
-        size_t n;
-        char *txt = mx_token_text(s, t->id, &n);
-        json_t *tops = json_array();
-        for (int k = 0; k < t->n_top; k++) {
-            size_t m;
-            char *tt = mx_token_text(s, t->top[k].id, &m);
-            json_array_append_new(tops, json_pack("{s:i,s:o,s:f,s:o}", "id", t->top[k].id, "token", mx_json_str_lossy(tt, m),
-                                                  "logprob", (double)t->top[k].logprob, "bytes", bytes_of(tt, m)));
-            free(tt);
-        }
-        json_array_append_new(a, json_pack("{s:i,s:o,s:f,s:o,s:o}", "id", t->id, "token", mx_json_str_lossy(txt, n),
-                                           "logprob", (double)t->logprob, "bytes", bytes_of(txt, n), "top_logprobs", tops));
-        free(txt);
-    }
-    return a;
+    return prob_entries(s, u, from, to, true);
 }
 
 static json_t *ids_json(const mx_gen_update *u, int from, int to) {
