@@ -228,6 +228,14 @@ static void publish(mx_sched *s, slot *sl) {
     sl->info.task_id = sl->g ? sl->g->id : 0;
 }
 
+/* The request's end as its consumer sees it (g->mu held). */
+static void gen_finish(mx_gen *g, mx_finish fin, const char *stop_word, const char *err) {
+    g->out.finish = fin;
+    if (stop_word) snprintf(g->out.stop_word, sizeof g->out.stop_word, "%s", stop_word);
+    if (err) snprintf(g->out.error, sizeof g->out.error, "%s", err);
+    g->done = true;
+}
+
 /* Hand text / a token / the end to the consumer. */
 static void emit(mx_sched *s, slot *sl, const char *text, size_t len, const mx_gen_token *tok,
                  mx_finish fin, const char *stop_word, const char *err) {
@@ -240,12 +248,7 @@ static void emit(mx_sched *s, slot *sl, const char *text, size_t len, const mx_g
     g->out.slot = (int)(sl - s->slots);
     g->out.t_prompt_ms = sl->t_first > 0 ? (sl->t_first - sl->t_start) * 1e3 : (now - sl->t_start) * 1e3;
     g->out.t_gen_ms = sl->t_first > 0 ? (now - sl->t_first) * 1e3 : 0;
-    if (fin != MX_FINISH_NONE) {
-        g->out.finish = fin;
-        if (stop_word) snprintf(g->out.stop_word, sizeof g->out.stop_word, "%s", stop_word);
-        if (err) snprintf(g->out.error, sizeof g->out.error, "%s", err);
-        g->done = true;
-    }
+    if (fin != MX_FINISH_NONE) gen_finish(g, fin, stop_word, err);
     pthread_cond_broadcast(&g->cv);
     pthread_mutex_unlock(&g->mu);
 }
@@ -283,10 +286,7 @@ static void retire(mx_sched *s, slot *sl, mx_finish fin, const char *stop_word, 
     s->st.kv_used_blocks = s->st.kv_total_blocks - mx_kv_alloc_n_free(s->kv);
     pthread_mutex_unlock(&s->mu);
     pthread_mutex_lock(&g->mu);
-    g->out.finish = fin;
-    if (stop_word) snprintf(g->out.stop_word, sizeof g->out.stop_word, "%s", stop_word);
-    if (err) snprintf(g->out.error, sizeof g->out.error, "%s", err);
-    g->done = true;
+    gen_finish(g, fin, stop_word, err);
     pthread_cond_broadcast(&g->cv);
     pthread_mutex_unlock(&g->mu);
     gen_unref(g);
