@@ -108,6 +108,15 @@ static bool is_cased(uint32_t cp) {
            utf8proc_tolower((utf8proc_int32_t)cp) != (utf8proc_int32_t)cp;
 }
 
+/* Append code point r, the case mapping of cp (whose a bytes are at src): the original bytes
+ * when unchanged, else r's UTF-8. */
+static void put_mapped(tpl_sb *b, const char *src, size_t a, uint32_t cp, utf8proc_int32_t r) {
+    if ((uint32_t)r == cp) { sb_put(b, src, a); return; }
+    utf8proc_uint8_t tmp[8];
+    utf8proc_ssize_t k = utf8proc_encode_char(r, tmp);
+    sb_put(b, (const char *)tmp, (size_t)k);
+}
+
 static bool do_case(tctx *c, const tv *s, casemode m, tv *out) {
     tpl_sb b = {0};
     size_t i = 0;
@@ -134,12 +143,7 @@ static bool do_case(tctx *c, const tv *s, casemode m, tv *out) {
             i += a;
             continue;
         }
-        if ((uint32_t)r == cp) sb_put(&b, s->u.s.p + i, a);
-        else {
-            utf8proc_uint8_t tmp[8];
-            utf8proc_ssize_t k = utf8proc_encode_char(r, tmp);
-            sb_put(&b, (const char *)tmp, (size_t)k);
-        }
+        put_mapped(&b, s->u.s.p + i, a, cp, r);
         i += a;
     }
     if (!b.p) { *out = tv_strref("", 0); return true; }
@@ -158,12 +162,7 @@ static bool do_title_filter(tctx *c, const tv *s, tv *out) {
         utf8proc_int32_t r = (utf8proc_int32_t)cp;
         if (sep) at_start = true;
         else { r = at_start ? utf8proc_toupper(r) : utf8proc_tolower(r); at_start = false; }
-        if ((uint32_t)r == cp) sb_put(&b, s->u.s.p + i, a);
-        else {
-            utf8proc_uint8_t tmp[8];
-            utf8proc_ssize_t k = utf8proc_encode_char(r, tmp);
-            sb_put(&b, (const char *)tmp, (size_t)k);
-        }
+        put_mapped(&b, s->u.s.p + i, a, cp, r);
         i += a;
     }
     if (!b.p) { *out = tv_strref("", 0); return true; }
