@@ -229,6 +229,21 @@ static inline const char *skip_ws(const char *q, const char *end) {
     return q;
 }
 
+/* An object member's key at *q (whitespace allowed before it) and its ':', the key pushed. */
+static mx_status parse_key(tj_p *p, const char **pq) {
+    const char *q = skip_ws(*pq, p->end);
+    if (q >= p->end || *q != '"') return perr(p, q, "expected a key string");
+    q++;
+    tj k;
+    mx_status st = parse_string(p, &q, &k);
+    if (st) return st;
+    if (!push_val(p, k)) return mx_errorf(MX_ERR_NOMEM, "%s: out of memory", p->name);
+    q = skip_ws(q, p->end);
+    if (q >= p->end || *q != ':') return perr(p, q, "expected ':'");
+    *pq = q + 1;
+    return MX_OK;
+}
+
 mx_status tj_parse(const char *src, size_t len, const char *name, tj_doc *doc) {
     doc->chunks = NULL;
     doc->root.type = TJ_NULL;
@@ -253,16 +268,7 @@ mx_status tj_parse(const char *src, size_t len, const char *name, tj_doc *doc) {
                 depth--; q++;
                 v.type = c == '{' ? TJ_OBJ : TJ_ARR; v.n = 0; v.u.a = NULL;
             } else {
-                if (c == '{') {
-                    if (q >= p.end || *q != '"') { st = perr(&p, q, "expected a key string"); goto fail; }
-                    q++;
-                    tj k;
-                    if ((st = parse_string(&p, &q, &k))) goto fail;
-                    if (!push_val(&p, k)) { st = mx_errorf(MX_ERR_NOMEM, "%s: out of memory", p.name); goto fail; }
-                    q = skip_ws(q, p.end);
-                    if (q >= p.end || *q != ':') { st = perr(&p, q, "expected ':'"); goto fail; }
-                    q++;
-                }
+                if (c == '{' && (st = parse_key(&p, &q))) goto fail;
                 pushed_container = true;
             }
         } else if (c == '"') {
@@ -289,17 +295,7 @@ mx_status tj_parse(const char *src, size_t len, const char *name, tj_doc *doc) {
             bool obj = frames[depth - 1].obj;
             if (*q == ',') {
                 q++;
-                if (obj) {
-                    q = skip_ws(q, p.end);
-                    if (q >= p.end || *q != '"') { st = perr(&p, q, "expected a key string"); goto fail; }
-                    q++;
-                    tj k;
-                    if ((st = parse_string(&p, &q, &k))) goto fail;
-                    if (!push_val(&p, k)) { st = mx_errorf(MX_ERR_NOMEM, "%s: out of memory", p.name); goto fail; }
-                    q = skip_ws(q, p.end);
-                    if (q >= p.end || *q != ':') { st = perr(&p, q, "expected ':'"); goto fail; }
-                    q++;
-                }
+                if (obj && (st = parse_key(&p, &q))) goto fail;
                 break; /* expect a value */
             }
             if ((obj && *q == '}') || (!obj && *q == ']')) {
