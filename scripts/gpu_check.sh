@@ -141,6 +141,9 @@ if has models && [ $full = 1 ]; then
   MLXCEL_ROOT=$(pwd) MLXCEL_DEVICE=gpu MLXCEL_CUDA_GEMM=fused $B/tests/test_models >"$OUTD/models_gemm.log" 2>&1
   say "model tests (MLXCEL_DEVICE=gpu MLXCEL_CUDA_GEMM=fused): $(grep -c '^PASS ' "$OUTD/models_gemm.log") passed, $(grep -c '^FAIL ' "$OUTD/models_gemm.log") failed"
   grep '^FAIL ' "$OUTD/models_gemm.log" | head -10 | tee -a "$SUMMARY"
+  MLXCEL_ROOT=$(pwd) MLXCEL_DEVICE=gpu MLXCEL_CUDA_PDL=1 $B/tests/test_models >"$OUTD/models_pdl.log" 2>&1
+  say "model tests (MLXCEL_DEVICE=gpu MLXCEL_CUDA_PDL=1): $(grep -c '^PASS ' "$OUTD/models_pdl.log") passed, $(grep -c '^FAIL ' "$OUTD/models_pdl.log") failed"
+  grep '^FAIL ' "$OUTD/models_pdl.log" | head -10 | tee -a "$SUMMARY"
 fi
 
 bench() {   # label args...: one `mlxcel bench` run on the GPU, its table rows into the summary
@@ -165,6 +168,8 @@ if has bench && [ $full = 1 ]; then
   MLXCEL_CUDA_ATTN=tiled bench qwen06-q4-tiled --config $Q06 --random --q-bits 4 --q-group-size 64 -p 512 -n 0 -r 3
   MLXCEL_CUDA_GEMM=fused bench llama8b-q4-gemm --config $L8 --random --q-bits 4 --q-group-size 64 -p 512 -n 128 -b 128 -r 2
   MLXCEL_CUDA_GEMM=fused bench qwen06-q4-gemm --config $Q06 --random --q-bits 4 --q-group-size 64 -p 512 -n 128 -b 128 -r 2
+  MLXCEL_CUDA_PDL=1 bench llama8b-q4-pdl --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -r 3
+  MLXCEL_CUDA_PDL=1 bench qwen06-q4-pdl --config $Q06 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -r 3
   for v in ${GPU_CHECK_EXTRA_BENCH:-}; do   # e.g. "llama8b-q4-f32mv" rows with MLXCEL_CUDA_MV=f32
     case $v in
       llama8b-q4-f32mv) MLXCEL_CUDA_MV=f32 bench $v --config $L8 --random --q-bits 4 -p 0 -n 128 -r 3 ;;

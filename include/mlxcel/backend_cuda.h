@@ -52,6 +52,10 @@ void mx_backend_cuda_set_tiled_attention(mx_backend *b, bool on);
  * tensor-core fragments) instead of a bf16 copy for cuBLAS; MLXCEL_CUDA_GEMM=fused at init. Off
  * by default until measured on a GPU. */
 void mx_backend_cuda_set_fused_gemm(mx_backend *b, bool on);
+/* Programmatic dependent launch for the backend's kernels (MLXCEL_CUDA_PDL=1 at init): each may
+ * start while the previous kernel finishes and waits for it on the device. Off by default until
+ * measured on a GPU. */
+void mx_backend_cuda_set_pdl(mx_backend *b, bool on);
 
 /* Pick the backend: MLXCEL_DEVICE=cpu forces the CPU, =gpu forces the GPU (an error if this
  * build has no CUDA or no usable GPU is present), unset/"auto"/"" takes the GPU when one is

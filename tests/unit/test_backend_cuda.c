@@ -885,6 +885,16 @@ int main(int argc, char **argv) {
     mx_backend_cuda_set_tiled_attention(&G, false);
     RUN(test_elementwise);
     RUN(test_graph_steps);
+    /* with programmatic dependent launch (off by default): fusions, graphs and attention again */
+    mx_backend_cuda_set_pdl(&G, true);
+    RUN_NAMED("test_fusions_pdl", test_fusions, );
+    RUN_NAMED("test_graph_steps_pdl", test_graph_steps, );
+    RUN_NAMED("cuda_attention_qknorm_rope_fused_pdl", check_attention, &g_att[sizeof g_att / sizeof g_att[0] - 2]);
+    for (size_t i = 0; i < 3; i++) {
+        char nm[96]; snprintf(nm, sizeof nm, "%s_pdl", g_mm[i].name);
+        RUN_NAMED(nm, check_matmul, &g_mm[i]);
+    }
+    mx_backend_cuda_set_pdl(&G, false);
     RUN(test_bad_args);
     mx_backend_cpu_free(&C);
     mx_backend_cuda_free(&G);

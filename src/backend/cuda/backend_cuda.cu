@@ -77,6 +77,7 @@ struct cu_ctx {
     cu_stage meta, ids, rows, tiles;
     bool attn_tiled;                       /* MLXCEL_CUDA_ATTN=tiled: k_attn_tiled for prompts */
     bool gemm_fused;                       /* MLXCEL_CUDA_GEMM=fused: k_gemm_q4 above the matvecs */
+    bool pdl;                              /* MLXCEL_CUDA_PDL=1: programmatic dependent launch */
     bool tiled_attr[2][3];                 /* its shared-memory limit raised (per T, NI) */
     cu_rf rf[MX_RF_CACHE]; int n_rf;
     cu_rf sk[MX_SK_CACHE]; int n_sk;   /* attention sink tables (one per layer) */
@@ -106,6 +107,32 @@ struct cu_ctx {
     void **owned; size_t n_owned, cap_owned;       /* device buffers of prepared weights */
     void **owned_h; size_t n_owned_h, cap_owned_h; /* host cu_weight structs */
 };
+
+/* Kernel launches: PL(c, kernel, grid, block, shared)(args...) is kernel<<<grid, block, shared,
+ * c->st>>>(args...), with the programmatic-serialization attribute when c->pdl is on. */
+template <typename... KArgs>
+struct pdl_launch {
+    cu_ctx *c;
+    void (*k)(KArgs...);
+    dim3 g, b;
+    size_t shm;
+    template <typename... Args> void operator()(Args &&...args) const {
+        if (!c->pdl) { k<<<g, b, shm, c->st>>>(static_cast<KArgs>(args)...); return; }
+        cudaLaunchConfig_t cfg = {};
+        cudaLaunchAttribute at[1] = {};
+        at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        at[0].val.programmaticStreamSerializationAllowed = 1;
+        cfg.gridDim = g; cfg.blockDim = b; cfg.dynamicSmemBytes = shm; cfg.stream = c->st;
+        cfg.attrs = at; cfg.numAttrs = 1;
+        cudaLaunchKernelEx(&cfg, k, static_cast<KArgs>(args)...);
+    }
+};
+template <typename... KArgs>
+static pdl_launch<KArgs...> PL(cu_ctx *c, void (*k)(KArgs...), dim3 g, dim3 b, size_t shm) {
+    pdl_launch<KArgs...> l;
+    l.c = c; l.k = k; l.g = g; l.b = b; l.shm = shm;
+    return l;
+}
 
 /* Drop every captured graph (device buffers they name are about to change). */
 static void g_invalidate(cu_ctx *c) {
@@ -284,11 +311,21 @@ __device__ __forceinline__ uint32_t ld_stream32(const uint32_t *p) {
  * byte 0x3F (f = 0.5 + q/256); q8 puts the byte under 2^23 and subtracts 2^23 (f = q exactly).
  * So over a word sum (s q + b) x = K s * sum f x + (b - K s f0) * sum x, where sum x is shared
  * by the MV_R rows. MU words per row are loaded before any is used. */
+/* Programmatic dependent launch (MLXCEL_CUDA_PDL=1; off by default until measured): a kernel
+ * may then be launched while the previous one in the stream finishes, and waits here, before
+ * touching memory, until that one has completed. Without PDL the wait returns at once. */
+__device__ __forceinline__ void pdl_entry() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 template <int BITS, typename ST, int NB>
 __global__ void __launch_bounds__(MV_WARPS * 32)
 k_mv_q(const uint32_t *__restrict__ W, const ST *__restrict__ S, const ST *__restrict__ B,
        const float *__restrict__ bias, const float *__restrict__ x, float *__restrict__ y,
        int rows, int cols, int gs_shift, int n) {
+    pdl_entry();
     constexpr int VPW = 32 / BITS, MU = 8;
     constexpr float QK = BITS == 4 ? 256.f : 1.f, QF0 = BITS == 4 ? 0.5f : 0.f;
     const int nw = cols / VPW, ng = cols >> gs_shift, lane = threadIdx.x & 31;
@@ -373,6 +410,7 @@ template <typename WT, int NB>
 __global__ void __launch_bounds__(MV_WARPS * 32)
 k_mv_dense(const WT *__restrict__ W, const float *__restrict__ bias, const float *__restrict__ x,
            float *__restrict__ y, int rows, int cols, int n) {
+    pdl_entry();
     constexpr int VPV = 16 / sizeof(WT), MU = 2;
     const int nvec = cols / VPV, lane = threadIdx.x & 31;
     const int nwarps = gridDim.x * MV_WARPS;
@@ -461,6 +499,7 @@ __device__ __forceinline__ void quant_group(float v, int8_t *xq, float2 *xds, si
 
 /* x [n, K] f32 -> xq [n, K] int8, xds [n, K/32] (dx, dx * sum of codes); one warp a group */
 __global__ void k_quant_x(const float *__restrict__ x, int8_t *__restrict__ xq, float2 *__restrict__ xds, int n, int K) {
+    pdl_entry();
     const int gw = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31, ng = K >> 5;
     if (gw >= n * ng) return;
     const size_t o = (size_t)(gw / ng) * K + ((size_t)(gw % ng) << 5) + lane;
@@ -478,6 +517,7 @@ struct mv_set {           /* up to 4 weights of one format sharing x; blocks [bl
 template <int BITS, typename ST, int R, int NB>
 __global__ void __launch_bounds__(MV_WARPS * 32)
 k_mv_i8(const mv_set set, const int8_t *__restrict__ xq, const float2 *__restrict__ xds, int cols, int gs_shift, int n) {
+    pdl_entry();
     constexpr int U = 4, V = BITS / 4;   /* x-groups per lane per batch; uint4 per x-group */
     int k = 0;
 #pragma unroll
@@ -595,6 +635,7 @@ __global__ void __launch_bounds__(128)
 k_gemm_q4(const uint32_t *__restrict__ W, const ST *__restrict__ S, const ST *__restrict__ B,
           const float *__restrict__ bias, const __nv_bfloat16 *__restrict__ x, float *__restrict__ y,
           int rows, int cols, int n, int gs_shift) {
+    pdl_entry();
     constexpr int NT = BN / 8, XS = GM_BK + 8;   /* padded rows: fragment reads hit 32 banks */
     __shared__ __align__(16) __nv_bfloat16 xs[BN * XS];
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, c = 2 * (lane & 3);
@@ -653,6 +694,7 @@ k_gemm_q4(const uint32_t *__restrict__ W, const ST *__restrict__ S, const ST *__
  * shapes the vector kernels do not take (cols not a multiple of 32). */
 template <typename ST>
 __global__ void k_mv_generic(cu_weight w, const float *__restrict__ x, float *__restrict__ y, int n) {
+    pdl_entry();
     int gw = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
     if (gw >= w.rows * (int64_t)n) return;
     int64_t r = gw % w.rows, t = gw / w.rows;
@@ -673,6 +715,7 @@ __global__ void k_mv_generic(cu_weight w, const float *__restrict__ x, float *__
 /* Dequantize rows [r0, r0+nr) to bf16 (or f16 dense to itself is not needed). */
 template <typename ST>
 __global__ void k_dequant_rows(cu_weight w, int64_t r0, int64_t nr, __nv_bfloat16 *out) {
+    pdl_entry();
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     int64_t total = nr * w.cols;
     if (i >= total) return;
@@ -687,6 +730,7 @@ __global__ void k_dequant_rows(cu_weight w, int64_t r0, int64_t nr, __nv_bfloat1
 template <int BITS, typename ST>
 __global__ void k_dequant_q(const uint32_t *__restrict__ W, const ST *__restrict__ S, const ST *__restrict__ B,
                             int64_t r0, int64_t nr, int cols, int gs_shift, __nv_bfloat16 *__restrict__ out) {
+    pdl_entry();
     constexpr int VPW = 32 / BITS;
     const int nw = cols / VPW, ng = cols >> gs_shift;
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -704,11 +748,13 @@ __global__ void k_dequant_q(const uint32_t *__restrict__ W, const ST *__restrict
 
 template <typename T>
 __global__ void k_cvt(const float *__restrict__ x, T *__restrict__ y, int64_t n) {
+    pdl_entry();
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) st_kv(y + i, x[i]);
 }
 
 __global__ void k_add_bias(float *y, const float *bias, int64_t rows, int64_t total) {
+    pdl_entry();
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < total) y[i] += bias[i % rows];
 }
@@ -718,6 +764,7 @@ __global__ void k_add_bias(float *y, const float *bias, int64_t rows, int64_t to
 
 template <typename ST>
 __global__ void k_embed(cu_weight w, const int32_t *ids, float *out) {
+    pdl_entry();
     int64_t t = blockIdx.x;
     int64_t r = ids[t];
     for (int64_t k = threadIdx.x; k < w.cols; k += blockDim.x) {
@@ -735,6 +782,7 @@ __global__ void k_embed(cu_weight w, const int32_t *ids, float *out) {
  * (d a multiple of 32, blockDim a multiple of 32, so that each warp step is one group) */
 __global__ void k_rmsnorm(const float *x, const float *x2, float *xsum, const float *g, float eps, float add_one,
                           float *y, int d, int8_t *xq, float2 *xds) {
+    pdl_entry();
     __shared__ float sh[32];
     const float *xr = x + (size_t)blockIdx.x * d;
     float *yr = y + (size_t)blockIdx.x * d;
@@ -762,6 +810,7 @@ __global__ void k_rmsnorm(const float *x, const float *x2, float *xsum, const fl
 template <int VPT>
 __global__ void k_rmsnorm_r(const float *x, const float *x2, float *xsum, const float *g, float eps, float add_one,
                             float *y, int d, int8_t *xq, float2 *xds) {
+    pdl_entry();
     __shared__ float sh[32];
     const size_t base = (size_t)blockIdx.x * d;
     float v[VPT], gv[VPT];
@@ -815,6 +864,7 @@ __global__ void k_rmsnorm_r(const float *x, const float *x2, float *xsum, const 
 }
 
 __global__ void k_layernorm(const float *x, const float *g, const float *b, float eps, float *y, int d) {
+    pdl_entry();
     __shared__ float sh[32];
     const float *xr = x + (size_t)blockIdx.x * d;
     float *yr = y + (size_t)blockIdx.x * d;
@@ -830,6 +880,7 @@ __global__ void k_layernorm(const float *x, const float *g, const float *b, floa
 
 __global__ void k_rope(float *x, int n_heads, int head_dim, int half, const float *inv_freq, float attn_factor,
                        const int32_t *pos) {
+    pdl_entry();
     int t = blockIdx.x, h = blockIdx.y;
     float *xr = x + ((size_t)t * n_heads + h) * head_dim;
     float p = (float)pos[t];
@@ -854,6 +905,7 @@ __device__ __forceinline__ float act_f(int act, float g) {
 
 __global__ void k_act_mul(int act, const float *gate, const float *up, int64_t stride, float *y, int n, int d,
                           int8_t *xq, float2 *xds) {
+    pdl_entry();
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (int64_t)n * d) return;
     int64_t r = i / d, c = i % d;
@@ -862,22 +914,27 @@ __global__ void k_act_mul(int act, const float *gate, const float *up, int64_t s
     if (xq) quant_group(v, xq, xds, (size_t)i);   /* d % 32 == 0: whole warps are in range */
 }
 __global__ void k_act(int act, const float *x, float *y, int64_t n) {
+    pdl_entry();
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) y[i] = act_f(act, x[i]);
 }
 __global__ void k_add(const float *a, const float *b, float *y, int64_t n) {
+    pdl_entry();
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) y[i] = a[i] + b[i];
 }
 __global__ void k_scale(const float *x, float s, float *y, int64_t n) {
+    pdl_entry();
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) y[i] = x[i] * s;
 }
 __global__ void k_softcap(float *x, float cap, int64_t n) {
+    pdl_entry();
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) x[i] = cap * tanhf(x[i] / cap);
 }
 __global__ void k_gather(const float *src, const int32_t *rows, int d, float *dst) {
+    pdl_entry();
     int t = blockIdx.x;
     const float *s = src + (size_t)rows[t] * d;
     for (int i = threadIdx.x; i < d; i += blockDim.x) dst[(size_t)t * d + i] = s[i];
@@ -888,6 +945,7 @@ __global__ void k_gather(const float *src, const int32_t *rows, int d, float *ds
 
 template <typename T>
 __global__ void k_kv_write(const float *k, const float *v, T *kp, T *vp, const int32_t *slot, int kvdim, int n, int64_t nslots) {
+    pdl_entry();
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (int64_t)n * kvdim) return;
     int64_t t = i / kvdim, e = i % kvdim;
@@ -910,6 +968,7 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
 k_attn(const float *q, const T *kp, const T *vp, float *out, const int32_t *pos, const int32_t *seq,
        const int32_t *bt, int n_seqs, int max_blocks, int block_size, int n_blocks, int n_heads, int n_kv, int D, float scale,
        int window, float softcap, const float *sinks, int8_t *xq, float2 *xds, int sbt_n) {
+    pdl_entry();
     __shared__ float sm[ATT_WARPS], sl[ATT_WARPS], sacc[ATT_WARPS][NI * 32];
     extern __shared__ int32_t sbt[];
     const int t = blockIdx.x, h = blockIdx.y, lane = threadIdx.x & 31, w = threadIdx.x >> 5;
@@ -1026,6 +1085,7 @@ struct qk_prep_args {
 };
 template <typename T>
 __global__ void k_qk_prep(const qk_prep_args a, T *kp, T *vp, const int32_t *slot, const int32_t *pos, int64_t nslots) {
+    pdl_entry();
     __shared__ float sh[32];
     const int t = blockIdx.x, hh = blockIdx.y, half = a.D / 2, i = threadIdx.x;
     const bool ok = i < half;
@@ -1085,6 +1145,7 @@ __global__ void __launch_bounds__(256)
 k_attn_tiled(const float *q, const T *kp, const T *vp, float *out, const int32_t *pos, const int32_t *seq,
              const int32_t *bt, const int2 *tiles, int max_blocks, int block_size, int n_blocks, int n_heads,
              int n_kv, int D, float scale, int window, float softcap, const float *sinks, int8_t *xq, float2 *xds) {
+    pdl_entry();
     extern __shared__ float4 smem4[];
     float *smem = (float *)smem4;
     const int DP = D + 4;                       /* padded rows: float4 reads without bank conflicts */
@@ -1251,7 +1312,7 @@ static bool xq_buf(cu_ctx *c, int64_t count, int8_t **q, float2 **ds) {
 static void pend_flush(cu_ctx *c) {
     if (!c->pend.on) return;
     c->pend.on = false;
-    k_add<<<nblk(c->pend.count, 256), 256, 0, c->st>>>(c->pend.a, c->pend.b, c->pend.y, c->pend.count);
+    PL(c, k_add, nblk(c->pend.count, 256), 256, 0)(c->pend.a, c->pend.b, c->pend.y, c->pend.count);
     LAUNCHED(c, "add");
 }
 static void hq_flush(cu_ctx *c);
@@ -1420,10 +1481,10 @@ static void c_kv_free(void *ctx) {
 }
 
 #define MV_NB_CASES(K, ...) \
-    switch (nb) { case 1: K<__VA_ARGS__, 1><<<grid, MV_WARPS * 32, 0, c->st>>>ARGS; break; \
-                  case 2: K<__VA_ARGS__, 2><<<grid, MV_WARPS * 32, 0, c->st>>>ARGS; break; \
-                  case 4: K<__VA_ARGS__, 4><<<grid, MV_WARPS * 32, 0, c->st>>>ARGS; break; \
-                  default: K<__VA_ARGS__, 8><<<grid, MV_WARPS * 32, 0, c->st>>>ARGS; break; }
+    switch (nb) { case 1: PL(c, K<__VA_ARGS__, 1>, grid, MV_WARPS * 32, 0)ARGS; break; \
+                  case 2: PL(c, K<__VA_ARGS__, 2>, grid, MV_WARPS * 32, 0)ARGS; break; \
+                  case 4: PL(c, K<__VA_ARGS__, 4>, grid, MV_WARPS * 32, 0)ARGS; break; \
+                  default: PL(c, K<__VA_ARGS__, 8>, grid, MV_WARPS * 32, 0)ARGS; break; }
 
 static int log2_exact(int v) {   /* -1 unless v is a power of two */
     if (v <= 0 || (v & (v - 1))) return -1;
@@ -1472,11 +1533,11 @@ static bool mv_i8_ok(const cu_ctx *c, const cu_weight *w, const cu_weight *w0, i
 
 #define I8_CASES(BITS, ST) \
     switch (n <= 1 ? 0 : n <= 2 ? 1 : n <= 4 ? 2 : n <= 8 ? 3 : 4) { \
-    case 0: k_mv_i8<BITS, ST, 1, 1><<<blk, MV_WARPS * 32, 0, c->st>>>(set, xq, xds, cols, gsh, n); break; \
-    case 1: k_mv_i8<BITS, ST, 2, 2><<<blk, MV_WARPS * 32, 0, c->st>>>(set, xq, xds, cols, gsh, n); break; \
-    case 2: k_mv_i8<BITS, ST, 2, 4><<<blk, MV_WARPS * 32, 0, c->st>>>(set, xq, xds, cols, gsh, n); break; \
-    case 3: k_mv_i8<BITS, ST, 2, 8><<<blk, MV_WARPS * 32, 0, c->st>>>(set, xq, xds, cols, gsh, n); break; \
-    default: k_mv_i8<BITS, ST, 2, 16><<<blk, MV_WARPS * 32, 0, c->st>>>(set, xq, xds, cols, gsh, n); break; }
+    case 0: PL(c, k_mv_i8<BITS, ST, 1, 1>, blk, MV_WARPS * 32, 0)(set, xq, xds, cols, gsh, n); break; \
+    case 1: PL(c, k_mv_i8<BITS, ST, 2, 2>, blk, MV_WARPS * 32, 0)(set, xq, xds, cols, gsh, n); break; \
+    case 2: PL(c, k_mv_i8<BITS, ST, 2, 4>, blk, MV_WARPS * 32, 0)(set, xq, xds, cols, gsh, n); break; \
+    case 3: PL(c, k_mv_i8<BITS, ST, 2, 8>, blk, MV_WARPS * 32, 0)(set, xq, xds, cols, gsh, n); break; \
+    default: PL(c, k_mv_i8<BITS, ST, 2, 16>, blk, MV_WARPS * 32, 0)(set, xq, xds, cols, gsh, n); break; }
 
 /* nw (<= 4) q4/q8 weights of one format on x [n, cols] through int8 activations, one quantize
  * and one matvec launch. False (nothing launched) when the weights do not qualify. */
@@ -1488,7 +1549,7 @@ static bool mv_i8(cu_ctx *c, int nw, const cu_weight *const *w, const float *x, 
     int8_t *xq; float2 *xds;
     if (!xq_buf(c, (int64_t)n * cols, &xq, &xds)) return true;   /* failure recorded */
     if (c->xq_src != x || c->xq_count != (int64_t)n * cols) {
-        k_quant_x<<<nblk((int64_t)n * ngx * 32, 256), 256, 0, c->st>>>(x, xq, xds, n, cols);
+        PL(c, k_quant_x, nblk((int64_t)n * ngx * 32, 256), 256, 0)(x, xq, xds, n, cols);
         LAUNCHED(c, "quantize activations");
         c->xq_src = x; c->xq_count = (int64_t)n * cols;
     }
@@ -1538,8 +1599,8 @@ static void mm_impl(cu_ctx *c, const cu_weight *w, const float *x, float *y, int
     if (n <= 8 && mv_fast(c, w, x, y, n)) return;
     if (n <= 8 || c->precise) {   /* precise: f32 FMA chains for any n (slow; for parity checks) */
         int64_t warps = w->rows * n;
-        if (w->sdt == SDT_F16) k_mv_generic<__half><<<nblk(warps * 32, 256), 256, 0, c->st>>>(*w, x, y, n);
-        else k_mv_generic<__nv_bfloat16><<<nblk(warps * 32, 256), 256, 0, c->st>>>(*w, x, y, n);
+        if (w->sdt == SDT_F16) PL(c, k_mv_generic<__half>, nblk(warps * 32, 256), 256, 0)(*w, x, y, n);
+        else PL(c, k_mv_generic<__nv_bfloat16>, nblk(warps * 32, 256), 256, 0)(*w, x, y, n);
         LAUNCHED(c, "matvec (generic)");
         return;
     }
@@ -1554,8 +1615,8 @@ static void mm_impl(cu_ctx *c, const cu_weight *w, const float *x, float *y, int
         bool f16 = !w->bits && w->dtype == MX_DTYPE_F16;
         void *xb = scratch(c, &c->xscratch, &c->xscratch_cap, (size_t)n * cols * 2);
         if (!xb) return;
-        if (f16) k_cvt<__half><<<nblk((int64_t)n * cols, 256), 256, 0, c->st>>>(x, (__half *)xb, (int64_t)n * cols);
-        else k_cvt<__nv_bfloat16><<<nblk((int64_t)n * cols, 256), 256, 0, c->st>>>(x, (__nv_bfloat16 *)xb, (int64_t)n * cols);
+        if (f16) PL(c, k_cvt<__half>, nblk((int64_t)n * cols, 256), 256, 0)(x, (__half *)xb, (int64_t)n * cols);
+        else PL(c, k_cvt<__nv_bfloat16>, nblk((int64_t)n * cols, 256), 256, 0)(x, (__nv_bfloat16 *)xb, (int64_t)n * cols);
         LAUNCHED(c, "convert activations");
         cudaDataType_t dt = f16 ? CUDA_R_16F : CUDA_R_16BF;
         const int gsh = log2_exact(w->gs);
@@ -1567,12 +1628,12 @@ static void mm_impl(cu_ctx *c, const cu_weight *w, const float *x, float *y, int
             const uint32_t *W_ = (const uint32_t *)w->w;
             if (w->sdt == SDT_F16) {
                 typedef __half ST_;
-                if (narrow) k_gemm_q4<32, ST_><<<dim3(gm, nblk(n, 32)), 128, 0, c->st>>>GM_ARGS;
-                else k_gemm_q4<64, ST_><<<dim3(gm, nblk(n, 64)), 128, 0, c->st>>>GM_ARGS;
+                if (narrow) PL(c, k_gemm_q4<32, ST_>, dim3(gm, nblk(n, 32)), 128, 0)GM_ARGS;
+                else PL(c, k_gemm_q4<64, ST_>, dim3(gm, nblk(n, 64)), 128, 0)GM_ARGS;
             } else {
                 typedef __nv_bfloat16 ST_;
-                if (narrow) k_gemm_q4<32, ST_><<<dim3(gm, nblk(n, 32)), 128, 0, c->st>>>GM_ARGS;
-                else k_gemm_q4<64, ST_><<<dim3(gm, nblk(n, 64)), 128, 0, c->st>>>GM_ARGS;
+                if (narrow) PL(c, k_gemm_q4<32, ST_>, dim3(gm, nblk(n, 32)), 128, 0)GM_ARGS;
+                else PL(c, k_gemm_q4<64, ST_>, dim3(gm, nblk(n, 64)), 128, 0)GM_ARGS;
             }
 #undef GM_ARGS
             LAUNCHED(c, "gemm (q4, fused)");
@@ -1596,14 +1657,14 @@ static void mm_impl(cu_ctx *c, const cu_weight *w, const float *x, float *y, int
                 if ((w->bits == 4 || w->bits == 8) && gsh >= 3) {
                     const uint32_t *W = (const uint32_t *)w->w;
                     if (w->sdt == SDT_F16) {
-                        if (w->bits == 4) k_dequant_q<4, __half><<<gq, 256, 0, c->st>>>(W, (const __half *)w->scales, (const __half *)w->biases, r0, nr, (int)cols, gsh, (__nv_bfloat16 *)wb);
-                        else k_dequant_q<8, __half><<<gq, 256, 0, c->st>>>(W, (const __half *)w->scales, (const __half *)w->biases, r0, nr, (int)cols, gsh, (__nv_bfloat16 *)wb);
+                        if (w->bits == 4) PL(c, k_dequant_q<4, __half>, gq, 256, 0)(W, (const __half *)w->scales, (const __half *)w->biases, r0, nr, (int)cols, gsh, (__nv_bfloat16 *)wb);
+                        else PL(c, k_dequant_q<8, __half>, gq, 256, 0)(W, (const __half *)w->scales, (const __half *)w->biases, r0, nr, (int)cols, gsh, (__nv_bfloat16 *)wb);
                     } else {
-                        if (w->bits == 4) k_dequant_q<4, __nv_bfloat16><<<gq, 256, 0, c->st>>>(W, (const __nv_bfloat16 *)w->scales, (const __nv_bfloat16 *)w->biases, r0, nr, (int)cols, gsh, (__nv_bfloat16 *)wb);
-                        else k_dequant_q<8, __nv_bfloat16><<<gq, 256, 0, c->st>>>(W, (const __nv_bfloat16 *)w->scales, (const __nv_bfloat16 *)w->biases, r0, nr, (int)cols, gsh, (__nv_bfloat16 *)wb);
+                        if (w->bits == 4) PL(c, k_dequant_q<4, __nv_bfloat16>, gq, 256, 0)(W, (const __nv_bfloat16 *)w->scales, (const __nv_bfloat16 *)w->biases, r0, nr, (int)cols, gsh, (__nv_bfloat16 *)wb);
+                        else PL(c, k_dequant_q<8, __nv_bfloat16>, gq, 256, 0)(W, (const __nv_bfloat16 *)w->scales, (const __nv_bfloat16 *)w->biases, r0, nr, (int)cols, gsh, (__nv_bfloat16 *)wb);
                     }
-                } else if (w->sdt == SDT_F16) k_dequant_rows<__half><<<nblk(nr * cols, 256), 256, 0, c->st>>>(wd, r0, nr, (__nv_bfloat16 *)wb);
-                else k_dequant_rows<__nv_bfloat16><<<nblk(nr * cols, 256), 256, 0, c->st>>>(wd, r0, nr, (__nv_bfloat16 *)wb);
+                } else if (w->sdt == SDT_F16) PL(c, k_dequant_rows<__half>, nblk(nr * cols, 256), 256, 0)(wd, r0, nr, (__nv_bfloat16 *)wb);
+                else PL(c, k_dequant_rows<__nv_bfloat16>, nblk(nr * cols, 256), 256, 0)(wd, r0, nr, (__nv_bfloat16 *)wb);
                 LAUNCHED(c, "dequantize");
                 bs = cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)nr, n, (int)cols, &one, wb, CUDA_R_16BF, (int)cols,
                                   xb, CUDA_R_16BF, (int)cols, &zero, y + r0, CUDA_R_32F, (int)rows, CUBLAS_COMPUTE_32F,
@@ -1613,7 +1674,7 @@ static void mm_impl(cu_ctx *c, const cu_weight *w, const float *x, float *y, int
     }
     if (bs != CUBLAS_STATUS_SUCCESS) { cu_fail(c, MX_ERR_INTERNAL, "cublas gemm", cudaSuccess); return; }
     if (w->bias) {
-        k_add_bias<<<nblk(rows * n, 256), 256, 0, c->st>>>(y, w->bias, rows, rows * n);
+        PL(c, k_add_bias, nblk(rows * n, 256), 256, 0)(y, w->bias, rows, rows * n);
         LAUNCHED(c, "bias");
     }
 }
@@ -1630,8 +1691,8 @@ static void c_embed(void *ctx, const mx_weight *wt, const int32_t *ids_host, int
     const int32_t *d = (const int32_t *)stage_up(c, &c->ids, ids_host, (size_t)n * 4);
     if (!d) return;
     REPLAY_STOP(c);
-    if (w->sdt == SDT_F16) k_embed<__half><<<n, 256, 0, c->st>>>(*w, d, out);
-    else k_embed<__nv_bfloat16><<<n, 256, 0, c->st>>>(*w, d, out);
+    if (w->sdt == SDT_F16) PL(c, k_embed<__half>, n, 256, 0)(*w, d, out);
+    else PL(c, k_embed<__nv_bfloat16>, n, 256, 0)(*w, d, out);
     LAUNCHED(c, "embed");
 }
 
@@ -1676,7 +1737,7 @@ static void c_layernorm(void *ctx, const float *x, const mx_vec *g, const mx_vec
     if (n <= 0 || d <= 0) return;
     const float *gd = get_v(c, g), *bd = get_v(c, b);
     if ((g && !gd) || (b && !bd)) return;
-    k_layernorm<<<n, norm_threads(d) > 256 ? 256 : norm_threads(d), 0, c->st>>>(x, gd, bd, eps, y, d);
+    PL(c, k_layernorm, n, norm_threads(d) > 256 ? 256 : norm_threads(d), 0)(x, gd, bd, eps, y, d);
     LAUNCHED(c, "layernorm");
 }
 
@@ -1768,7 +1829,7 @@ static void c_rope(void *ctx, float *x, int n, int n_heads, int head_dim, const 
     }
     hq_flush(c);
     dim3 grid((unsigned)n, (unsigned)n_heads);
-    k_rope<<<grid, half >= 64 ? 64 : 32, 0, c->st>>>(x, n_heads, head_dim, half, f, r->attn_factor, dm.pos);
+    PL(c, k_rope, grid, half >= 64 ? 64 : 32, 0)(x, n_heads, head_dim, half, f, r->attn_factor, dm.pos);
     LAUNCHED(c, "rope");
 }
 
@@ -1778,12 +1839,12 @@ static void launch_rmsnorm(cu_ctx *c, const float *x, const float *x2, float *xs
         int th = ((d + 3) / 4 + 31) / 32 * 32;
         if (th > 1024) th = 1024;
         const int vpt = (d + th - 1) / th;
-        if (vpt <= 1) k_rmsnorm_r<1><<<n, th, 0, c->st>>>(x, x2, xsum, gd, eps, add_one, y, d, xq, xds);
-        else if (vpt <= 2) k_rmsnorm_r<2><<<n, th, 0, c->st>>>(x, x2, xsum, gd, eps, add_one, y, d, xq, xds);
-        else if (vpt <= 4) k_rmsnorm_r<4><<<n, th, 0, c->st>>>(x, x2, xsum, gd, eps, add_one, y, d, xq, xds);
-        else k_rmsnorm_r<8><<<n, th, 0, c->st>>>(x, x2, xsum, gd, eps, add_one, y, d, xq, xds);
+        if (vpt <= 1) PL(c, k_rmsnorm_r<1>, n, th, 0)(x, x2, xsum, gd, eps, add_one, y, d, xq, xds);
+        else if (vpt <= 2) PL(c, k_rmsnorm_r<2>, n, th, 0)(x, x2, xsum, gd, eps, add_one, y, d, xq, xds);
+        else if (vpt <= 4) PL(c, k_rmsnorm_r<4>, n, th, 0)(x, x2, xsum, gd, eps, add_one, y, d, xq, xds);
+        else PL(c, k_rmsnorm_r<8>, n, th, 0)(x, x2, xsum, gd, eps, add_one, y, d, xq, xds);
     } else {
-        k_rmsnorm<<<n, norm_threads(d) > 256 ? 256 : norm_threads(d), 0, c->st>>>(x, x2, xsum, gd, eps, add_one, y, d, xq, xds);
+        PL(c, k_rmsnorm, n, norm_threads(d) > 256 ? 256 : norm_threads(d), 0)(x, x2, xsum, gd, eps, add_one, y, d, xq, xds);
     }
     LAUNCHED(c, "rmsnorm");
 }
@@ -1799,7 +1860,7 @@ static void hq_flush(cu_ctx *c) {
             launch_rmsnorm(c, o->x, NULL, NULL, o->g, o->eps, o->add_one, o->x, o->rows, o->d, NULL, NULL);
         } else {
             const int half = o->d / 2;
-            k_rope<<<dim3((unsigned)o->n, (unsigned)o->heads), half >= 64 ? 64 : 32, 0, c->st>>>(o->x, o->heads, o->d, half, o->f, o->af, o->pos_d);
+            PL(c, k_rope, dim3((unsigned)o->n, (unsigned)o->heads), half >= 64 ? 64 : 32, 0)(o->x, o->heads, o->d, half, o->f, o->af, o->pos_d);
             LAUNCHED(c, "rope");
         }
     }
@@ -1868,9 +1929,9 @@ static bool launch_attn_tiled(cu_ctx *c, const float *q, float *out, const mx_at
     dim3 grid((unsigned)nt, (unsigned)p->n_heads);
 #define TARGS (q, kp, vp, out, dm.pos, dm.seq, dm.bt, td, meta->max_blocks, c->kv.block_size, c->kv.n_blocks, p->n_heads, \
                p->n_kv_heads, D, p->scale, p->sliding_window, p->softcap, sk, xq, xds)
-    if (ni == 0) k_attn_tiled<T, 2><<<grid, 256, shm, c->st>>>TARGS;
-    else if (ni == 1) k_attn_tiled<T, 4><<<grid, 256, shm, c->st>>>TARGS;
-    else k_attn_tiled<T, 8><<<grid, 256, shm, c->st>>>TARGS;
+    if (ni == 0) PL(c, k_attn_tiled<T, 2>, grid, 256, shm)TARGS;
+    else if (ni == 1) PL(c, k_attn_tiled<T, 4>, grid, 256, shm)TARGS;
+    else PL(c, k_attn_tiled<T, 8>, grid, 256, shm)TARGS;
 #undef TARGS
     LAUNCHED(c, "attention (tiled)");
     return true;
@@ -1884,10 +1945,10 @@ static void launch_attn(cu_ctx *c, int layer, const float *q, const float *k, co
     (void)layer;
     if (pa) {
         dim3 g((unsigned)n, (unsigned)(p->n_heads + 2 * p->n_kv_heads));
-        k_qk_prep<T><<<g, (p->head_dim / 2 + 31) / 32 * 32, 0, c->st>>>(*pa, kp, vp, dm.slot, dm.pos, nslots);
+        PL(c, k_qk_prep<T>, g, (p->head_dim / 2 + 31) / 32 * 32, 0)(*pa, kp, vp, dm.slot, dm.pos, nslots);
         LAUNCHED(c, "q/k prep");
     } else {
-        k_kv_write<T><<<nblk((int64_t)n * kvdim, 256), 256, 0, c->st>>>(k, v, kp, vp, dm.slot, kvdim, n, nslots);
+        PL(c, k_kv_write<T>, nblk((int64_t)n * kvdim, 256), 256, 0)(k, v, kp, vp, dm.slot, kvdim, n, nslots);
         LAUNCHED(c, "kv write");
     }
     if (c->attn_tiled && launch_attn_tiled<T>(c, q, out, p, meta, dm, kp, vp, sk, xq, xds)) return;
@@ -1900,9 +1961,9 @@ static void launch_attn(cu_ctx *c, int layer, const float *q, const float *k, co
 #define ATT_ARGS (q, kp, vp, out, dm.pos, dm.seq, dm.bt, meta->n_seqs, meta->max_blocks, c->kv.block_size, c->kv.n_blocks, \
                   p->n_heads, p->n_kv_heads, p->head_dim, p->scale, p->sliding_window, p->softcap, sk, xq, xds, sbt_n)
 #define ATT_NI(W, P) \
-    if (p->head_dim <= 64) k_attn<T, W, P, 2><<<grid, W * 32, shm, c->st>>>ATT_ARGS; \
-    else if (p->head_dim <= 128) k_attn<T, W, P, 4><<<grid, W * 32, shm, c->st>>>ATT_ARGS; \
-    else k_attn<T, W, P, 8><<<grid, W * 32, shm, c->st>>>ATT_ARGS;
+    if (p->head_dim <= 64) PL(c, k_attn<T, W, P, 2>, grid, W * 32, shm)ATT_ARGS; \
+    else if (p->head_dim <= 128) PL(c, k_attn<T, W, P, 4>, grid, W * 32, shm)ATT_ARGS; \
+    else PL(c, k_attn<T, W, P, 8>, grid, W * 32, shm)ATT_ARGS;
     if (wide) { ATT_NI(16, 8) } else { ATT_NI(4, 4) }
 #undef ATT_NI
 #undef ATT_ARGS
@@ -1960,7 +2021,7 @@ static void c_act_mul(void *ctx, mx_act act, const float *gate, const float *up,
     if (n <= 0 || d <= 0) return;
     int8_t *xq = NULL; float2 *xds = NULL;
     if (!c->mv_f32 && d % 32 == 0 && !xq_buf(c, (int64_t)n * d, &xq, &xds)) return;
-    k_act_mul<<<nblk((int64_t)n * d, 256), 256, 0, c->st>>>((int)act, gate, up, stride, y, n, d, xq, xds);
+    PL(c, k_act_mul, nblk((int64_t)n * d, 256), 256, 0)((int)act, gate, up, stride, y, n, d, xq, xds);
     LAUNCHED(c, "act_mul");
     if (xq) { c->xq_src = y; c->xq_count = (int64_t)n * d; }
 }
@@ -1969,7 +2030,7 @@ static void c_act(void *ctx, mx_act act, const float *x, float *y, int64_t count
     GOP_PURE(c, 8, (uint64_t)act, PU(x), PU(y), (uint64_t)count);
     OP_ENTER(c);
     if (count <= 0) return;
-    k_act<<<nblk(count, 256), 256, 0, c->st>>>((int)act, x, y, count);
+    PL(c, k_act, nblk(count, 256), 256, 0)((int)act, x, y, count);
     LAUNCHED(c, "act");
 }
 static void c_add(void *ctx, const float *a, const float *b, float *y, int64_t count) {
@@ -1985,7 +2046,7 @@ static void c_scale(void *ctx, const float *x, float s, float *y, int64_t count)
     GOP_PURE(c, 10, PU(x), fbits(s), PU(y), (uint64_t)count);
     OP_ENTER(c);
     if (count <= 0) return;
-    k_scale<<<nblk(count, 256), 256, 0, c->st>>>(x, s, y, count);
+    PL(c, k_scale, nblk(count, 256), 256, 0)(x, s, y, count);
     LAUNCHED(c, "scale");
 }
 static void c_gather_rows(void *ctx, const float *src, const int32_t *rows_host, int n, int d, float *dst) {
@@ -1996,7 +2057,7 @@ static void c_gather_rows(void *ctx, const float *src, const int32_t *rows_host,
     const int32_t *r = (const int32_t *)stage_up(c, &c->rows, rows_host, (size_t)n * 4);
     if (!r) return;
     REPLAY_STOP(c);
-    k_gather<<<n, 256, 0, c->st>>>(src, r, d, dst);
+    PL(c, k_gather, n, 256, 0)(src, r, d, dst);
     LAUNCHED(c, "gather_rows");
 }
 static void c_softcap(void *ctx, float *x, float cap, int64_t count) {
@@ -2004,7 +2065,7 @@ static void c_softcap(void *ctx, float *x, float cap, int64_t count) {
     GOP_PURE(c, 12, PU(x), fbits(cap), (uint64_t)count);
     OP_ENTER(c);
     if (count <= 0 || cap == 0.f) return;
-    k_softcap<<<nblk(count, 256), 256, 0, c->st>>>(x, cap, count);
+    PL(c, k_softcap, nblk(count, 256), 256, 0)(x, cap, count);
     LAUNCHED(c, "softcap");
 }
 
@@ -2116,6 +2177,8 @@ extern "C" mx_status mx_backend_cuda_init(mx_backend *out) {
         c->attn_tiled = ae && !strcmp(ae, "tiled");
         const char *ge = getenv("MLXCEL_CUDA_GEMM");
         c->gemm_fused = ge && !strcmp(ge, "fused");
+        const char *pd = getenv("MLXCEL_CUDA_PDL");
+        c->pdl = pd && !strcmp(pd, "1");
         c->mv_f32 = c->precise || (me && !strcmp(me, "f32"));
     }
     if ((e = cudaStreamCreateWithFlags(&c->st, cudaStreamNonBlocking)) != cudaSuccess) {
@@ -2144,6 +2207,13 @@ extern "C" void mx_backend_cuda_describe(const mx_backend *b, char *buf, size_t 
     cudaMemGetInfo(&fr, &tot);
     snprintf(buf, n, "%.100s, sm_%d%d, %.1f GiB (%.1f free), %d SMs; built for %s", c->prop.name, c->prop.major,
              c->prop.minor, tot / 1073741824.0, fr / 1073741824.0, c->prop.multiProcessorCount, MX_CUDA_ARCHS);
+}
+
+extern "C" void mx_backend_cuda_set_pdl(mx_backend *b, bool on) {
+    cu_ctx *c = (cu_ctx *)b->ctx;
+    FLUSH_ALL(c);
+    g_invalidate(c);
+    c->pdl = on;
 }
 
 extern "C" void mx_backend_cuda_set_fused_gemm(mx_backend *b, bool on) {
