@@ -18,6 +18,7 @@
 #           concurrency 1..128, and the server's shell tests with MLXCEL_DEVICE=gpu
 #   ncu     per-kernel times of decode steps (Nsight Compute), Llama-3.1-8B q4 batch 1
 #   mv      the matvec table alone (test_backend_cuda --bench-mv)
+#   sweep   bench rows listed in the file GPU_CHECK_SWEEP ("LABEL [VAR=VALUE...] -- bench args" a line)
 #   synth   the op-level benchmarks (test_backend_cuda --bench: matvec table, synthetic steps)
 #
 # The full build needs the -dev packages of scripts/setup.sh. A bare GPU machine without network
@@ -134,16 +135,14 @@ if has models && [ $full = 1 ]; then
   say "model tests (MLXCEL_DEVICE=gpu): $mp passed, $mf failed"
   grep '^FAIL ' "$OUTD/models.log" | head -20 | tee -a "$SUMMARY"
   [ "$mf" = 0 ] || status=1
-  # the tiled prompt attention (off by default until measured): the same goldens through it
-  MLXCEL_ROOT=$(pwd) MLXCEL_DEVICE=gpu MLXCEL_CUDA_ATTN=tiled $B/tests/test_models >"$OUTD/models_tiled.log" 2>&1
-  say "model tests (MLXCEL_DEVICE=gpu MLXCEL_CUDA_ATTN=tiled): $(grep -c '^PASS ' "$OUTD/models_tiled.log") passed, $(grep -c '^FAIL ' "$OUTD/models_tiled.log") failed"
-  grep '^FAIL ' "$OUTD/models_tiled.log" | head -10 | tee -a "$SUMMARY"
-  MLXCEL_ROOT=$(pwd) MLXCEL_DEVICE=gpu MLXCEL_CUDA_GEMM=fused $B/tests/test_models >"$OUTD/models_gemm.log" 2>&1
-  say "model tests (MLXCEL_DEVICE=gpu MLXCEL_CUDA_GEMM=fused): $(grep -c '^PASS ' "$OUTD/models_gemm.log") passed, $(grep -c '^FAIL ' "$OUTD/models_gemm.log") failed"
-  grep '^FAIL ' "$OUTD/models_gemm.log" | head -10 | tee -a "$SUMMARY"
-  MLXCEL_ROOT=$(pwd) MLXCEL_DEVICE=gpu MLXCEL_CUDA_PDL=1 $B/tests/test_models >"$OUTD/models_pdl.log" 2>&1
-  say "model tests (MLXCEL_DEVICE=gpu MLXCEL_CUDA_PDL=1): $(grep -c '^PASS ' "$OUTD/models_pdl.log") passed, $(grep -c '^FAIL ' "$OUTD/models_pdl.log") failed"
-  grep '^FAIL ' "$OUTD/models_pdl.log" | head -10 | tee -a "$SUMMARY"
+  # the other paths (CUDA-core tiled prompt attention; per-(token, head) prompt attention without
+  # programmatic dependent launch; the fused q4 GEMM, off by default): the same goldens through them
+  for v in MLXCEL_CUDA_ATTN=tiled "MLXCEL_CUDA_ATTN=pertoken MLXCEL_CUDA_PDL=0" MLXCEL_CUDA_GEMM=fused ${GPU_CHECK_MODEL_VARIANTS:-}; do
+    # shellcheck disable=SC2086
+    env MLXCEL_ROOT="$(pwd)" MLXCEL_DEVICE=gpu ${v//,/ } $B/tests/test_models >"$OUTD/models_${v%%[ ,]*}.log" 2>&1
+    say "model tests (MLXCEL_DEVICE=gpu ${v//,/ }): $(grep -c '^PASS ' "$OUTD/models_${v%%[ ,]*}.log") passed, $(grep -c '^FAIL ' "$OUTD/models_${v%%[ ,]*}.log") failed"
+    grep '^FAIL ' "$OUTD/models_${v%%[ ,]*}.log" | head -10 | tee -a "$SUMMARY"
+  done
 fi
 
 bench() {   # label args...: one `mlxcel bench` run on the GPU, its table rows into the summary
@@ -151,6 +150,7 @@ bench() {   # label args...: one `mlxcel bench` run on the GPU, its table rows i
   echo "== bench $label: mlxcel bench $*"
   MLXCEL_DEVICE=gpu $M bench "$@" 2>&1 | tee -a "$OUTD/bench.log" | tee "$OUTD/last.txt"
   grep -E '^\| ' "$OUTD/last.txt" | grep -v -E 'model|---' | sed "s/^/$label /" >>"$SUMMARY"
+  grep -E '^cuda profile:' "$OUTD/last.txt" | head -24 | sed "s/^cuda profile:/$label prof/" >>"$SUMMARY"   # MLXCEL_CUDA_PROFILE=1
 }
 if has bench && [ $full = 1 ]; then
   : >"$OUTD/bench.log"
@@ -164,12 +164,10 @@ if has bench && [ $full = 1 ]; then
   # as llama-batched-bench (128 prompt + 128 generated tokens a sequence): the prompts cached first
   bench llama8b-q4-b128-d128 --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 128 -d 128 -r 2
   bench qwen06-q4-b128-d128 --config $Q06 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 128 -d 128 -r 2
-  MLXCEL_CUDA_ATTN=tiled bench llama8b-q4-tiled --config $L8 --random --q-bits 4 --q-group-size 64 -p 512 -n 0 -r 3
-  MLXCEL_CUDA_ATTN=tiled bench qwen06-q4-tiled --config $Q06 --random --q-bits 4 --q-group-size 64 -p 512 -n 0 -r 3
+  # the previous defaults and the fused q4 GEMM (off: 3x slower than dequantize + cuBLAS so far)
+  MLXCEL_CUDA_ATTN=tiled bench llama8b-q4-attn-tiled --config $L8 --random --q-bits 4 --q-group-size 64 -p 512 -n 0 -r 3
+  MLXCEL_CUDA_ATTN=pertoken MLXCEL_CUDA_PDL=0 bench llama8b-q4-attn-pertoken-nopdl --config $L8 --random --q-bits 4 --q-group-size 64 -p 512 -n 128 -r 3
   MLXCEL_CUDA_GEMM=fused bench llama8b-q4-gemm --config $L8 --random --q-bits 4 --q-group-size 64 -p 512 -n 128 -b 128 -r 2
-  MLXCEL_CUDA_GEMM=fused bench qwen06-q4-gemm --config $Q06 --random --q-bits 4 --q-group-size 64 -p 512 -n 128 -b 128 -r 2
-  MLXCEL_CUDA_PDL=1 bench llama8b-q4-pdl --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -r 3
-  MLXCEL_CUDA_PDL=1 bench qwen06-q4-pdl --config $Q06 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -r 3
   for v in ${GPU_CHECK_EXTRA_BENCH:-}; do   # e.g. "llama8b-q4-f32mv" rows with MLXCEL_CUDA_MV=f32
     case $v in
       llama8b-q4-f32mv) MLXCEL_CUDA_MV=f32 bench $v --config $L8 --random --q-bits 4 -p 0 -n 128 -r 3 ;;
@@ -180,6 +178,17 @@ if has bench && [ $full = 1 ]; then
       qwen06-q4-nograph) MLXCEL_CUDA_GRAPHS=0 bench $v --config $Q06 --random --q-bits 4 -p 0 -n 128 -r 3 ;;
     esac
   done
+fi
+
+# sweep: one bench row per line of GPU_CHECK_SWEEP (a file): "LABEL [VAR=VALUE...] -- bench args",
+# e.g. "l8-dq16 MLXCEL_CUDA_DQ_MB=16 -- --config bench/configs/llama3.1-8b.json --random --q-bits 4 -p 512 -n 0"
+if has sweep && [ $full = 1 ] && [ -f "${GPU_CHECK_SWEEP:-}" ]; then
+  while read -r label rest; do
+    case $label in ''|'#'*) continue ;; esac
+    envs=${rest%%--*} args=${rest#*--}
+    # shellcheck disable=SC2086
+    ( [ -n "${envs// /}" ] && export $envs; bench "$label" $args ) </dev/null
+  done <"$GPU_CHECK_SWEEP"
 fi
 
 if has ckpt && [ $full = 1 ]; then

@@ -45,16 +45,18 @@ double mx_backend_cuda_bench_copy(const mx_backend *b, size_t bytes);
  * default under MLXCEL_PRECISE=1 or MLXCEL_CUDA_MV=f32). For tests and comparisons. */
 void mx_backend_cuda_set_exact_matvec(mx_backend *b, bool on);
 /* Prompt attention through the tiled kernel (shared K/V tiles for up to 64 tokens of a sequence)
- * instead of one block per (token, head); MLXCEL_CUDA_ATTN=tiled at init. Off by default until
- * it has been measured on a GPU (see src/backend/cuda/NOTES.md). */
+ * instead of one block per (token, head); on by default, MLXCEL_CUDA_ATTN=pertoken turns it off. */
 void mx_backend_cuda_set_tiled_attention(mx_backend *b, bool on);
+/* Within the tiled prompt attention, the tensor-core kernel (bf16 KV cache, head size 32/64/128);
+ * on by default, MLXCEL_CUDA_ATTN=tiled (CUDA cores) or =pertoken turns it off. */
+void mx_backend_cuda_set_mma_attention(mx_backend *b, bool on);
 /* q4 products of more than 16 rows through the fused GEMM (weights dequantized in registers into
  * tensor-core fragments) instead of a bf16 copy for cuBLAS; MLXCEL_CUDA_GEMM=fused at init. Off
  * by default until measured on a GPU. */
 void mx_backend_cuda_set_fused_gemm(mx_backend *b, bool on);
-/* Programmatic dependent launch for the backend's kernels (MLXCEL_CUDA_PDL=1 at init): each may
- * start while the previous kernel finishes and waits for it on the device. Off by default until
- * measured on a GPU. */
+/* Programmatic dependent launch for the backend's kernels: each may start while the previous
+ * kernel finishes and waits for it on the device. On by default; MLXCEL_CUDA_PDL=0 at init turns
+ * it off. */
 void mx_backend_cuda_set_pdl(mx_backend *b, bool on);
 
 /* Pick the backend: MLXCEL_DEVICE=cpu forces the CPU, =gpu forces the GPU (an error if this

@@ -11,6 +11,7 @@
 #include "mlxcel/backend_cuda.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <stdint.h>
 
 static uint64_t g_rng = 0x2545f4914f6cdd1dull;
@@ -207,6 +208,9 @@ static const mm_case g_mm[] = {
     {"cuda_matmul_f16_n2", 100, 512, 2, 0, 0, MX_DTYPE_F16, false},
     {"cuda_matmul_f32_n3", 100, 512, 3, 0, 0, MX_DTYPE_F32, true},
     {"cuda_matmul_bf16_odd_cols_n2", 33, 100, 2, 0, 0, MX_DTYPE_BF16, false},
+    {"cuda_matmul_bf16_long_n1", 37, 14336, 1, 0, 0, MX_DTYPE_BF16, true},      /* 7 vectors a lane, 37 = 4 x 9 + 1 rows */
+    {"cuda_matmul_bf16_ragged_n4", 301, 1032, 4, 0, 0, MX_DTYPE_BF16, false},  /* 129 vectors a row */
+    {"cuda_matmul_bf16_n6", 66, 4096, 6, 0, 0, MX_DTYPE_BF16, true},
     {"cuda_matmul_q4_gemm_n17", 300, 512, 17, 4, 64, MX_DTYPE_BF16, true},
     {"cuda_matmul_q4_gemm_n100_g32_f16", 130, 1024, 100, 4, 32, MX_DTYPE_F16, false},
     {"cuda_matmul_q4_gemm_n128_g128_bias", 256, 2048, 128, 4, 128, MX_DTYPE_BF16, true},
@@ -214,6 +218,7 @@ static const mm_case g_mm[] = {
     {"cuda_matmul_q4_gemm_wide_n300", 4150, 128, 300, 4, 64, MX_DTYPE_BF16, true},   /* enough blocks for 64-token tiles */
     {"cuda_matmul_q8_gemm_n64", 256, 1024, 64, 8, 32, MX_DTYPE_F16, false},
     {"cuda_matmul_q3_gemm_n20", 64, 256, 20, 3, 64, MX_DTYPE_BF16, false},
+    {"cuda_matmul_q4_gemm_chunked_n24", 2100, 2048, 24, 4, 64, MX_DTYPE_BF16, true},   /* 2 slices at 8 MB */
     {"cuda_matmul_bf16_gemm_n33", 200, 512, 33, 0, 0, MX_DTYPE_BF16, true},
     {"cuda_matmul_f16_gemm_n9", 100, 256, 9, 0, 0, MX_DTYPE_F16, false},
     {"cuda_matmul_f32_gemm_n12", 100, 256, 12, 0, 0, MX_DTYPE_F32, false},
@@ -483,6 +488,23 @@ static void test_fusions(void) {
         float *a = gdown(ya[i], (int64_t)N * rows[i]), *b = gdown(yb[i], (int64_t)N * rows[i]);
         TCHECK(!memcmp(a, b, (size_t)N * rows[i] * 4), "matmul_multi weight %d differs from matmul", i);
         free(a); free(b);
+    }
+    {   /* the same above the matvecs (cuBLAS; x converted to bf16 once for the set) */
+        enum { NG = 40 };
+        float *xg = malloc((size_t)NG * D * 4);
+        fill(xg, NG * D, 2.f);
+        float *dxg = gup(xg, NG * D), *ma[3], *mb[3];
+        for (int i = 0; i < 3; i++) { ma[i] = gnan((int64_t)NG * rows[i]); mb[i] = gnan((int64_t)NG * rows[i]); }
+        G.i->matmul_multi(G.ctx, 3, ws, dxg, ma, NG);
+        for (int i = 0; i < 3; i++) G.i->matmul(G.ctx, ws[i], dxg, mb[i], NG);
+        for (int i = 0; i < 3; i++) {
+            float *a = gdown(ma[i], (int64_t)NG * rows[i]), *b = gdown(mb[i], (int64_t)NG * rows[i]);
+            TCHECK(!memcmp(a, b, (size_t)NG * rows[i] * 4), "matmul_multi (40 rows) weight %d differs from matmul", i);
+            free(a); free(b);
+            G.i->free(G.ctx, ma[i]); G.i->free(G.ctx, mb[i]);
+        }
+        G.i->free(G.ctx, dxg);
+        free(xg);
     }
     /* add + rmsnorm of the sum (x = x + h; h = rmsnorm(x)), as the decoder calls them */
     mx_vec g1, g2; void *gb;
@@ -844,6 +866,8 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (!bench) RUN(test_select);
+    /* small bf16 weight slices for the dequantize + cuBLAS products, so that a test matrix takes two */
+    if (!bench) setenv("MLXCEL_CUDA_DQ_MB", "8", 0);
     if (mx_backend_cuda_init(&G) != MX_OK) {
         /* a CUDA build on a machine without a usable GPU: the selection test above covers it */
         printf("# no usable GPU (%s): op tests need the GPU machine\n", mx_last_error());
@@ -876,25 +900,32 @@ int main(int argc, char **argv) {
     RUN(test_norms);
     RUN(test_rope);
     for (size_t i = 0; i < sizeof g_att / sizeof g_att[0]; i++) RUN_NAMED(g_att[i].name, check_attention, &g_att[i]);
-    /* the same with the tiled prompt attention (the 58-token prefill step takes it) */
-    mx_backend_cuda_set_tiled_attention(&G, true);
+    /* the same with the CUDA-core tiled kernel for prompts instead of the tensor-core one (default
+     * where it applies: bf16 cache, head size 32/64/128), then the per-(token, head) kernel */
+    mx_backend_cuda_set_mma_attention(&G, false);
     for (size_t i = 0; i < sizeof g_att / sizeof g_att[0]; i++) {
         char nm[96]; snprintf(nm, sizeof nm, "%s_tiled", g_att[i].name);
         RUN_NAMED(nm, check_attention, &g_att[i]);
     }
+    mx_backend_cuda_set_mma_attention(&G, true);
     mx_backend_cuda_set_tiled_attention(&G, false);
+    for (size_t i = 0; i < sizeof g_att / sizeof g_att[0]; i++) {
+        char nm[96]; snprintf(nm, sizeof nm, "%s_pertoken", g_att[i].name);
+        RUN_NAMED(nm, check_attention, &g_att[i]);
+    }
+    mx_backend_cuda_set_tiled_attention(&G, true);
     RUN(test_elementwise);
     RUN(test_graph_steps);
-    /* with programmatic dependent launch (off by default): fusions, graphs and attention again */
-    mx_backend_cuda_set_pdl(&G, true);
-    RUN_NAMED("test_fusions_pdl", test_fusions, );
-    RUN_NAMED("test_graph_steps_pdl", test_graph_steps, );
-    RUN_NAMED("cuda_attention_qknorm_rope_fused_pdl", check_attention, &g_att[sizeof g_att / sizeof g_att[0] - 2]);
+    /* without programmatic dependent launch (on by default): fusions, graphs and attention again */
+    mx_backend_cuda_set_pdl(&G, false);
+    RUN_NAMED("test_fusions_nopdl", test_fusions, );
+    RUN_NAMED("test_graph_steps_nopdl", test_graph_steps, );
+    RUN_NAMED("cuda_attention_qknorm_rope_fused_nopdl", check_attention, &g_att[sizeof g_att / sizeof g_att[0] - 2]);
     for (size_t i = 0; i < 3; i++) {
-        char nm[96]; snprintf(nm, sizeof nm, "%s_pdl", g_mm[i].name);
+        char nm[96]; snprintf(nm, sizeof nm, "%s_nopdl", g_mm[i].name);
         RUN_NAMED(nm, check_matmul, &g_mm[i]);
     }
-    mx_backend_cuda_set_pdl(&G, false);
+    mx_backend_cuda_set_pdl(&G, true);
     RUN(test_bad_args);
     mx_backend_cpu_free(&C);
     mx_backend_cuda_free(&G);
