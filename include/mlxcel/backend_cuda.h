@@ -50,6 +50,10 @@ void mx_backend_cuda_set_tiled_attention(mx_backend *b, bool on);
 /* Within the tiled prompt attention, the tensor-core kernel (bf16 KV cache, head size 32/64/128);
  * on by default, MLXCEL_CUDA_ATTN=tiled (CUDA cores) or =pertoken turns it off. */
 void mx_backend_cuda_set_mma_attention(mx_backend *b, bool on);
+/* Decode attention with the query heads of a KV head in one block (each K/V row read once for
+ * them): 1 (default) when the batch has enough blocks for it, 0 never (MLXCEL_CUDA_ATTN_GQA=0 at
+ * init), 2 always (for tests). */
+void mx_backend_cuda_set_gqa_attention(mx_backend *b, int mode);
 /* q4 products of more than 16 rows through the fused GEMM (weights dequantized in registers into
  * tensor-core fragments) instead of a bf16 copy for cuBLAS; MLXCEL_CUDA_GEMM=fused at init. Off
  * by default until measured on a GPU. */

@@ -908,6 +908,13 @@ int main(int argc, char **argv) {
         RUN_NAMED(nm, check_attention, &g_att[i]);
     }
     mx_backend_cuda_set_mma_attention(&G, true);
+    /* decode steps with the query heads of a KV head in one block, forced for the small batches */
+    mx_backend_cuda_set_gqa_attention(&G, 2);
+    for (size_t i = 0; i < sizeof g_att / sizeof g_att[0]; i++) {
+        char nm[96]; snprintf(nm, sizeof nm, "%s_gqa", g_att[i].name);
+        RUN_NAMED(nm, check_attention, &g_att[i]);
+    }
+    mx_backend_cuda_set_gqa_attention(&G, 1);
     mx_backend_cuda_set_tiled_attention(&G, false);
     for (size_t i = 0; i < sizeof g_att / sizeof g_att[0]; i++) {
         char nm[96]; snprintf(nm, sizeof nm, "%s_pertoken", g_att[i].name);

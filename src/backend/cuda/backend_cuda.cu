@@ -88,6 +88,9 @@ struct cu_ctx {
     void *kpool, *vpool;   /* [n_layers][n_blocks*block_size][n_kv_heads*head_dim] */
     cu_stage meta, ids, rows, tiles;
     bool attn_tiled;                       /* k_attn_tiled for prompts (MLXCEL_CUDA_ATTN=pertoken: off) */
+    int attn_gqa;                          /* decode attention: a block per KV head's query heads when
+                                              there are many blocks (1, default), never (0:
+                                              MLXCEL_CUDA_ATTN_GQA=0), always (2: tests) */
     bool attn_mma;                         /* k_attn_mma where it applies (MLXCEL_CUDA_ATTN=tiled|pertoken: off) */
     bool gemm_fused;                       /* MLXCEL_CUDA_GEMM=fused: k_gemm_q4 above the matvecs */
     bool pdl;                              /* programmatic dependent launch (MLXCEL_CUDA_PDL=0: off) */
@@ -1128,32 +1131,36 @@ __global__ void k_kv_write(const float *k, const float *v, T *kp, T *vp, const i
  * shared memory (sbt_n entries; 0: read from global memory), and each step loads the K and V
  * rows of its ATT_P positions before using any, so a step waits for memory once. */
 #define ATT_SBT_MAX 4096
-template <typename T, int ATT_WARPS, int ATT_P, int NI>
+template <typename T, int ATT_WARPS, int ATT_P, int NI, int G>
 __global__ void __launch_bounds__(ATT_WARPS * 32)
 k_attn(const float *q, const T *kp, const T *vp, float *out, const int32_t *pos, const int32_t *seq,
        const int32_t *bt, int n_seqs, int max_blocks, int block_size, int n_blocks, int n_heads, int n_kv, int D, float scale,
        int window, float softcap, const float *sinks, int8_t *xq, float2 *xds, int sbt_n) {
     pdl_entry();
-    __shared__ float sm[ATT_WARPS], sl[ATT_WARPS], sacc[ATT_WARPS][NI * 32];
+    __shared__ float sm[ATT_WARPS][G], sl[ATT_WARPS][G], sacc[ATT_WARPS][G][NI * 32];
     extern __shared__ int32_t sbt[];
-    const int t = blockIdx.x, h = blockIdx.y, lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-    const int kvh = h / (n_heads / n_kv), kvdim = n_kv * D;
+    /* G query heads of one KV head a block (GQA): each K/V row read once for the G of them */
+    const int t = blockIdx.x, h0 = blockIdx.y * G, lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    const int kvh = h0 / (n_heads / n_kv), kvdim = n_kv * D;
     const int ni = (D + 31) / 32;
-    const float *qr = q + ((size_t)t * n_heads + h) * D;
     if (seq[t] < 0 || seq[t] >= n_seqs || pos[t] < 0) {   /* as the CPU reference: zeros */
-        for (int d = threadIdx.x; d < D; d += blockDim.x) {
-            const size_t o = ((size_t)t * n_heads + h) * D + d;
+        for (int d = threadIdx.x; d < G * D; d += blockDim.x) {
+            const size_t o = ((size_t)t * n_heads + h0) * D + d;
             out[o] = 0.f;
             if (xq) { xq[o] = 0; if (!(o & 31)) xds[o >> 5] = make_float2(0.f, 0.f); }
         }
         return;
     }
-    float qv[NI], acc[NI];
+    float qv[G][NI], acc[G][NI];
 #pragma unroll
-    for (int i = 0; i < NI; i++) {
-        int d = lane + 32 * i;
-        qv[i] = (i < ni && d < D) ? qr[d] * scale : 0.f;
-        acc[i] = 0.f;
+    for (int g = 0; g < G; g++) {
+        const float *qr = q + ((size_t)t * n_heads + h0 + g) * D;
+#pragma unroll
+        for (int i = 0; i < NI; i++) {
+            int d = lane + 32 * i;
+            qv[g][i] = (i < ni && d < D) ? qr[d] * scale : 0.f;
+            acc[g][i] = 0.f;
+        }
     }
     const int p_end = min(pos[t], max_blocks * block_size - 1);
     const int p0 = window > 0 ? max(0, pos[t] - window + 1) : 0;
@@ -1164,11 +1171,13 @@ k_attn(const float *q, const T *kp, const T *vp, float *out, const int32_t *pos,
         __syncthreads();
         btr = sbt;
     }
-    float m = -INFINITY, l = 0.f;
+    float m[G], l[G];
+#pragma unroll
+    for (int g = 0; g < G; g++) { m[g] = -INFINITY; l[g] = 0.f; }
     /* ATT_P positions per warp and step: their loads and reductions overlap */
     for (int p = p0 + w * ATT_P; p <= p_end; p += ATT_WARPS * ATT_P) {
         bool ok[ATT_P];
-        float dot[ATT_P], kk[ATT_P][NI], vv[ATT_P][NI];
+        float kk[ATT_P][NI], vv[ATT_P][NI];
 #pragma unroll
         for (int j = 0; j < ATT_P; j++) {
             int pj = p + j, blk = pj <= p_end ? btr[pj / block_size] : -1;
@@ -1182,58 +1191,69 @@ k_attn(const float *q, const T *kp, const T *vp, float *out, const int32_t *pos,
                 kk[j][i] = in ? ld_s(kr + d) : 0.f;
                 vv[j][i] = in ? ld_s(vr + d) : 0.f;
             }
-            dot[j] = 0.f;
         }
 #pragma unroll
-        for (int i = 0; i < NI; i++)
+        for (int g = 0; g < G; g++) {
+            float dot[ATT_P];
 #pragma unroll
-            for (int j = 0; j < ATT_P; j++) dot[j] = fmaf(qv[i], kk[j][i], dot[j]);
-        float mx = m;
+            for (int j = 0; j < ATT_P; j++) dot[j] = 0.f;
 #pragma unroll
-        for (int j = 0; j < ATT_P; j++) {
-            dot[j] = warp_sum(dot[j]);
-            if (softcap > 0.f) dot[j] = softcap * tanhf(dot[j] / softcap);
-            if (!ok[j]) dot[j] = -INFINITY;
-            mx = fmaxf(mx, dot[j]);
+            for (int i = 0; i < NI; i++)
+#pragma unroll
+                for (int j = 0; j < ATT_P; j++) dot[j] = fmaf(qv[g][i], kk[j][i], dot[j]);
+            float mx = m[g];
+#pragma unroll
+            for (int j = 0; j < ATT_P; j++) {
+                dot[j] = warp_sum(dot[j]);
+                if (softcap > 0.f) dot[j] = softcap * tanhf(dot[j] / softcap);
+                if (!ok[j]) dot[j] = -INFINITY;
+                mx = fmaxf(mx, dot[j]);
+            }
+            if (mx == -INFINITY) continue;
+            float corr = __expf(m[g] - mx), e[ATT_P];
+            l[g] *= corr;
+#pragma unroll
+            for (int j = 0; j < ATT_P; j++) { e[j] = __expf(dot[j] - mx); l[g] += e[j]; }
+#pragma unroll
+            for (int i = 0; i < NI; i++) {
+                float a = acc[g][i] * corr;
+#pragma unroll
+                for (int j = 0; j < ATT_P; j++) a = fmaf(e[j], vv[j][i], a);
+                acc[g][i] = a;
+            }
+            m[g] = mx;
         }
-        if (mx == -INFINITY) continue;
-        float corr = __expf(m - mx), e[ATT_P];
-        l *= corr;
-#pragma unroll
-        for (int j = 0; j < ATT_P; j++) { e[j] = __expf(dot[j] - mx); l += e[j]; }
-#pragma unroll
-        for (int i = 0; i < NI; i++) {
-            float a = acc[i] * corr;
-#pragma unroll
-            for (int j = 0; j < ATT_P; j++) a = fmaf(e[j], vv[j][i], a);
-            acc[i] = a;
-        }
-        m = mx;
     }
-    if (lane == 0) { sm[w] = m; sl[w] = l; }
 #pragma unroll
-    for (int i = 0; i < NI; i++) if (i < ni) sacc[w][lane + 32 * i] = acc[i];
+    for (int g = 0; g < G; g++) {
+        if (lane == 0) { sm[w][g] = m[g]; sl[w][g] = l[g]; }
+#pragma unroll
+        for (int i = 0; i < NI; i++) if (i < ni) sacc[w][g][lane + 32 * i] = acc[g][i];
+    }
     __syncthreads();
     /* merge the warps' partial results: every thread takes output values d (whole warps step
      * together, so with xq each warp step is one group of 32 for the int8 form) */
-    float M = -INFINITY;
-    for (int j = 0; j < ATT_WARPS; j++) M = fmaxf(M, sm[j]);
-    float L = 0.f, cj[ATT_WARPS];
 #pragma unroll
-    for (int j = 0; j < ATT_WARPS; j++) { cj[j] = sm[j] == -INFINITY ? 0.f : __expf(sm[j] - M); L += sl[j] * cj[j]; }
-    if (sinks && M != -INFINITY) L += __expf(sinks[h] - M);   /* the sink joins the denominator */
-    const size_t ob = ((size_t)t * n_heads + h) * D;
-    for (int d0 = 0; d0 < D; d0 += ATT_WARPS * 32) {
-        const int d = d0 + threadIdx.x;
-        if (xq && d0 + (int)(threadIdx.x & ~31) >= D) break;   /* whole warps (D % 32 == 0 with xq) */
-        float a = 0.f;
-        if (d < D) {
+    for (int g = 0; g < G; g++) {
+        float M = -INFINITY;
+        for (int j = 0; j < ATT_WARPS; j++) M = fmaxf(M, sm[j][g]);
+        float L = 0.f, cj[ATT_WARPS];
 #pragma unroll
-            for (int j = 0; j < ATT_WARPS; j++) a += sacc[j][d] * cj[j];
-            a = L > 0.f ? a / L : 0.f;
-            out[ob + d] = a;
+        for (int j = 0; j < ATT_WARPS; j++) { cj[j] = sm[j][g] == -INFINITY ? 0.f : __expf(sm[j][g] - M); L += sl[j][g] * cj[j]; }
+        if (sinks && M != -INFINITY) L += __expf(sinks[h0 + g] - M);   /* the sink joins the denominator */
+        const size_t ob = ((size_t)t * n_heads + h0 + g) * D;
+        for (int d0 = 0; d0 < D; d0 += ATT_WARPS * 32) {
+            const int d = d0 + threadIdx.x;
+            if (xq && d0 + (int)(threadIdx.x & ~31) >= D) break;   /* whole warps (D % 32 == 0 with xq) */
+            float a = 0.f;
+            if (d < D) {
+#pragma unroll
+                for (int j = 0; j < ATT_WARPS; j++) a += sacc[j][g][d] * cj[j];
+                a = L > 0.f ? a / L : 0.f;
+                out[ob + d] = a;
+            }
+            if (xq) quant_group(a, xq, xds, ob + d);
         }
-        if (xq) quant_group(a, xq, xds, ob + d);
     }
 }
 
@@ -2335,16 +2355,30 @@ static void launch_attn(cu_ctx *c, int layer, const float *q, const float *k, co
     dim3 grid((unsigned)n, (unsigned)p->n_heads);
     /* few (token, head) blocks (decode): 16 warps a block share the positions, 8 each per step;
      * else 4 warps, 4 positions each */
-    const bool wide = (int64_t)n * p->n_heads < 4 * c->prop.multiProcessorCount;
+    const bool wide = (int64_t)n * p->n_heads < 4 * c->prop.multiProcessorCount && c->attn_gqa != 2;
+    /* many (token, head) blocks (batched decode): the query heads of a KV head in one block, so
+     * that each K/V row is read once for them (GQA), while there are still 4 blocks an SM */
+    const int grp = p->n_heads / p->n_kv_heads;
+    int G = 1;
+    if (!wide && c->attn_gqa) {
+        const int64_t bl = 4 * (int64_t)c->prop.multiProcessorCount;
+        const bool any = c->attn_gqa == 2;   /* tests: whatever the block count */
+        if (grp % 4 == 0 && p->head_dim <= 128 && (any || (int64_t)n * p->n_heads / 4 >= bl)) G = 4;
+        else if (grp % 2 == 0 && (any || (int64_t)n * p->n_heads / 2 >= bl)) G = 2;
+    }
+    grid.y = (unsigned)(p->n_heads / G);
     const int sbt_n = meta->max_blocks <= ATT_SBT_MAX ? meta->max_blocks : 0;
     const size_t shm = (size_t)(sbt_n > 0 ? sbt_n : 1) * 4;
 #define ATT_ARGS (q, kp, vp, out, dm.pos, dm.seq, dm.bt, meta->n_seqs, meta->max_blocks, c->kv.block_size, c->kv.n_blocks, \
                   p->n_heads, p->n_kv_heads, p->head_dim, p->scale, p->sliding_window, p->softcap, sk, xq, xds, sbt_n)
-#define ATT_NI(W, P) \
-    if (p->head_dim <= 64) PL(c, k_attn<T, W, P, 2>, grid, W * 32, shm)ATT_ARGS; \
-    else if (p->head_dim <= 128) PL(c, k_attn<T, W, P, 4>, grid, W * 32, shm)ATT_ARGS; \
-    else PL(c, k_attn<T, W, P, 8>, grid, W * 32, shm)ATT_ARGS;
-    if (wide) { ATT_NI(16, 8) } else { ATT_NI(4, 4) }
+#define ATT_NI(W, P, G) \
+    if (p->head_dim <= 64) PL(c, k_attn<T, W, P, 2, G>, grid, W * 32, shm)ATT_ARGS; \
+    else if (p->head_dim <= 128) PL(c, k_attn<T, W, P, 4, G>, grid, W * 32, shm)ATT_ARGS; \
+    else PL(c, k_attn<T, W, P, 8, (G > 2 ? 2 : G)>, grid, W * 32, shm)ATT_ARGS;   /* G = 4 only up to 128 */
+    if (wide) { ATT_NI(16, 8, 1) }
+    else if (G == 4) { ATT_NI(4, 4, 4) }
+    else if (G == 2) { ATT_NI(4, 4, 2) }
+    else { ATT_NI(4, 4, 1) }
 #undef ATT_NI
 #undef ATT_ARGS
     LAUNCHED(c, "attention");
@@ -2557,6 +2591,8 @@ extern "C" mx_status mx_backend_cuda_init(mx_backend *out) {
         const char *ae = getenv("MLXCEL_CUDA_ATTN");
         c->attn_tiled = !(ae && !strcmp(ae, "pertoken"));
         c->attn_mma = !(ae && (!strcmp(ae, "pertoken") || !strcmp(ae, "tiled")));
+        const char *gq = getenv("MLXCEL_CUDA_ATTN_GQA");
+        c->attn_gqa = gq && !strcmp(gq, "0") ? 0 : 1;
         const char *ge = getenv("MLXCEL_CUDA_GEMM");
         c->gemm_fused = ge && !strcmp(ge, "fused");
         const char *pd = getenv("MLXCEL_CUDA_PDL");
@@ -2615,6 +2651,13 @@ extern "C" void mx_backend_cuda_set_tiled_attention(mx_backend *b, bool on) {
     cu_ctx *c = (cu_ctx *)b->ctx;
     FLUSH_ALL(c);
     c->attn_tiled = on;
+}
+
+extern "C" void mx_backend_cuda_set_gqa_attention(mx_backend *b, int mode) {
+    cu_ctx *c = (cu_ctx *)b->ctx;
+    FLUSH_ALL(c);
+    g_invalidate(c);
+    c->attn_gqa = mode < 0 ? 0 : mode > 2 ? 2 : mode;
 }
 
 extern "C" void mx_backend_cuda_set_mma_attention(mx_backend *b, bool on) {
