@@ -503,6 +503,25 @@ static void test_fusions(void) {
             free(a); free(b);
             G.i->free(G.ctx, ma[i]); G.i->free(G.ctx, mb[i]);
         }
+        /* two weights of equal rows whose outputs lie at a positive distance: one batched GEMM */
+        tw tp[2];
+        tw_make(&tp[0], 96, D, 4, 64, MX_DTYPE_BF16, true);
+        tw_make(&tp[1], 96, D, 4, 64, MX_DTYPE_BF16, false);
+        for (int i = 0; i < 2; i++) TREQUIRE(G.i->weight_prepare(G.ctx, &tp[i].w) == MX_OK, "prepare");
+        const mx_weight *wp[2] = {&tp[0].w, &tp[1].w};
+        float *pbuf = gnan((int64_t)NG * 96 * 2 + 40), *pa[2] = {pbuf, pbuf + NG * 96 + 40}, *pb[2];
+        for (int i = 0; i < 2; i++) pb[i] = gnan((int64_t)NG * 96);
+        G.i->matmul_multi(G.ctx, 2, wp, dxg, pa, NG);
+        for (int i = 0; i < 2; i++) G.i->matmul(G.ctx, wp[i], dxg, pb[i], NG);
+        for (int i = 0; i < 2; i++) {
+            float *a = gdown(pa[i], (int64_t)NG * 96), *b = gdown(pb[i], (int64_t)NG * 96);
+            double e = relerr(a, b, (int64_t)NG * 96);
+            TCHECK(e < 1e-5, "matmul_multi (equal rows, batched) weight %d: rel err %.3g", i, e);
+            free(a); free(b);
+            G.i->free(G.ctx, pb[i]);
+        }
+        G.i->free(G.ctx, pbuf);
+        for (int i = 0; i < 2; i++) tw_free(&tp[i]);
         G.i->free(G.ctx, dxg);
         free(xg);
     }

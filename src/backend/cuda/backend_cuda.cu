@@ -914,6 +914,35 @@ __global__ void k_dequant_q(const uint32_t *__restrict__ W, const ST *__restrict
     else *(uint2 *)(out + i * VPW) = *(const uint2 *)v;
 }
 
+/* The q4/q8 weights of a set (same cols, group size, scale type) dequantized in one launch into
+ * consecutive bf16 slices of out: weight k's rows start at word wbeg[k] (words of VPW values). */
+struct dq_set {
+    const uint32_t *W[4];
+    const void *S[4], *B[4];
+    int64_t wbeg[5];
+    int nw;
+};
+template <int BITS, typename ST>
+__global__ void k_dequant_set(const dq_set set, int cols, int gs_shift, __nv_bfloat16 *__restrict__ out) {
+    pdl_entry();
+    constexpr int VPW = 32 / BITS;
+    const int nw = cols / VPW, ng = cols >> gs_shift;
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= set.wbeg[set.nw]) return;
+    int k = 0;
+#pragma unroll
+    for (int j = 1; j < 4; j++) if (j < set.nw && i >= set.wbeg[j]) k = j;
+    const int64_t li = i - set.wbeg[k], r = li / nw;
+    const int w = (int)(li % nw), g = (w * VPW) >> gs_shift;
+    const uint32_t q = __ldcs(set.W[k] + li);
+    const float sc = ld_s((const ST *)set.S[k] + r * ng + g), bi = ld_s((const ST *)set.B[k] + r * ng + g);
+    __align__(16) __nv_bfloat16 v[VPW];
+#pragma unroll
+    for (int j = 0; j < VPW; j++) v[j] = __float2bfloat16(fmaf(sc, (float)((q >> (BITS * j)) & ((1u << BITS) - 1u)), bi));
+    if (VPW == 8) *(uint4 *)(out + i * VPW) = *(const uint4 *)v;
+    else *(uint2 *)(out + i * VPW) = *(const uint2 *)v;
+}
+
 template <typename T>
 __global__ void k_cvt(const float *__restrict__ x, T *__restrict__ y, int64_t n) {
     pdl_entry();
@@ -1929,6 +1958,7 @@ static bool mv_i8(cu_ctx *c, int nw, const cu_weight *const *w, const float *x, 
 }
 
 static void mm_impl(cu_ctx *c, const cu_weight *w, const float *x, float *y, int n, int *xb_have);
+static bool mm_set_gemm(cu_ctx *c, int nw, const cu_weight *const *w, const float *x, float *const *ys, int n);
 static void c_matmul(void *ctx, const mx_weight *wt, const float *x, float *y, int n) {
     cu_ctx *c = (cu_ctx *)ctx;
     GOP_PURE(c, 1, PU(wt), PU(x), PU(y), (uint64_t)n);
@@ -1949,11 +1979,84 @@ static void c_matmul_multi(void *ctx, int nw, const mx_weight *const *ws, const 
     const cu_weight *w[4];
     for (int k = 0; k < nw; k++) if (!(w[k] = get_w(c, ws[k]))) return;
     if (mv_i8(c, nw, w, x, ys, n)) return;
+    if (mm_set_gemm(c, nw, w, x, ys, n)) return;
     int xb_have = 0;   /* x converted for cuBLAS once for the weights of the set */
     for (int k = 0; k < nw; k++) {
         mm_impl(c, w[k], x, ys[k], n, &xb_have);
         if (ys[k] < x + (size_t)n * w[k]->cols && x < ys[k] + (size_t)n * w[k]->rows) xb_have = 0;
     }
+}
+
+/* Above the matvecs, the q4/q8 weights of a set (q/k/v, gate/up) in few launches: x converted
+ * once, all weights dequantized by one kernel into consecutive bf16 slices, and weights of equal
+ * rows whose outputs lie at a constant positive distance in one strided-batched cuBLAS call (the
+ * small GEMMs of a 0.6B model are latency-bound: one launch for two halves the cost). False
+ * (nothing done) when the set does not qualify; the per-weight path then runs. */
+static bool mm_set_gemm(cu_ctx *c, int nw, const cu_weight *const *w, const float *x, float *const *ys, int n) {
+    if (nw < 2 || n <= MV_I8_MAX || c->precise || c->gemm_fused) return false;
+    const cu_weight *w0 = w[0];
+    const int gsh = log2_exact(w0->gs);
+    if ((w0->bits != 4 && w0->bits != 8) || gsh < 3 || w0->cols % (32 / w0->bits)) return false;
+    int64_t rows_all = 0;
+    for (int k = 0; k < nw; k++) {
+        if (w[k]->bits != w0->bits || w[k]->gs != w0->gs || w[k]->sdt != w0->sdt || w[k]->cols != w0->cols) return false;
+        if (ys[k] < x + (size_t)n * w0->cols && x < ys[k] + (size_t)n * w[k]->rows) return false;
+        rows_all += w[k]->rows;
+    }
+    const int64_t cols = w0->cols;
+    if ((size_t)rows_all * cols * 2 > c->dq_bytes || rows_all * cols / (32 / w0->bits) > INT32_MAX * (int64_t)256) return false;
+    void *xb = scratch(c, &c->xscratch, &c->xscratch_cap, (size_t)n * cols * 2);
+    if (!xb) return true;   /* failure recorded */
+    void *wb = scratch(c, &c->wscratch, &c->wscratch_cap, (size_t)rows_all * cols * 2);
+    if (!wb) return true;
+    PL(c, k_cvt<__nv_bfloat16>, nblk((int64_t)n * cols, 256), 256, 0)(x, (__nv_bfloat16 *)xb, (int64_t)n * cols);
+    LAUNCHED(c, "convert activations");
+    dq_set set;
+    memset(&set, 0, sizeof set);
+    set.nw = nw;
+    const int vpw = 32 / w0->bits;
+    for (int k = 0; k < nw; k++) {
+        set.W[k] = (const uint32_t *)w[k]->w; set.S[k] = w[k]->scales; set.B[k] = w[k]->biases;
+        set.wbeg[k + 1] = set.wbeg[k] + w[k]->rows * cols / vpw;
+    }
+    const unsigned gq = nblk(set.wbeg[nw], 256);
+    if (w0->sdt == SDT_F16) {
+        if (w0->bits == 4) PL(c, k_dequant_set<4, __half>, gq, 256, 0)(set, (int)cols, gsh, (__nv_bfloat16 *)wb);
+        else PL(c, k_dequant_set<8, __half>, gq, 256, 0)(set, (int)cols, gsh, (__nv_bfloat16 *)wb);
+    } else {
+        if (w0->bits == 4) PL(c, k_dequant_set<4, __nv_bfloat16>, gq, 256, 0)(set, (int)cols, gsh, (__nv_bfloat16 *)wb);
+        else PL(c, k_dequant_set<8, __nv_bfloat16>, gq, 256, 0)(set, (int)cols, gsh, (__nv_bfloat16 *)wb);
+    }
+    LAUNCHED(c, "dequantize (set)");
+    const float one = 1.f, zero = 0.f;
+    const __nv_bfloat16 *wk = (const __nv_bfloat16 *)wb;
+    for (int k = 0; k < nw;) {
+        const int64_t rows = w[k]->rows;
+        cublasStatus_t bs;
+        /* this weight and the next as one batch of 2 when they allow it */
+        const bool pair = k + 1 < nw && w[k + 1]->rows == rows && ys[k + 1] > ys[k];
+        if (pair) {
+            bs = cublasGemmStridedBatchedEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)rows, n, (int)cols, &one,
+                                            wk, CUDA_R_16BF, (int)cols, (long long)rows * cols, xb, CUDA_R_16BF, (int)cols, 0,
+                                            &zero, ys[k], CUDA_R_32F, (int)rows, (long long)(ys[k + 1] - ys[k]), 2,
+                                            CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+        } else {
+            bs = cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)rows, n, (int)cols, &one, wk, CUDA_R_16BF, (int)cols,
+                              xb, CUDA_R_16BF, (int)cols, &zero, ys[k], CUDA_R_32F, (int)rows, CUBLAS_COMPUTE_32F,
+                              CUBLAS_GEMM_DEFAULT);
+        }
+        if (bs != CUBLAS_STATUS_SUCCESS) { cu_fail(c, MX_ERR_INTERNAL, "cublas gemm (set)", cudaSuccess); return true; }
+        if (c->prof) prof_mark(c, pair ? "gemm (cuBLAS, set of 2)" : "gemm (cuBLAS, set)");
+        const int used = pair ? 2 : 1;
+        for (int j = k; j < k + used; j++) {
+            if (!w[j]->bias) continue;
+            PL(c, k_add_bias, nblk(w[j]->rows * n, 256), 256, 0)(ys[j], w[j]->bias, w[j]->rows, w[j]->rows * n);
+            LAUNCHED(c, "bias");
+        }
+        wk += (size_t)used * rows * cols;
+        k += used;
+    }
+    return true;
 }
 
 /* xb_have: in, whether c->xscratch already holds x as bf16 (1) or f16 (2) (0: no); out, the same
