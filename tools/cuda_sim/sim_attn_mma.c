@@ -25,6 +25,7 @@
 #include <math.h>
 #include <limits.h>
 #include <assert.h>
+#include "mma_emul.h"
 
 #define AM_TK 32
 #define ATT_TQ 64
@@ -34,48 +35,12 @@ static int imin(int a, int b) { return a < b ? a : b; }
 static int imax(int a, int b) { return a > b ? a : b; }
 static float frand(void) { return (float)rand() / RAND_MAX * 2.f - 1.f; }
 
-/* __floats2bfloat162_rn's halves: round to nearest even (inputs here are finite) */
-static uint16_t f2bf(float f) { uint32_t u; memcpy(&u, &f, 4); uint32_t r = 0x7fff + ((u >> 16) & 1); return (uint16_t)((u + r) >> 16); }
-static float bf2f(uint16_t h) { uint32_t u = (uint32_t)h << 16; float f; memcpy(&f, &u, 4); return f; }
 static uint32_t pack2(float x, float y) { return (uint32_t)f2bf(x) | ((uint32_t)f2bf(y) << 16); }   /* .x low */
 
 enum { MUT_NONE, MUT_SWAP_B, MUT_NO_CORR, MUT_PA_SWAP, MUT_NO_SHFL2, MUT_NO_CAP, MUT_N };
 static const char *mut_name[MUT_N] = {"none", "QK^T B registers swapped", "O correction factor dropped",
                                       "P A-registers 1/2 swapped", "max quad shuffle xor 2 dropped", "softcap dropped"};
 static int mutant = MUT_NONE;
-
-/* emulated mma: d += A*B using per-lane registers and the documented layouts */
-static void mma_emul(float d[32][4], const uint32_t a[32][4], const uint32_t b[32][2]) {
-    float A[16][16], B[16][8];
-    int seenA[16][16] = {{0}}, seenB[16][8] = {{0}};
-    for (int lane = 0; lane < 32; lane++) {
-        int g = lane >> 2, t = lane & 3;
-        for (int i = 0; i < 8; i++) {
-            int row = (i < 2 || (i >= 4 && i < 6)) ? g : g + 8;
-            int col = 2 * t + (i & 1) + (i >= 4 ? 8 : 0);
-            uint32_t reg = a[lane][i / 2];
-            uint16_t h = (i & 1) ? (uint16_t)(reg >> 16) : (uint16_t)(reg & 0xffff);
-            A[row][col] = bf2f(h); seenA[row][col]++;
-        }
-        for (int i = 0; i < 4; i++) {
-            int k = 2 * t + (i & 1) + (i >= 2 ? 8 : 0), n = g;
-            uint32_t reg = b[lane][i / 2];
-            uint16_t h = (i & 1) ? (uint16_t)(reg >> 16) : (uint16_t)(reg & 0xffff);
-            B[k][n] = bf2f(h); seenB[k][n]++;
-        }
-    }
-    for (int r = 0; r < 16; r++) for (int c = 0; c < 16; c++) assert(seenA[r][c] == 1);
-    for (int r = 0; r < 16; r++) for (int c = 0; c < 8; c++) assert(seenB[r][c] == 1);
-    for (int lane = 0; lane < 32; lane++) {
-        int g = lane >> 2, t = lane & 3;
-        for (int i = 0; i < 4; i++) {
-            int row = i < 2 ? g : g + 8, col = 2 * t + (i & 1);
-            float s = 0.f;
-            for (int k = 0; k < 16; k++) s += A[row][k] * B[k][col];
-            d[lane][i] += s;
-        }
-    }
-}
 
 /* ---- shared memory with a shadow: phase and thread of the last write / read of each element ---- */
 static int phase = 0;   /* bumped at every __syncthreads (and per block) */

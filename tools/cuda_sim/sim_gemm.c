@@ -13,46 +13,12 @@
 #include <string.h>
 #include <math.h>
 #include <assert.h>
+#include "mma_emul.h"
 
-static uint16_t f2bf(float f) { uint32_t u; memcpy(&u, &f, 4); uint32_t r = 0x7fff + ((u >> 16) & 1); return (uint16_t)((u + r) >> 16); }
-static float bf2f(uint16_t h) { uint32_t u = (uint32_t)h << 16; float f; memcpy(&f, &u, 4); return f; }
 static int imin(int a, int b) { return a < b ? a : b; }
 
 static int fails = 0;
 #define CHECK(c, ...) do { if (!(c)) { if (fails++ < 20) { printf("FAIL: " __VA_ARGS__); printf("\n"); } } } while (0)
-
-/* emulated mma: d += A*B using per-lane registers and the documented layouts */
-static void mma_emul(float d[32][4], const uint32_t a[32][4], const uint32_t b[32][2]) {
-    float A[16][16], B[16][8];
-    int seenA[16][16] = {{0}}, seenB[16][8] = {{0}};
-    for (int lane = 0; lane < 32; lane++) {
-        int g = lane >> 2, t = lane & 3;
-        for (int i = 0; i < 8; i++) {
-            int row = (i < 2 || (i >= 4 && i < 6)) ? g : g + 8;
-            int col = 2 * t + (i & 1) + (i >= 4 ? 8 : 0);
-            uint32_t reg = a[lane][i / 2];
-            uint16_t h = (i & 1) ? (uint16_t)(reg >> 16) : (uint16_t)(reg & 0xffff);
-            A[row][col] = bf2f(h); seenA[row][col]++;
-        }
-        for (int i = 0; i < 4; i++) {
-            int k = 2 * t + (i & 1) + (i >= 2 ? 8 : 0), n = g;
-            uint32_t reg = b[lane][i / 2];
-            uint16_t h = (i & 1) ? (uint16_t)(reg >> 16) : (uint16_t)(reg & 0xffff);
-            B[k][n] = bf2f(h); seenB[k][n]++;
-        }
-    }
-    for (int r = 0; r < 16; r++) for (int c = 0; c < 16; c++) assert(seenA[r][c] == 1);
-    for (int r = 0; r < 16; r++) for (int c = 0; c < 8; c++) assert(seenB[r][c] == 1);
-    for (int lane = 0; lane < 32; lane++) {
-        int g = lane >> 2, t = lane & 3;
-        for (int i = 0; i < 4; i++) {
-            int row = i < 2 ? g : g + 8, col = 2 * t + (i & 1);
-            float s = 0.f;
-            for (int k = 0; k < 16; k++) s += A[row][k] * B[k][col];
-            d[lane][i] += s;
-        }
-    }
-}
 
 /* the kernel's gm_pack, transcribed */
 static uint32_t gm_pack(float s, float b, uint32_t w, int c) {

@@ -1354,6 +1354,18 @@ __global__ void k_qk_prep(const qk_prep_args a, T *kp, T *vp, const int32_t *slo
  * d = lane + 32 i over the tile's keys. Same masking, softcap, sinks and int8 epilogue as k_attn. */
 #define ATT_TQ 64
 #define ATT_TK 32
+/* The cache slots of keys k0 .. k0 + nk - 1 of a sequence (block table btr) for a key tile, by
+ * the block's first nk threads: -1 past kmax and for blocks outside the pool (skipped, as the CPU
+ * reference does). */
+__device__ __forceinline__ void att_tile_slots(int *sslot, int nk, int k0, int kmax, const int32_t *btr, int block_size,
+                                               int n_blocks) {
+    if ((int)threadIdx.x < nk) {
+        const int p = k0 + threadIdx.x;
+        const int blk = p <= kmax ? btr[p / block_size] : -1;
+        sslot[threadIdx.x] = blk >= 0 && blk < n_blocks ? blk * block_size + p % block_size : -1;
+    }
+}
+
 template <typename T, int NI>
 __global__ void __launch_bounds__(256)
 k_attn_tiled(const float *q, const T *kp, const T *vp, float *out, const int32_t *pos, const int32_t *seq,
@@ -1395,11 +1407,7 @@ k_attn_tiled(const float *q, const T *kp, const T *vp, float *out, const int32_t
     __syncthreads();
     const int kmin = s_kmin, kmax = s_kmax;
     for (int k0 = kmin; k0 <= kmax; k0 += ATT_TK) {
-        if ((int)threadIdx.x < ATT_TK) {
-            const int p = k0 + threadIdx.x;
-            const int blk = p <= kmax ? btr[p / block_size] : -1;
-            sslot[threadIdx.x] = blk >= 0 && blk < n_blocks ? blk * block_size + p % block_size : -1;
-        }
+        att_tile_slots(sslot, ATT_TK, k0, kmax, btr, block_size, n_blocks);
         __syncthreads();
         for (int e = threadIdx.x; e < ATT_TK * D; e += blockDim.x) {
             const int j = e / D, d = e % D, sl = sslot[j];
@@ -1530,11 +1538,7 @@ k_attn_mma(const float *q, const __nv_bfloat16 *kp, const __nv_bfloat16 *vp, flo
     __syncthreads();
     const int kmin = s_kmin, kmax = s_kmax;
     for (int k0 = kmin; k0 <= kmax; k0 += AM_TK) {
-        if ((int)threadIdx.x < AM_TK) {
-            const int p = k0 + threadIdx.x;
-            const int blk = p <= kmax ? btr[p / block_size] : -1;
-            sslot[threadIdx.x] = blk >= 0 && blk < n_blocks ? blk * block_size + p % block_size : -1;
-        }
+        att_tile_slots(sslot, AM_TK, k0, kmax, btr, block_size, n_blocks);
         __syncthreads();
         for (int e = threadIdx.x; e < AM_TK * (D / 8); e += 128) {   /* 8 values (16 bytes) a step; the lanes
                                                                    * of a warp take different keys, so
