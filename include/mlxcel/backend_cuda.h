@@ -58,6 +58,9 @@ void mx_backend_cuda_set_gqa_attention(mx_backend *b, int mode);
  * tensor-core fragments) instead of a bf16 copy for cuBLAS; MLXCEL_CUDA_GEMM=fused at init. Off
  * by default until measured on a GPU. */
 void mx_backend_cuda_set_fused_gemm(mx_backend *b, bool on);
+/* The same products through the pipelined variant (cp.async stages; MLXCEL_CUDA_GEMM=pipe at
+ * init). Off by default: not yet run on a GPU. */
+void mx_backend_cuda_set_gemm_pipelined(mx_backend *b, bool on);
 /* Programmatic dependent launch for the backend's kernels: each may start while the previous
  * kernel finishes and waits for it on the device. On by default; MLXCEL_CUDA_PDL=0 at init turns
  * it off. */

@@ -914,6 +914,14 @@ int main(int argc, char **argv) {
         RUN_NAMED(nm, check_matmul, &g_mm[i]);
     }
     mx_backend_cuda_set_fused_gemm(&G, false);
+    /* and through its pipelined variant (off by default) */
+    mx_backend_cuda_set_gemm_pipelined(&G, true);
+    for (size_t i = 0; i < sizeof g_mm / sizeof g_mm[0]; i++) {
+        if (g_mm[i].bits != 4 || g_mm[i].n <= 16) continue;
+        char nm[96]; snprintf(nm, sizeof nm, "%s_pipe", g_mm[i].name);
+        RUN_NAMED(nm, check_matmul, &g_mm[i]);
+    }
+    mx_backend_cuda_set_gemm_pipelined(&G, false);
     RUN(test_fusions);
     for (size_t i = 0; i < sizeof g_emb / sizeof g_emb[0]; i++) RUN_NAMED(g_emb[i].name, check_embed, &g_emb[i]);
     RUN(test_norms);

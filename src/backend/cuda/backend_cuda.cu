@@ -92,7 +92,8 @@ struct cu_ctx {
                                               there are many blocks (1, default), never (0:
                                               MLXCEL_CUDA_ATTN_GQA=0), always (2: tests) */
     bool attn_mma;                         /* k_attn_mma where it applies (MLXCEL_CUDA_ATTN=tiled|pertoken: off) */
-    bool gemm_fused;                       /* MLXCEL_CUDA_GEMM=fused: k_gemm_q4 above the matvecs */
+    int gemm_fused;                        /* q4 above the matvecs: 0 dequantize + cuBLAS, 1 k_gemm_q4
+                                              (MLXCEL_CUDA_GEMM=fused), 2 k_gemm_q4p (=pipe) */
     bool pdl;                              /* programmatic dependent launch (MLXCEL_CUDA_PDL=0: off) */
     size_t dq_bytes;                       /* bf16 weight slice for cuBLAS (MLXCEL_CUDA_DQ_MB; default 256:
                                               slices that stay in L2 made the GEMMs slower, NOTES.md) */
@@ -782,6 +783,63 @@ __device__ __forceinline__ void gm_mma(float *d, const uint32_t *a, uint32_t b0,
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+/* A warp's 64-wide k step of k_gemm_q4*: its 16 weight rows (g and g + 8 of the lane: packed words
+ * wl, wh; sc = per 16-wide sub-step s: scale, bias of row g, scale, bias of row g + 8) against
+ * the x tile in shared memory (BN tokens, row stride XS) */
+template <int NT, int XS>
+__device__ __forceinline__ void gm_step(float (*acc)[4], const uint32_t *wl, const uint32_t *wh, const float *sc,
+                                        const __nv_bfloat16 *xs, int g, int c) {
+#pragma unroll
+    for (int s = 0; s < 4; s++) {
+        /* A fragment: rows g / g+8, k = 16 s + c, c+1 (word 2s) and + 8 (word 2s+1) */
+        const uint32_t a[4] = {gm_pack(sc[4 * s], sc[4 * s + 1], wl[2 * s], c), gm_pack(sc[4 * s + 2], sc[4 * s + 3], wh[2 * s], c),
+                               gm_pack(sc[4 * s], sc[4 * s + 1], wl[2 * s + 1], c),
+                               gm_pack(sc[4 * s + 2], sc[4 * s + 3], wh[2 * s + 1], c)};
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            const __nv_bfloat16 *xb = xs + (t * 8 + g) * XS + 16 * s + c;   /* B: k = c, c+1 (+8), token g */
+            gm_mma(acc[t], a, *(const uint32_t *)xb, *(const uint32_t *)(xb + 8));
+        }
+    }
+}
+
+/* the scales and biases gm_step takes for the k step at k0 (rows rlo, rhi) */
+template <typename ST>
+__device__ __forceinline__ void gm_scales(float *sc, const ST *__restrict__ S, const ST *__restrict__ B, int rlo, int rhi,
+                                          int ngw, int k0, int gs_shift) {
+#pragma unroll
+    for (int s = 0; s < 4; s++) {
+        const int gi = (k0 + 16 * s) >> gs_shift;
+        sc[4 * s] = ld_s(S + (size_t)rlo * ngw + gi); sc[4 * s + 1] = ld_s(B + (size_t)rlo * ngw + gi);
+        sc[4 * s + 2] = ld_s(S + (size_t)rhi * ngw + gi); sc[4 * s + 3] = ld_s(B + (size_t)rhi * ngw + gi);
+    }
+}
+
+/* the warp's results: y[token][row] (+ bias), or with a split of k its partial sums to
+ * part[split][n][rows] (summed in order by k_splitk_sum, which adds the bias) */
+template <int NT>
+__device__ __forceinline__ void gm_store(const float (*acc)[4], const float *__restrict__ bias, float *__restrict__ y,
+                                         float *__restrict__ part, int rows, int n, int m0, int n0, int g, int c) {
+    const int r0 = m0 + g, r1 = m0 + g + 8;
+    float b0 = bias && r0 < rows ? bias[r0] : 0.f, b1 = bias && r1 < rows ? bias[r1] : 0.f;
+    if (part) {
+        y = part + (size_t)blockIdx.z * n * rows;
+        b0 = b1 = 0.f;
+    }
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        const int tk = n0 + t * 8 + c;   /* C: rows g / g+8, tokens c, c+1 */
+        if (r0 < rows) {
+            if (tk < n) y[(size_t)tk * rows + r0] = acc[t][0] + b0;
+            if (tk + 1 < n) y[(size_t)(tk + 1) * rows + r0] = acc[t][1] + b0;
+        }
+        if (r1 < rows) {
+            if (tk < n) y[(size_t)tk * rows + r1] = acc[t][2] + b1;
+            if (tk + 1 < n) y[(size_t)(tk + 1) * rows + r1] = acc[t][3] + b1;
+        }
+    }
+}
+
 template <int BN, typename ST>
 __global__ void __launch_bounds__(128)
 k_gemm_q4(const uint32_t *__restrict__ W, const ST *__restrict__ S, const ST *__restrict__ B,
@@ -811,40 +869,83 @@ k_gemm_q4(const uint32_t *__restrict__ W, const ST *__restrict__ S, const ST *__
         __syncthreads();
         const uint32_t wl[8] = {l0.x, l0.y, l0.z, l0.w, l1.x, l1.y, l1.z, l1.w};
         const uint32_t wh[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w};
-#pragma unroll
-        for (int s = 0; s < 4; s++) {
-            const int gi = (k0 + 16 * s) >> gs_shift;
-            const float sl = ld_s(S + (size_t)rlo * ngw + gi), bl = ld_s(B + (size_t)rlo * ngw + gi);
-            const float sh = ld_s(S + (size_t)rhi * ngw + gi), bh = ld_s(B + (size_t)rhi * ngw + gi);
-            /* A fragment: rows g / g+8, k = 16 s + c, c+1 (word 2s) and + 8 (word 2s+1) */
-            const uint32_t a[4] = {gm_pack(sl, bl, wl[2 * s], c), gm_pack(sh, bh, wh[2 * s], c),
-                                   gm_pack(sl, bl, wl[2 * s + 1], c), gm_pack(sh, bh, wh[2 * s + 1], c)};
-#pragma unroll
-            for (int t = 0; t < NT; t++) {
-                const __nv_bfloat16 *xb = xs + (t * 8 + g) * XS + 16 * s + c;   /* B: k = c, c+1 (+8), token g */
-                gm_mma(acc[t], a, *(const uint32_t *)xb, *(const uint32_t *)(xb + 8));
-            }
-        }
+        float sc[16];
+        gm_scales(sc, S, B, rlo, rhi, ngw, k0, gs_shift);
+        gm_step<NT, XS>(acc, wl, wh, sc, xs, g, c);
         __syncthreads();
     }
-    const int r0 = m0 + g, r1 = m0 + g + 8;
-    float b0 = bias && r0 < rows ? bias[r0] : 0.f, b1 = bias && r1 < rows ? bias[r1] : 0.f;
-    if (part) {   /* split k: partial sums to part[split][n][rows], summed in order by k_splitk_sum */
-        y = part + (size_t)blockIdx.z * n * rows;
-        b0 = b1 = 0.f;
-    }
+    gm_store<NT>(acc, bias, y, part, rows, n, m0, n0, g, c);
+}
+
+/* cp.async: 16 bytes global -> shared without a register round trip; groups committed and waited */
+__device__ __forceinline__ void cp_async16(void *smem, const void *gmem) {
+    const unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sa), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
+
+/* k_gemm_q4 with its loads pipelined (MLXCEL_CUDA_GEMM=pipe; written without a GPU, not yet run
+ * on one: see NOTES.md): the block's x tile and packed weight tile of k step it + GP_ST - 1 are
+ * copied to shared memory by cp.async while step it computes (GP_ST buffers), and each warp's
+ * scales of the next step are loaded into registers before the current step's products. The
+ * products themselves are k_gemm_q4's (gm_step, gm_store). */
+#define GP_ST 3
+template <int BN, typename ST>
+__global__ void __launch_bounds__(128)
+k_gemm_q4p(const uint32_t *__restrict__ W, const ST *__restrict__ S, const ST *__restrict__ B,
+           const float *__restrict__ bias, const __nv_bfloat16 *__restrict__ x, float *__restrict__ y,
+           int rows, int cols, int n, int gs_shift, int kchunk, float *__restrict__ part) {
+    pdl_entry();
+    constexpr int NT = BN / 8, XS = GM_BK + 8;
+    __shared__ __align__(16) __nv_bfloat16 xs[GP_ST][BN * XS];
+    __shared__ __align__(16) uint32_t wsm[GP_ST][GM_BM * 8];   /* GM_BM rows x 64 codes (8 words) */
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, c = 2 * (lane & 3);
+    const int mb = blockIdx.x * GM_BM, m0 = mb + w * 16, n0 = blockIdx.y * BN;
+    const int wpr = cols / 8, ngw = cols >> gs_shift;
+    const int rlo = min(m0 + g, rows - 1), rhi = min(m0 + g + 8, rows - 1);
+    const int kbeg = blockIdx.z * kchunk, kend = min(cols, kbeg + kchunk), nk = (kend - kbeg) / GM_BK;
+    float acc[NT][4];
 #pragma unroll
-    for (int t = 0; t < NT; t++) {
-        const int tk = n0 + t * 8 + c;   /* C: rows g / g+8, tokens c, c+1 */
-        if (r0 < rows) {
-            if (tk < n) y[(size_t)tk * rows + r0] = acc[t][0] + b0;
-            if (tk + 1 < n) y[(size_t)(tk + 1) * rows + r0] = acc[t][1] + b0;
+    for (int t = 0; t < NT; t++) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.f;
+    /* the copies of k step `it` into buffer it % GP_ST (tokens past n: zeros, by plain stores,
+     * seen by the other threads after the __syncthreads before the buffer is read) */
+    auto issue = [&](int it) {
+        const int st = it % GP_ST, k0 = kbeg + it * GM_BK;
+        for (int u = threadIdx.x; u < BN * 8; u += 128) {
+            const int t = u >> 3, c8 = u & 7;
+            __nv_bfloat16 *dst = &xs[st][t * XS + c8 * 8];
+            if (n0 + t < n) cp_async16(dst, x + (size_t)(n0 + t) * cols + k0 + c8 * 8);
+            else *(uint4 *)dst = make_uint4(0, 0, 0, 0);
         }
-        if (r1 < rows) {
-            if (tk < n) y[(size_t)tk * rows + r1] = acc[t][2] + b1;
-            if (tk + 1 < n) y[(size_t)(tk + 1) * rows + r1] = acc[t][3] + b1;
-        }
+        const int r = threadIdx.x >> 1, h = threadIdx.x & 1;   /* GM_BM rows x 2 halves = 128 copies */
+        cp_async16(&wsm[st][r * 8 + h * 4], W + (size_t)min(mb + r, rows - 1) * wpr + k0 / 8 + h * 4);
+    };
+#pragma unroll
+    for (int st = 0; st < GP_ST - 1; st++) {
+        if (st < nk) issue(st);
+        cp_async_commit();
     }
+    float sc[16], scn[16];
+    gm_scales(sc, S, B, rlo, rhi, ngw, kbeg, gs_shift);
+    for (int it = 0; it < nk; it++) {
+        cp_async_wait<GP_ST - 2>();   /* this thread's copies of step it have landed ... */
+        __syncthreads();              /* ... and everyone's; step it - 1's buffer is free again */
+        if (it + GP_ST - 1 < nk) issue(it + GP_ST - 1);
+        cp_async_commit();            /* (an empty group past the end keeps the count) */
+        if (it + 1 < nk) gm_scales(scn, S, B, rlo, rhi, ngw, kbeg + (it + 1) * GM_BK, gs_shift);
+        const int st = it % GP_ST;
+        const uint4 *pl = (const uint4 *)&wsm[st][(w * 16 + g) * 8], *ph = (const uint4 *)&wsm[st][(w * 16 + g + 8) * 8];
+        const uint4 l0 = pl[0], l1 = pl[1], h0 = ph[0], h1 = ph[1];
+        const uint32_t wl[8] = {l0.x, l0.y, l0.z, l0.w, l1.x, l1.y, l1.z, l1.w};
+        const uint32_t wh[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w};
+        gm_step<NT, XS>(acc, wl, wh, sc, xs[st], g, c);
+#pragma unroll
+        for (int i = 0; i < 16; i++) sc[i] = scn[i];
+    }
+    cp_async_wait<0>();
+    gm_store<NT>(acc, bias, y, part, rows, n, m0, n0, g, c);
 }
 
 /* y = the nsplit partial products of k_gemm_q4 summed in split order (deterministic) + bias */
@@ -2008,7 +2109,7 @@ static bool mm_set_gemm(cu_ctx *c, int nw, const cu_weight *const *w, const floa
         rows_all += w[k]->rows;
     }
     const int64_t cols = w0->cols;
-    if ((size_t)rows_all * cols * 2 > c->dq_bytes || rows_all * cols / (32 / w0->bits) > INT32_MAX * (int64_t)256) return false;
+    if ((size_t)rows_all * cols * 2 > c->dq_bytes) return false;
     void *xb = scratch(c, &c->xscratch, &c->xscratch_cap, (size_t)n * cols * 2);
     if (!xb) return true;   /* failure recorded */
     void *wb = scratch(c, &c->wscratch, &c->wscratch_cap, (size_t)rows_all * cols * 2);
@@ -2115,15 +2216,16 @@ static void mm_impl(cu_ctx *c, const cu_weight *w, const float *x, float *y, int
             const dim3 g32(gm, nblk(n, 32), (unsigned)nsplit), g64(gm, nblk(n, 64), (unsigned)nsplit);
 #define GM_ARGS (W_, (const ST_ *)w->scales, (const ST_ *)w->biases, w->bias, xbb, y, (int)rows, (int)cols, n, gsh, kchunk, part)
             const uint32_t *W_ = (const uint32_t *)w->w;
-            if (w->sdt == SDT_F16) {
-                typedef __half ST_;
-                if (narrow) PL(c, k_gemm_q4<32, ST_>, g32, 128, 0)GM_ARGS;
-                else PL(c, k_gemm_q4<64, ST_>, g64, 128, 0)GM_ARGS;
-            } else {
-                typedef __nv_bfloat16 ST_;
-                if (narrow) PL(c, k_gemm_q4<32, ST_>, g32, 128, 0)GM_ARGS;
-                else PL(c, k_gemm_q4<64, ST_>, g64, 128, 0)GM_ARGS;
+#define GM_LAUNCH(K) \
+            if (w->sdt == SDT_F16) { \
+                typedef __half ST_; \
+                if (narrow) PL(c, K<32, ST_>, g32, 128, 0)GM_ARGS; else PL(c, K<64, ST_>, g64, 128, 0)GM_ARGS; \
+            } else { \
+                typedef __nv_bfloat16 ST_; \
+                if (narrow) PL(c, K<32, ST_>, g32, 128, 0)GM_ARGS; else PL(c, K<64, ST_>, g64, 128, 0)GM_ARGS; \
             }
+            if (c->gemm_fused == 2) { GM_LAUNCH(k_gemm_q4p) } else { GM_LAUNCH(k_gemm_q4) }
+#undef GM_LAUNCH
 #undef GM_ARGS
             LAUNCHED(c, "gemm (q4, fused)");
             if (part) {
@@ -2701,7 +2803,7 @@ extern "C" mx_status mx_backend_cuda_init(mx_backend *out) {
         const char *gq = getenv("MLXCEL_CUDA_ATTN_GQA");
         c->attn_gqa = gq && !strcmp(gq, "0") ? 0 : 1;
         const char *ge = getenv("MLXCEL_CUDA_GEMM");
-        c->gemm_fused = ge && !strcmp(ge, "fused");
+        c->gemm_fused = ge && !strcmp(ge, "fused") ? 1 : ge && !strcmp(ge, "pipe") ? 2 : 0;
         const char *pd = getenv("MLXCEL_CUDA_PDL");
         c->pdl = !(pd && !strcmp(pd, "0"));
         const char *dq = getenv("MLXCEL_CUDA_DQ_MB");
@@ -2751,13 +2853,19 @@ extern "C" void mx_backend_cuda_set_pdl(mx_backend *b, bool on) {
 extern "C" void mx_backend_cuda_set_fused_gemm(mx_backend *b, bool on) {
     cu_ctx *c = (cu_ctx *)b->ctx;
     FLUSH_ALL(c);
-    c->gemm_fused = on;
+    c->gemm_fused = on ? 1 : 0;
 }
 
 extern "C" void mx_backend_cuda_set_tiled_attention(mx_backend *b, bool on) {
     cu_ctx *c = (cu_ctx *)b->ctx;
     FLUSH_ALL(c);
     c->attn_tiled = on;
+}
+
+extern "C" void mx_backend_cuda_set_gemm_pipelined(mx_backend *b, bool on) {
+    cu_ctx *c = (cu_ctx *)b->ctx;
+    FLUSH_ALL(c);
+    c->gemm_fused = on ? 2 : 0;
 }
 
 extern "C" void mx_backend_cuda_set_gqa_attention(mx_backend *b, int mode) {
