@@ -2202,8 +2202,9 @@ static void mm_impl(cu_ctx *c, const cu_weight *w, const float *x, float *y, int
             const unsigned gm = nblk(rows, GM_BM);
             const bool narrow = (int64_t)gm * nblk(n, 64) < 2 * c->prop.multiProcessorCount;
             const __nv_bfloat16 *xbb = (const __nv_bfloat16 *)xb;
-            /* split k so that about 8 blocks a multiprocessor hide the loads' latency (each split
-             * at least 2 k steps); partial sums in a scratch buffer, summed in order */
+            /* split k so that about 8 blocks a multiprocessor hide the loads' latency (at most
+             * ksteps / 2 splits; the last may be shorter); partial sums in a scratch buffer,
+             * summed in order */
             const int64_t blocks = (int64_t)gm * nblk(n, narrow ? 32 : 64), ksteps = cols / GM_BK;
             int64_t ns = (8 * (int64_t)c->prop.multiProcessorCount + blocks - 1) / blocks;
             if (ns > ksteps / 2) ns = ksteps / 2;
