@@ -2844,49 +2844,25 @@ extern "C" void mx_backend_cuda_describe(const mx_backend *b, char *buf, size_t 
              c->prop.minor, tot / 1073741824.0, fr / 1073741824.0, c->prop.multiProcessorCount, MX_CUDA_ARCHS);
 }
 
-extern "C" void mx_backend_cuda_set_pdl(mx_backend *b, bool on) {
+/* The switches below (tests, comparisons): pending work flushed and captured graphs dropped
+ * before a kernel choice changes. */
+static cu_ctx *switch_ctx(mx_backend *b) {
     cu_ctx *c = (cu_ctx *)b->ctx;
     FLUSH_ALL(c);
     g_invalidate(c);
-    c->pdl = on;
+    return c;
 }
-
-extern "C" void mx_backend_cuda_set_fused_gemm(mx_backend *b, bool on) {
-    cu_ctx *c = (cu_ctx *)b->ctx;
-    FLUSH_ALL(c);
-    c->gemm_fused = on ? 1 : 0;
-}
-
-extern "C" void mx_backend_cuda_set_tiled_attention(mx_backend *b, bool on) {
-    cu_ctx *c = (cu_ctx *)b->ctx;
-    FLUSH_ALL(c);
-    c->attn_tiled = on;
-}
-
-extern "C" void mx_backend_cuda_set_gemm_pipelined(mx_backend *b, bool on) {
-    cu_ctx *c = (cu_ctx *)b->ctx;
-    FLUSH_ALL(c);
-    c->gemm_fused = on ? 2 : 0;
-}
-
+extern "C" void mx_backend_cuda_set_pdl(mx_backend *b, bool on) { switch_ctx(b)->pdl = on; }
+extern "C" void mx_backend_cuda_set_fused_gemm(mx_backend *b, bool on) { switch_ctx(b)->gemm_fused = on ? 1 : 0; }
+extern "C" void mx_backend_cuda_set_gemm_pipelined(mx_backend *b, bool on) { switch_ctx(b)->gemm_fused = on ? 2 : 0; }
+extern "C" void mx_backend_cuda_set_tiled_attention(mx_backend *b, bool on) { switch_ctx(b)->attn_tiled = on; }
+extern "C" void mx_backend_cuda_set_mma_attention(mx_backend *b, bool on) { switch_ctx(b)->attn_mma = on; }
 extern "C" void mx_backend_cuda_set_gqa_attention(mx_backend *b, int mode) {
-    cu_ctx *c = (cu_ctx *)b->ctx;
-    FLUSH_ALL(c);
-    g_invalidate(c);
-    c->attn_gqa = mode < 0 ? 0 : mode > 2 ? 2 : mode;
+    switch_ctx(b)->attn_gqa = mode < 0 ? 0 : mode > 2 ? 2 : mode;
 }
-
-extern "C" void mx_backend_cuda_set_mma_attention(mx_backend *b, bool on) {
-    cu_ctx *c = (cu_ctx *)b->ctx;
-    FLUSH_ALL(c);
-    c->attn_mma = on;
-}
-
 extern "C" void mx_backend_cuda_set_exact_matvec(mx_backend *b, bool on) {
-    cu_ctx *c = (cu_ctx *)b->ctx;
-    FLUSH_ALL(c);
+    cu_ctx *c = switch_ctx(b);
     xq_forget(c);
-    g_invalidate(c);
     c->mv_f32 = on;
 }
 
