@@ -12,6 +12,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <unistd.h>
 #include <stdint.h>
 
 static uint64_t g_rng = 0x2545f4914f6cdd1dull;
@@ -645,6 +646,45 @@ static void test_graph_steps(void) {
     free(a); free(b); free(nb); tw_free(&emb); tw_free(&wq);
 }
 
+/* MLXCEL_CUDA_PROFILE=1: a second backend instance times its launches and prints the table to
+ * stderr when freed (captured here through a temporary file) */
+static void test_profile(void) {
+    setenv("MLXCEL_CUDA_PROFILE", "1", 1);
+    mx_backend P;
+    mx_status st = mx_backend_cuda_init(&P);
+    unsetenv("MLXCEL_CUDA_PROFILE");
+    TREQUIRE(st == MX_OK, "init: %s", mx_last_error());
+    tw t;
+    tw_make(&t, 256, 512, 4, 64, MX_DTYPE_BF16, false);
+    TREQUIRE(P.i->weight_prepare(P.ctx, &t.w) == MX_OK, "prepare");
+    float x[2 * 512];
+    fill(x, 2 * 512, 1.f);
+    float *dx = P.i->alloc(P.ctx, sizeof x), *dy = P.i->alloc(P.ctx, 2 * 256 * 4);
+    TREQUIRE(dx && dy, "alloc");
+    P.i->write(P.ctx, dx, x, sizeof x);
+    for (int i = 0; i < 3; i++) P.i->matmul(P.ctx, &t.w, dx, dy, 2);
+    float y[2 * 256];
+    P.i->read(P.ctx, y, dy, sizeof y);
+    char path[] = "/tmp/mlxcel_prof_XXXXXX";
+    int fd = mkstemp(path);
+    TREQUIRE(fd >= 0, "mkstemp");
+    fflush(stderr);
+    int saved = dup(2);
+    dup2(fd, 2);
+    P.i->free(P.ctx, dx); P.i->free(P.ctx, dy);
+    mx_backend_cuda_free(&P);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    char buf[4096] = {0};
+    lseek(fd, 0, SEEK_SET);
+    ssize_t got = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    unlink(path);
+    TCHECK(got > 0 && strstr(buf, "cuda profile:") && strstr(buf, "matvec"), "profile output: %.300s", got > 0 ? buf : "(none)");
+    tw_free(&t);
+}
+
 static void test_bad_args(void) {
     mx_weight w = {0};
     w.rows = 4; w.cols = 64; w.bits = 7; w.group_size = 32; w.dtype = MX_DTYPE_U32; w.scale_dtype = MX_DTYPE_BF16;
@@ -960,6 +1000,7 @@ int main(int argc, char **argv) {
         RUN_NAMED(nm, check_matmul, &g_mm[i]);
     }
     mx_backend_cuda_set_pdl(&G, true);
+    RUN(test_profile);
     RUN(test_bad_args);
     mx_backend_cpu_free(&C);
     mx_backend_cuda_free(&G);
