@@ -137,7 +137,7 @@ if has models && [ $full = 1 ]; then
   [ "$mf" = 0 ] || status=1
   # the other paths (CUDA-core tiled prompt attention; per-(token, head) prompt attention without
   # programmatic dependent launch; the fused q4 GEMM, off by default): the same goldens through them
-  for v in MLXCEL_CUDA_ATTN=tiled "MLXCEL_CUDA_ATTN=pertoken MLXCEL_CUDA_PDL=0" MLXCEL_CUDA_GEMM=fused MLXCEL_CUDA_GEMM=pipe ${GPU_CHECK_MODEL_VARIANTS:-}; do
+  for v in MLXCEL_CUDA_ATTN=tiled "MLXCEL_CUDA_ATTN=pertoken MLXCEL_CUDA_PDL=0" MLXCEL_CUDA_GEMM=fused MLXCEL_CUDA_GEMM=pipe MLXCEL_CUDA_PDL=2 ${GPU_CHECK_MODEL_VARIANTS:-}; do
     # shellcheck disable=SC2086
     env MLXCEL_ROOT="$(pwd)" MLXCEL_DEVICE=gpu ${v//,/ } $B/tests/test_models >"$OUTD/models_${v%%[ ,]*}.log" 2>&1
     say "model tests (MLXCEL_DEVICE=gpu ${v//,/ }): $(grep -c '^PASS ' "$OUTD/models_${v%%[ ,]*}.log") passed, $(grep -c '^FAIL ' "$OUTD/models_${v%%[ ,]*}.log") failed"
@@ -168,6 +168,10 @@ if has bench && [ $full = 1 ]; then
   MLXCEL_CUDA_ATTN=tiled bench llama8b-q4-attn-tiled --config $L8 --random --q-bits 4 --q-group-size 64 -p 512 -n 0 -r 3
   MLXCEL_CUDA_ATTN=pertoken MLXCEL_CUDA_PDL=0 bench llama8b-q4-attn-pertoken-nopdl --config $L8 --random --q-bits 4 --q-group-size 64 -p 512 -n 128 -r 3
   MLXCEL_CUDA_GEMM=fused bench llama8b-q4-gemm --config $L8 --random --q-bits 4 --q-group-size 64 -p 512 -n 128 -b 128 -r 2
+  # early PDL release + matvec weights loaded before the wait (off: written without a GPU)
+  MLXCEL_CUDA_PDL=2 bench llama8b-q4-pdl-early --config $L8 --random --q-bits 4 --q-group-size 64 -p 512 -n 128 -r 3
+  MLXCEL_CUDA_PDL=2 bench llama8b-bf16-pdl-early --config $L8 --random --dtype bf16 -p 0 -n 128 -r 3
+  MLXCEL_CUDA_PDL=2 bench qwen06-q4-pdl-early --config $Q06 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -r 3
   # the pipelined fused GEMM (off: written without a GPU): prompt 512, then 128 sequences after 128-token prompts
   MLXCEL_CUDA_GEMM=pipe bench llama8b-q4-gemm-pipe --config $L8 --random --q-bits 4 --q-group-size 64 -p 512 -n 0 -r 2
   MLXCEL_CUDA_GEMM=pipe bench llama8b-q4-gemm-pipe-b128-d128 --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 128 -d 128 -r 2

@@ -65,6 +65,10 @@ void mx_backend_cuda_set_gemm_pipelined(mx_backend *b, bool on);
  * kernel finishes and waits for it on the device. On by default; MLXCEL_CUDA_PDL=0 at init turns
  * it off. */
 void mx_backend_cuda_set_pdl(mx_backend *b, bool on);
+/* With PDL, kernels also release their dependents at entry and the decode matvecs load their
+ * first weights before waiting for the previous kernel (MLXCEL_CUDA_PDL=2 at init). Off by
+ * default: not yet measured on a GPU. */
+void mx_backend_cuda_set_pdl_early(mx_backend *b, bool on);
 
 /* Pick the backend: MLXCEL_DEVICE=cpu forces the CPU, =gpu forces the GPU (an error if this
  * build has no CUDA or no usable GPU is present), unset/"auto"/"" takes the GPU when one is

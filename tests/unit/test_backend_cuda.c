@@ -1000,6 +1000,16 @@ int main(int argc, char **argv) {
         RUN_NAMED(nm, check_matmul, &g_mm[i]);
     }
     mx_backend_cuda_set_pdl(&G, true);
+    /* with the early release and the matvecs' weight loads before the wait (off by default) */
+    mx_backend_cuda_set_pdl_early(&G, true);
+    RUN_NAMED("test_fusions_pdl_early", test_fusions, );
+    RUN_NAMED("test_graph_steps_pdl_early", test_graph_steps, );
+    for (size_t i = 0; i < sizeof g_mm / sizeof g_mm[0]; i++) {
+        if (g_mm[i].n > 16) continue;
+        char nm[96]; snprintf(nm, sizeof nm, "%s_pdl_early", g_mm[i].name);
+        RUN_NAMED(nm, check_matmul, &g_mm[i]);
+    }
+    mx_backend_cuda_set_pdl_early(&G, false);
     RUN(test_profile);
     RUN(test_bad_args);
     mx_backend_cpu_free(&C);

@@ -95,6 +95,7 @@ struct cu_ctx {
     int gemm_fused;                        /* q4 above the matvecs: 0 dequantize + cuBLAS, 1 k_gemm_q4
                                               (MLXCEL_CUDA_GEMM=fused), 2 k_gemm_q4p (=pipe) */
     bool pdl;                              /* programmatic dependent launch (MLXCEL_CUDA_PDL=0: off) */
+    bool pdl_early;                        /* MLXCEL_CUDA_PDL=2: c_pdl_early (see pdl_entry) */
     size_t dq_bytes;                       /* bf16 weight slice for cuBLAS (MLXCEL_CUDA_DQ_MB; default 256:
                                               slices that stay in L2 made the GEMMs slower, NOTES.md) */
     cu_prof *prof;                         /* MLXCEL_CUDA_PROFILE=1 */                       /* bf16 weight slice for cuBLAS (MLXCEL_CUDA_DQ_MB) */
@@ -389,12 +390,27 @@ __device__ __forceinline__ uint32_t ld_stream32(const uint32_t *p) {
 /* Programmatic dependent launch (on by default; MLXCEL_CUDA_PDL=0 turns it off): a kernel may
  * then be launched while the previous one in the stream finishes, and waits here, before
  * touching memory, until that one has completed and its writes are visible. Without PDL the wait
- * returns at once. (Releasing the dependents early with griddepcontrol.launch_dependents at a
- * kernel's entry was measured: no gain, 3% slower prompts.) */
-__device__ __forceinline__ void pdl_entry() {
+ * returns at once.
+ * c_pdl_early (MLXCEL_CUDA_PDL=2; off by default, written without a GPU, not yet measured): every
+ * kernel also releases its dependents at entry, and the decode matvecs (k_mv_i8, k_mv_dense_sk)
+ * issue their first weight loads before the wait, so that weights stream in while the small
+ * kernel before them runs. Weights are never written by kernels, so reading them before the wait
+ * is safe; everything else (x, outputs) comes after it. (Releasing at entry alone was measured:
+ * no gain in decode, 5% slower prompts.) */
+__constant__ int c_pdl_early;
+__device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
+}
+__device__ __forceinline__ void pdl_release() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (c_pdl_early) asm volatile("griddepcontrol.launch_dependents;" :::);
+#endif
+}
+__device__ __forceinline__ void pdl_entry() {
+    pdl_wait();
+    pdl_release();
 }
 
 template <int BITS, typename ST, int NB>
@@ -491,7 +507,10 @@ template <typename WT, int NB, int R>
 __global__ void __launch_bounds__(MV_WARPS * 32)
 k_mv_dense_sk(const WT *__restrict__ W, const float *__restrict__ bias, const float *__restrict__ x,
               float *__restrict__ y, int rows, int cols, int n) {
-    pdl_entry();
+    const bool early = c_pdl_early;   /* weights loaded before the wait (see pdl_entry) */
+    pdl_release();
+    if (!early) pdl_wait();
+    bool waited = !early;
     constexpr int VPV = 16 / sizeof(WT), U = 4, STEP = MV_WARPS * 32;
     __shared__ float part[MV_WARPS][R][NB];
     const int nvec = cols / VPV, lane = threadIdx.x & 31, wp = threadIdx.x >> 5;
@@ -511,6 +530,7 @@ k_mv_dense_sk(const WT *__restrict__ W, const float *__restrict__ bias, const fl
 #pragma unroll
             for (int r = 0; r < R; r++)
                 if (v0 + STEP * u < nvec) q[u][r] = ld_stream(wr[r] + v0 + STEP * u);
+        if (!waited) { pdl_wait(); waited = true; }   /* x below is the previous kernel's output */
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int v = v0 + STEP * u;
@@ -539,6 +559,7 @@ k_mv_dense_sk(const WT *__restrict__ W, const float *__restrict__ bias, const fl
             }
         }
     }
+    if (!waited) pdl_wait();   /* this warp had no vectors: before the block's writes */
 #pragma unroll
     for (int r = 0; r < R; r++)
 #pragma unroll
@@ -670,14 +691,17 @@ struct mv_set {           /* up to 4 weights of one format sharing x; blocks [bl
 template <int BITS, typename ST, int R, int NB>
 __global__ void __launch_bounds__(MV_WARPS * 32)
 k_mv_i8(const mv_set set, const int8_t *__restrict__ xq, const float2 *__restrict__ xds, int cols, int gs_shift, int n) {
-    pdl_entry();
+    const bool early = c_pdl_early;   /* weights loaded before the wait (see pdl_entry) */
+    pdl_release();
+    if (!early) pdl_wait();
+    bool waited = !early;
     constexpr int U = 4, V = BITS / 4;   /* x-groups per lane per batch; uint4 per x-group */
     int k = 0;
 #pragma unroll
     for (int i = 1; i < 4; i++) if (i < set.nw && (int)blockIdx.x >= set.blk0[i]) k = i;
     const int rows = set.rows[k], lane = threadIdx.x & 31;
     const int r0 = (((int)blockIdx.x - set.blk0[k]) * MV_WARPS + (threadIdx.x >> 5)) * R;
-    if (r0 >= rows) return;
+    if (r0 >= rows) { if (!waited) pdl_wait(); return; }
     const int ngx = cols >> 5, ngw = cols >> gs_shift;
     const uint4 *wr[R];
     const ST *sr[R], *br[R];
@@ -709,6 +733,7 @@ k_mv_i8(const mv_set set, const int8_t *__restrict__ xq, const float2 *__restric
                 bc[r][u] = ok ? ld_s(br[r] + wg) : 0.f;
             }
         }
+        if (!waited) { pdl_wait(); waited = true; }   /* x below is the previous kernel's output */
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int g = gb + 32 * u;
@@ -746,6 +771,7 @@ k_mv_i8(const mv_set set, const int8_t *__restrict__ xq, const float2 *__restric
             }
         }
     }
+    if (!waited) pdl_wait();   /* (no k steps: cols 0) before any write */
     const float *bias = set.bias[k];
     float *y = set.y[k];
 #pragma unroll
@@ -2807,6 +2833,7 @@ extern "C" mx_status mx_backend_cuda_init(mx_backend *out) {
         c->gemm_fused = ge && !strcmp(ge, "fused") ? 1 : ge && !strcmp(ge, "pipe") ? 2 : 0;
         const char *pd = getenv("MLXCEL_CUDA_PDL");
         c->pdl = !(pd && !strcmp(pd, "0"));
+        c->pdl_early = pd && !strcmp(pd, "2");
         const char *dq = getenv("MLXCEL_CUDA_DQ_MB");
         c->dq_bytes = (size_t)(dq && atoi(dq) > 0 ? atoi(dq) : 256) << 20;
         c->mv_f32 = c->precise || (me && !strcmp(me, "f32"));
@@ -2824,6 +2851,10 @@ extern "C" mx_status mx_backend_cuda_init(mx_backend *out) {
     if (cudaMalloc(&c->blas_ws, (size_t)32 << 20) == cudaSuccess) cublasSetWorkspace(c->blas, c->blas_ws, (size_t)32 << 20);
     else { cudaGetLastError(); c->blas_ws = NULL; }
     cudaEventCreateWithFlags(&c->g_done, cudaEventDisableTiming);
+    {   /* the device-wide switch of pdl_entry (the last backend initialised sets it) */
+        const int early = c->pdl && c->pdl_early;
+        cudaMemcpyToSymbol(c_pdl_early, &early, sizeof early);
+    }
     {
         const char *pe = getenv("MLXCEL_CUDA_PROFILE");
         if (pe && !strcmp(pe, "1") && (c->prof = (cu_prof *)calloc(1, sizeof *c->prof)))
@@ -2853,6 +2884,13 @@ static cu_ctx *switch_ctx(mx_backend *b) {
     return c;
 }
 extern "C" void mx_backend_cuda_set_pdl(mx_backend *b, bool on) { switch_ctx(b)->pdl = on; }
+extern "C" void mx_backend_cuda_set_pdl_early(mx_backend *b, bool on) {
+    cu_ctx *c = switch_ctx(b);
+    cudaStreamSynchronize(c->st);   /* no kernel in flight reads the switch while it changes */
+    c->pdl_early = on;
+    const int early = c->pdl && on;
+    cudaMemcpyToSymbol(c_pdl_early, &early, sizeof early);
+}
 extern "C" void mx_backend_cuda_set_fused_gemm(mx_backend *b, bool on) { switch_ctx(b)->gemm_fused = on ? 1 : 0; }
 extern "C" void mx_backend_cuda_set_gemm_pipelined(mx_backend *b, bool on) { switch_ctx(b)->gemm_fused = on ? 2 : 0; }
 extern "C" void mx_backend_cuda_set_tiled_attention(mx_backend *b, bool on) { switch_ctx(b)->attn_tiled = on; }
