@@ -5,11 +5,16 @@
  * decode figures have their prompts in the cache), those D tokens not timed.
  * Takes a model directory, or a config.json with --random to time a shape without its weights.
  * Each step brings back only the argmax of each logit row (the backend's topk op, k = 1), as the
- * generation loops do; --full-logits times the old full-row copy instead. */
+ * generation loops do; --full-logits times the old full-row copy instead. --bandwidth adds, for
+ * each tg test, the weight bytes a decode step reads over its time, against the device's
+ * copy rate measured in the same run (GPU; on the CPU the copy rate is not measured). */
 #include "cli/cli.h"
 #include "cli/model_open.h"
 
 #include "mlxcel/model.h"
+#ifdef MLXCEL_HAVE_CUDA
+#include "mlxcel/backend_cuda.h"
+#endif
 
 #include <jansson.h>
 #include <math.h>
@@ -33,10 +38,12 @@ static void usage(FILE *f) {
         "  -t, --threads N        CPU threads (default: all cores)\n"
         "  -r, --repetitions N    repetitions (default 3)\n"
         "      --full-logits      copy whole logit rows to the host each step (default: top-1 only)\n"
+        "      --bandwidth        tg tests: weight bytes read a step over its time, against the\n"
+        "                         device copy rate measured in the same run (GPU)\n"
         "      --json             print results as JSON\n");
 }
 
-typedef struct result { char test[32]; double mean, sd; int n_tokens; } result;
+typedef struct result { char test[32]; double mean, sd; int n_tokens, batch; } result;
 
 static void stats(const double *v, int n, double *mean, double *sd) {
     double s = 0, q = 0;
@@ -48,7 +55,7 @@ static void stats(const double *v, int n, double *mean, double *sd) {
 
 int cmd_bench(int argc, char **argv) {
     const char *model_arg = NULL, *config_path = NULL, *dtype_s = "bf16";
-    bool random = false, json = false, full_logits = false;
+    bool random = false, json = false, full_logits = false, bandwidth = false;
     long long q_bits = 0, q_group = 64, n_prompt = 512, n_gen = 128, batch = 1, threads = 0, reps = 3, depth = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -68,6 +75,7 @@ int cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "-r") || !strcmp(a, "--repetitions")) { NEED(); if (!cli_parse_int(a, v, 1, 1000, &reps)) return 2; }
         else if (!strcmp(a, "--json")) json = true;
         else if (!strcmp(a, "--full-logits")) full_logits = true;
+        else if (!strcmp(a, "--bandwidth")) bandwidth = true;
         else { fprintf(stderr, "mlxcel bench: unknown option '%s' (see mlxcel bench --help)\n", a); return 2; }
 #undef NEED
     }
@@ -178,6 +186,7 @@ int cmd_bench(int argc, char **argv) {
         }
         snprintf(res[n_res].test, sizeof res[n_res].test, "pp%lld%s", n_prompt, at);
         res[n_res].n_tokens = (int)n_prompt;
+        res[n_res].batch = 0;   /* not a decode test */
         stats(samples, (int)reps, &res[n_res].mean, &res[n_res].sd);
         n_res++;
     }
@@ -203,15 +212,33 @@ int cmd_bench(int argc, char **argv) {
         if (B > 1) snprintf(res[n_res].test, sizeof res[n_res].test, "tg%lld x%d%s", n_gen, B, at);
         else snprintf(res[n_res].test, sizeof res[n_res].test, "tg%lld%s", n_gen, at);
         res[n_res].n_tokens = (int)n_gen * B;
+        res[n_res].batch = B;
         stats(samples, (int)reps, &res[n_res].mean, &res[n_res].sd);
         n_res++;
     }
     double mib = (double)mx_model_weight_bytes(m) / (1024.0 * 1024.0);
     int nthreads = mx_pool_size(mx_pool_global());
+    /* --bandwidth: a decode step reads the weights once for its B sequences */
+    const double step_gb = (double)mx_model_weight_bytes(m) / 1e9;
+    double copy_gbs = 0;   /* 0: not measured */
+#ifdef MLXCEL_HAVE_CUDA
+    if (bandwidth && !strcmp(be.i->name, "cuda")) copy_gbs = mx_backend_cuda_bench_copy(&be, (size_t)1 << 30);
+#endif
     if (json) {
         json_t *arr = json_array();
-        for (int i = 0; i < n_res; i++)
-            json_array_append_new(arr, json_pack("{s:s, s:f, s:f, s:i}", "test", res[i].test, "tps", res[i].mean, "tps_sd", res[i].sd, "tokens", res[i].n_tokens));
+        for (int i = 0; i < n_res; i++) {
+            json_t *r = json_pack("{s:s, s:f, s:f, s:i}", "test", res[i].test, "tps", res[i].mean, "tps_sd", res[i].sd, "tokens", res[i].n_tokens);
+            if (bandwidth && res[i].batch > 0) {
+                const double gbs = step_gb * res[i].mean / res[i].batch;
+                json_object_set_new(r, "weight_gb_per_step", json_real(step_gb));
+                json_object_set_new(r, "weight_gbps", json_real(gbs));
+                if (copy_gbs > 0) {
+                    json_object_set_new(r, "copy_gbps", json_real(copy_gbs));
+                    json_object_set_new(r, "copy_fraction", json_real(gbs / copy_gbs));
+                }
+            }
+            json_array_append_new(arr, r);
+        }
         json_t *o = json_pack("{s:s, s:f, s:s, s:i, s:i, s:i, s:i, s:o}", "model", label, "size_mib", mib,
                               "backend", be.i->name, "threads", nthreads, "batch", B, "depth", (int)depth,
                               "repetitions", (int)reps, "results", arr);
@@ -224,6 +251,14 @@ int cmd_bench(int argc, char **argv) {
         printf("| %-40s | %10s | %7s | %7s | %12s | %18s |\n", "----------------------------------------", "---------:", "------", "------:", "-----------:", "-----------------:");
         for (int i = 0; i < n_res; i++)
             printf("| %-40s | %6.1f MiB | %7s | %7d | %12s | %10.2f ± %5.2f |\n", label, mib, be.i->name, nthreads, res[i].test, res[i].mean, res[i].sd);
+        for (int i = 0; bandwidth && i < n_res; i++) {
+            if (res[i].batch <= 0) continue;
+            const double gbs = step_gb * res[i].mean / res[i].batch;
+            printf("bandwidth %s: %.3f GB of weights a step x %.2f steps/s = %.0f GB/s", res[i].test, step_gb,
+                   res[i].mean / res[i].batch, gbs);
+            if (copy_gbs > 0) printf(" = %.0f%% of the device copy rate (%.0f GB/s, read + write)\n", 100.0 * gbs / copy_gbs, copy_gbs);
+            else printf(" (copy rate not measured on this backend)\n");
+        }
     }
     rc = 0;
 done:

@@ -60,6 +60,13 @@ then pass logits_file; else fail logits_file; fi
 out=$("$M" bench -m "$DEMO" -p 16 -n 4 -r 1 --json 2>&1) && echo "$out" | python3 -c "import json,sys; o=json.load(sys.stdin); assert [r['test'] for r in o['results']]==['pp16','tg4'] and all(r['tps']>0 for r in o['results'])" && pass bench_model || fail bench_model "$out"
 out=$("$M" bench --config "$R/tests/fixtures/models/qwen3/config.json" --random --q-bits 4 --q-group-size 32 -p 8 -n 4 -r 1 2>&1) && echo "$out" | grep -q "tg4" && pass bench_random || fail bench_random "$out"
 out=$("$M" bench --config "$R/tests/fixtures/models/llama/config.json" --random -p 8 -n 4 -b 3 -r 1 --json 2>&1) && echo "$out" | grep -q '"tg4 x3"' && pass bench_batch || fail bench_batch "$out"
+# --bandwidth: a decode step's weight bytes (the model size) x steps a second (tok/s / batch)
+out=$("$M" bench -m "$DEMO" -p 8 -n 4 -b 2 -r 1 --bandwidth --json 2>&1) && echo "$out" | python3 -c "
+import json,sys; o=json.load(sys.stdin); pp,tg=o['results']
+assert 'weight_gbps' not in pp and tg['test']=='tg4 x2'
+assert abs(tg['weight_gb_per_step']-o['size_mib']*1048576/1e9) < 1e-9
+assert abs(tg['weight_gbps']-tg['weight_gb_per_step']*tg['tps']/2) <= 1e-9*tg['weight_gbps']" && pass bench_bandwidth_json || fail bench_bandwidth_json "$out"
+out=$("$M" bench -m "$DEMO" -p 0 -n 4 -r 1 --bandwidth 2>&1) && echo "$out" | grep -qE '^bandwidth tg4: [0-9.]+ GB of weights a step x [0-9.]+ steps/s = [0-9]+ GB/s' && pass bench_bandwidth_text || fail bench_bandwidth_text "$out"
 # -d: tests after D tokens already in each sequence's cache (llama-bench -d)
 out=$("$M" bench -m "$DEMO" -p 8 -n 4 -b 2 -d 20 -r 1 --json 2>&1) && echo "$out" | python3 -c "import json,sys; o=json.load(sys.stdin); assert o['depth']==20 and [r['test'] for r in o['results']]==['pp8 @ d20','tg4 x2 @ d20'] and all(r['tps']>0 for r in o['results'])" && pass bench_depth || fail bench_depth "$out"
 expect_fail bad_bench_depth "past the model" "$M" bench -m "$DEMO" -p 8 -n 4 -d 65536
