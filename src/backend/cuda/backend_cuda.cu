@@ -98,7 +98,7 @@ struct cu_ctx {
     bool pdl_early;                        /* MLXCEL_CUDA_PDL=2: c_pdl_early (see pdl_entry) */
     size_t dq_bytes;                       /* bf16 weight slice for cuBLAS (MLXCEL_CUDA_DQ_MB; default 256:
                                               slices that stay in L2 made the GEMMs slower, NOTES.md) */
-    cu_prof *prof;                         /* MLXCEL_CUDA_PROFILE=1 */                       /* bf16 weight slice for cuBLAS (MLXCEL_CUDA_DQ_MB) */
+    cu_prof *prof;                         /* MLXCEL_CUDA_PROFILE=1 */
     bool tiled_attr[2][3];                 /* its shared-memory limit raised (per T, NI) */
     cu_rf rf[MX_RF_CACHE]; int n_rf;
     cu_rf sk[MX_SK_CACHE]; int n_sk;   /* attention sink tables (one per layer) */
@@ -2789,6 +2789,16 @@ static const mx_backend_i g_cuda_i = {
 
 extern "C" const char *mx_backend_cuda_archs(void) { return MX_CUDA_ARCHS; }
 
+/* The device-wide switch read by pdl_entry (the last backend that sets it wins), written on the
+ * backend's stream and waited for (see up_copy: a plain copy from pageable memory may land later). */
+static void set_pdl_early_symbol(cu_ctx *c) {
+    static int early;   /* static: the copy's source outlives the call */
+    early = c->pdl && c->pdl_early;
+    if (cudaMemcpyToSymbolAsync(c_pdl_early, &early, sizeof early, 0, cudaMemcpyHostToDevice, c->st) != cudaSuccess ||
+        cudaStreamSynchronize(c->st) != cudaSuccess)
+        cudaGetLastError();
+}
+
 extern "C" mx_status mx_backend_cuda_init(mx_backend *out) {
     out->i = NULL; out->ctx = NULL;
     int count = 0;
@@ -2851,10 +2861,7 @@ extern "C" mx_status mx_backend_cuda_init(mx_backend *out) {
     if (cudaMalloc(&c->blas_ws, (size_t)32 << 20) == cudaSuccess) cublasSetWorkspace(c->blas, c->blas_ws, (size_t)32 << 20);
     else { cudaGetLastError(); c->blas_ws = NULL; }
     cudaEventCreateWithFlags(&c->g_done, cudaEventDisableTiming);
-    {   /* the device-wide switch of pdl_entry (the last backend initialised sets it) */
-        const int early = c->pdl && c->pdl_early;
-        cudaMemcpyToSymbol(c_pdl_early, &early, sizeof early);
-    }
+    set_pdl_early_symbol(c);
     {
         const char *pe = getenv("MLXCEL_CUDA_PROFILE");
         if (pe && !strcmp(pe, "1") && (c->prof = (cu_prof *)calloc(1, sizeof *c->prof)))
@@ -2888,8 +2895,7 @@ extern "C" void mx_backend_cuda_set_pdl_early(mx_backend *b, bool on) {
     cu_ctx *c = switch_ctx(b);
     cudaStreamSynchronize(c->st);   /* no kernel in flight reads the switch while it changes */
     c->pdl_early = on;
-    const int early = c->pdl && on;
-    cudaMemcpyToSymbol(c_pdl_early, &early, sizeof early);
+    set_pdl_early_symbol(c);
 }
 extern "C" void mx_backend_cuda_set_fused_gemm(mx_backend *b, bool on) { switch_ctx(b)->gemm_fused = on ? 1 : 0; }
 extern "C" void mx_backend_cuda_set_gemm_pipelined(mx_backend *b, bool on) { switch_ctx(b)->gemm_fused = on ? 2 : 0; }
