@@ -37,6 +37,10 @@ mx_status mx_backend_cuda_status(const mx_backend *b);
  * MLXCEL_CUDA_GRAPHS=0 turns graphs off (steps then run op by op). */
 mx_status mx_backend_cuda_step_begin(mx_backend *b, uint64_t key);
 mx_status mx_backend_cuda_step_end(mx_backend *b);
+/* Check the MLXCEL_CUDA_* switches (ATTN, ATTN_GQA, GEMM, PDL, MV, PROFILE, KV, GRAPHS, DQ_MB)
+ * against their values without opening a device: MX_ERR_INVALID_ARG naming the variable and what
+ * it takes. mx_backend_cuda_init checks the same; mx_backend_auto_init checks them first. */
+mx_status mx_backend_cuda_check_env(void);
 /* Benchmark helper: device-to-device copy rate in GB/s (bytes read + bytes written, median of
  * 9 copies of `bytes`), the memory-bandwidth ceiling that kernel figures are compared with. */
 double mx_backend_cuda_bench_copy(const mx_backend *b, size_t bytes);

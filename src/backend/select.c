@@ -21,7 +21,10 @@ mx_status mx_backend_auto_init(mx_backend *out) {
     }
     if (!want_cpu) {
 #ifdef MLXCEL_HAVE_CUDA
-        mx_status st = mx_backend_cuda_init(out);
+        /* a mistyped switch is an error, not a silent fall back to the CPU without a GPU */
+        mx_status st = mx_backend_cuda_check_env();
+        if (st != MX_OK) return st;
+        st = mx_backend_cuda_init(out);
         if (st == MX_OK) return MX_OK;
         if (want_gpu) return st;    /* the message says why (no GPU, architecture mismatch) */
         /* A GPU is there but this binary cannot use it (e.g. its compiled architectures do not

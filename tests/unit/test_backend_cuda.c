@@ -40,6 +40,25 @@ static void test_select(void) {
 
     bool gpu_ok = false;
 #ifdef MLXCEL_HAVE_CUDA
+    /* the MLXCEL_CUDA_* switches: a wrong value is an error naming the variable, also through
+     * the automatic choice (not a silent fall back to the CPU) */
+    static const char *const bad[][2] = {{"MLXCEL_CUDA_ATTN", "flash"}, {"MLXCEL_CUDA_PDL", "3"},
+                                         {"MLXCEL_CUDA_GEMM", "fast"}, {"MLXCEL_CUDA_DQ_MB", "0"},
+                                         {"MLXCEL_CUDA_DQ_MB", "12x"}, {"MLXCEL_CUDA_KV", "fp8"},
+                                         {"MLXCEL_CUDA_GRAPHS", "off"}, {"MLXCEL_CUDA_ATTN_GQA", "yes"}};
+    unsetenv("MLXCEL_DEVICE");
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        setenv(bad[i][0], bad[i][1], 1);
+        TCHECK(mx_backend_cuda_check_env() == MX_ERR_INVALID_ARG && strstr(mx_last_error(), bad[i][0]),
+               "%s=%s: %s", bad[i][0], bad[i][1], mx_last_error());
+        TCHECK(mx_backend_auto_init(&b) == MX_ERR_INVALID_ARG, "%s=%s accepted by auto_init", bad[i][0], bad[i][1]);
+        unsetenv(bad[i][0]);
+    }
+    setenv("MLXCEL_CUDA_ATTN", "tiled", 1); setenv("MLXCEL_CUDA_PDL", "2", 1); setenv("MLXCEL_CUDA_DQ_MB", "8", 1);
+    TCHECK(mx_backend_cuda_check_env() == MX_OK, "good switches refused: %s", mx_last_error());
+    setenv("MLXCEL_CUDA_ATTN", "", 1);   /* empty: the default */
+    TCHECK(mx_backend_cuda_check_env() == MX_OK, "empty switch refused: %s", mx_last_error());
+    unsetenv("MLXCEL_CUDA_ATTN"); unsetenv("MLXCEL_CUDA_PDL"); unsetenv("MLXCEL_CUDA_DQ_MB");
     mx_backend g;
     if (mx_backend_cuda_init(&g) == MX_OK) { gpu_ok = true; mx_backend_cuda_free(&g); }
     TCHECK(strstr(mx_backend_cuda_archs(), "sm_") || strstr(mx_backend_cuda_archs(), "compute_"),

@@ -12,6 +12,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cublas_v2.h>
+#include <errno.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -98,7 +99,9 @@ struct cu_ctx {
     bool pdl_early;                        /* MLXCEL_CUDA_PDL=2: c_pdl_early (see pdl_entry) */
     size_t dq_bytes;                       /* bf16 weight slice for cuBLAS (MLXCEL_CUDA_DQ_MB; default 256:
                                               slices that stay in L2 made the GEMMs slower, NOTES.md) */
-    cu_prof *prof;                         /* MLXCEL_CUDA_PROFILE=1 */
+    bool prof_on;                          /* MLXCEL_CUDA_PROFILE=1 */
+    bool graphs_on;                        /* decode steps as graphs (MLXCEL_CUDA_GRAPHS=0: off) */
+    cu_prof *prof;
     bool tiled_attr[2][3];                 /* its shared-memory limit raised (per T, NI) */
     cu_rf rf[MX_RF_CACHE]; int n_rf;
     cu_rf sk[MX_SK_CACHE]; int n_sk;   /* attention sink tables (one per layer) */
@@ -154,6 +157,46 @@ static pdl_launch<KArgs...> PL(cu_ctx *c, void (*k)(KArgs...), dim3 g, dim3 b, s
     pdl_launch<KArgs...> l;
     l.c = c; l.k = k; l.g = g; l.b = b; l.shm = shm;
     return l;
+}
+
+/* The MLXCEL_CUDA_* switches, each checked against its values in one place: unset or empty means
+ * the default; anything else is an error naming the variable and what it takes. */
+struct cu_switches { int attn, gqa, gemm, pdl, mv, profile, kv, graphs; long dq_mb; };   /* kv: checked here, read by kv_init */
+static mx_status env_choice(const char *name, const char *const *vals, int n, int def, int *out) {
+    const char *e = getenv(name);
+    *out = def;
+    if (!e || !*e) return MX_OK;
+    for (int i = 0; i < n; i++)
+        if (!strcmp(e, vals[i])) { *out = i; return MX_OK; }
+    char list[160] = "";
+    for (int i = 0; i < n; i++)
+        snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s%s", i ? ", " : "", vals[i], i == def ? " (default)" : "");
+    return mx_errorf(MX_ERR_INVALID_ARG, "%s=%.40s: expected one of %s", name, e, list);
+}
+static mx_status read_switches(cu_switches *sw) {
+    static const char *const attn[] = {"mma", "tiled", "pertoken"}, *const onoff[] = {"0", "1"},
+                             *const gemm[] = {"cublas", "fused", "pipe"}, *const pdl[] = {"0", "1", "2"},
+                             *const mv[] = {"i8", "f32"}, *const kv[] = {"bf16", "f32"};
+    mx_status st;
+    if ((st = env_choice("MLXCEL_CUDA_ATTN", attn, 3, 0, &sw->attn)) ||
+        (st = env_choice("MLXCEL_CUDA_ATTN_GQA", onoff, 2, 1, &sw->gqa)) ||
+        (st = env_choice("MLXCEL_CUDA_GEMM", gemm, 3, 0, &sw->gemm)) ||
+        (st = env_choice("MLXCEL_CUDA_PDL", pdl, 3, 1, &sw->pdl)) ||
+        (st = env_choice("MLXCEL_CUDA_MV", mv, 2, 0, &sw->mv)) ||
+        (st = env_choice("MLXCEL_CUDA_PROFILE", onoff, 2, 0, &sw->profile)) ||
+        (st = env_choice("MLXCEL_CUDA_KV", kv, 2, 0, &sw->kv)) ||
+        (st = env_choice("MLXCEL_CUDA_GRAPHS", onoff, 2, 1, &sw->graphs)))
+        return st;
+    sw->dq_mb = 256;
+    const char *dq = getenv("MLXCEL_CUDA_DQ_MB");
+    if (dq && *dq) {
+        char *end;
+        errno = 0;
+        sw->dq_mb = strtol(dq, &end, 10);
+        if (errno || *end || sw->dq_mb < 1 || sw->dq_mb > 65536)
+            return mx_errorf(MX_ERR_INVALID_ARG, "MLXCEL_CUDA_DQ_MB=%.40s: expected MiB from 1 to 65536 (default 256)", dq);
+    }
+    return MX_OK;
 }
 
 static void prof_collect(cu_ctx *c);
@@ -1950,8 +1993,11 @@ static const float *get_v(cu_ctx *c, const mx_vec *v) {
 
 static mx_status c_kv_init(void *ctx, mx_kv_desc *d) {
     cu_ctx *c = (cu_ctx *)ctx;
-    const char *e = getenv("MLXCEL_CUDA_KV");
-    mx_dtype t = ((e && !strcmp(e, "f32")) || c->precise) ? MX_DTYPE_F32 : MX_DTYPE_BF16;
+    static const char *const kvs[] = {"bf16", "f32"};
+    int kv;   /* read here, not at init: tests switch it between caches */
+    mx_status kst = env_choice("MLXCEL_CUDA_KV", kvs, 2, 0, &kv);
+    if (kst != MX_OK) return kst;
+    mx_dtype t = (kv == 1 || c->precise) ? MX_DTYPE_F32 : MX_DTYPE_BF16;
     if (d->n_layers <= 0 || d->n_kv_heads <= 0 || d->head_dim <= 0 || d->head_dim > 32 * ATT_MAXI ||
         d->block_size <= 0 || d->n_blocks <= 0)
         return mx_errorf(MX_ERR_INVALID_ARG, "cuda: kv cache: bad geometry (head_dim %d, at most %d)", d->head_dim, 32 * ATT_MAXI);
@@ -2789,6 +2835,11 @@ static const mx_backend_i g_cuda_i = {
 
 extern "C" const char *mx_backend_cuda_archs(void) { return MX_CUDA_ARCHS; }
 
+extern "C" mx_status mx_backend_cuda_check_env(void) {
+    cu_switches sw;
+    return read_switches(&sw);
+}
+
 /* The device-wide switch read by pdl_entry (the last backend that sets it wins), written on the
  * backend's stream and waited for (see up_copy: a plain copy from pageable memory may land later). */
 static void set_pdl_early_symbol(cu_ctx *c) {
@@ -2832,21 +2883,21 @@ extern "C" mx_status mx_backend_cuda_init(mx_backend *out) {
     if (!c) return mx_errorf(MX_ERR_NOMEM, "cuda: context");
     c->dev = dev; c->prop = prop;
     {
-        const char *pe = getenv("MLXCEL_PRECISE"), *me = getenv("MLXCEL_CUDA_MV");
+        cu_switches sw;
+        const mx_status st = read_switches(&sw);
+        if (st != MX_OK) { free(c); return st; }
+        const char *pe = getenv("MLXCEL_PRECISE");
         c->precise = pe && !strcmp(pe, "1");
-        const char *ae = getenv("MLXCEL_CUDA_ATTN");
-        c->attn_tiled = !(ae && !strcmp(ae, "pertoken"));
-        c->attn_mma = !(ae && (!strcmp(ae, "pertoken") || !strcmp(ae, "tiled")));
-        const char *gq = getenv("MLXCEL_CUDA_ATTN_GQA");
-        c->attn_gqa = gq && !strcmp(gq, "0") ? 0 : 1;
-        const char *ge = getenv("MLXCEL_CUDA_GEMM");
-        c->gemm_fused = ge && !strcmp(ge, "fused") ? 1 : ge && !strcmp(ge, "pipe") ? 2 : 0;
-        const char *pd = getenv("MLXCEL_CUDA_PDL");
-        c->pdl = !(pd && !strcmp(pd, "0"));
-        c->pdl_early = pd && !strcmp(pd, "2");
-        const char *dq = getenv("MLXCEL_CUDA_DQ_MB");
-        c->dq_bytes = (size_t)(dq && atoi(dq) > 0 ? atoi(dq) : 256) << 20;
-        c->mv_f32 = c->precise || (me && !strcmp(me, "f32"));
+        c->attn_tiled = sw.attn != 2;
+        c->attn_mma = sw.attn == 0;
+        c->attn_gqa = sw.gqa;
+        c->gemm_fused = sw.gemm;
+        c->pdl = sw.pdl != 0;
+        c->pdl_early = sw.pdl == 2;
+        c->dq_bytes = (size_t)sw.dq_mb << 20;
+        c->mv_f32 = c->precise || sw.mv == 1;
+        c->prof_on = sw.profile;
+        c->graphs_on = sw.graphs;
     }
     if ((e = cudaStreamCreateWithFlags(&c->st, cudaStreamNonBlocking)) != cudaSuccess) {
         free(c);
@@ -2862,11 +2913,8 @@ extern "C" mx_status mx_backend_cuda_init(mx_backend *out) {
     else { cudaGetLastError(); c->blas_ws = NULL; }
     cudaEventCreateWithFlags(&c->g_done, cudaEventDisableTiming);
     set_pdl_early_symbol(c);
-    {
-        const char *pe = getenv("MLXCEL_CUDA_PROFILE");
-        if (pe && !strcmp(pe, "1") && (c->prof = (cu_prof *)calloc(1, sizeof *c->prof)))
-            for (int i = 0; i < PROF_N; i++) cudaEventCreate(&c->prof->ev[i]);
-    }
+    if (c->prof_on && (c->prof = (cu_prof *)calloc(1, sizeof *c->prof)))
+        for (int i = 0; i < PROF_N; i++) cudaEventCreate(&c->prof->ev[i]);
     out->i = &g_cuda_i; out->ctx = c;
     char d[256];
     mx_backend_cuda_describe(out, d, sizeof d);
@@ -2951,7 +2999,7 @@ extern "C" mx_status mx_backend_cuda_step_begin(mx_backend *b, uint64_t key) {
     cu_ctx *c = (cu_ctx *)b->ctx;
     if (c->gmode != G_EAGER) return mx_errorf(MX_ERR_INVALID_ARG, "cuda: step_begin inside a step");
     OP_ENTER(c);
-    if (getenv("MLXCEL_CUDA_GRAPHS") && !strcmp(getenv("MLXCEL_CUDA_GRAPHS"), "0")) return MX_OK;
+    if (!c->graphs_on) return MX_OK;
     cu_graph *g = NULL, *lru = NULL;   /* the key's entry; else a free one, else the least recently used */
     for (int i = 0; i < MX_GRAPHS && !g; i++) {
         cu_graph *e = &c->graphs[i];
