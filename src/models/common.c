@@ -234,6 +234,21 @@ mx_status mx_wsrc_vec(mx_wsrc *s, const char *name, int64_t n, float fill, mx_ve
     return MX_OK;
 }
 
+mx_status mx_wsrc_vec_f32(mx_wsrc *s, const char *name, int64_t n, float fill, float **out) {
+    mx_vec v;
+    *out = NULL;
+    mx_status st = mx_wsrc_vec(s, name, n, fill, &v);
+    if (st) return st;
+    float *d = malloc((size_t)(n > 0 ? n : 1) * sizeof *d);
+    if (!d) return mx_errorf(MX_ERR_NOMEM, "out of memory");
+    for (int64_t i = 0; i < n; i++)
+        d[i] = v.dtype == MX_DTYPE_F32 ? ((const float *)v.data)[i]
+               : v.dtype == MX_DTYPE_BF16 ? mx_bf16_to_f32(((const uint16_t *)v.data)[i])
+                                          : mx_f16_to_f32(((const uint16_t *)v.data)[i]);
+    *out = d;
+    return MX_OK;
+}
+
 static mx_status get_int(json_t *cfg, const char *dir, const char *key, int64_t def, bool required, int64_t lo, int64_t hi, int *out) {
     json_t *v = json_object_get(cfg, key);
     if (!v || json_is_null(v)) {

@@ -30,6 +30,8 @@ mx_status mx_wsrc_experts(mx_wsrc *s, const char *prefix, int n_experts, int64_t
 mx_status mx_wsrc_experts_t(mx_wsrc *s, const char *name, int n_experts, int64_t in, int64_t out, int n_parts, mx_weight *w);
 /* Vector `<name>` of n elements; random: filled with `fill`. */
 mx_status mx_wsrc_vec(mx_wsrc *s, const char *name, int64_t n, float fill, mx_vec *v);
+/* The same as a malloc'ed f32 array (for values the host uses: router biases, attention sinks). */
+mx_status mx_wsrc_vec_f32(mx_wsrc *s, const char *name, int64_t n, float fill, float **out);
 bool mx_wsrc_has(mx_wsrc *s, const char *name);
 void mx_wsrc_free(mx_wsrc *s);
 

@@ -229,14 +229,8 @@ mx_status mx_decoder_build(json_t *config, const char *dir, mx_wsrc *src, mx_bac
             if (!(L->ex = calloc((size_t)3 * E, sizeof *L->ex))) { st = mx_errorf(MX_ERR_NOMEM, "out of memory"); goto fail; }
             snprintf(pfx, sizeof pfx, "model.layers.%d.%s", l, m->opts.moe_prefix);
             if (m->opts.ds_route) {
-                mx_vec bv;
                 snprintf(name, sizeof name, "%s.gate.e_score_correction_bias", pfx);
-                if ((st = mx_wsrc_vec(s, name, E, 0.0f, &bv))) goto fail;
-                if (!(L->esc_bias = malloc((size_t)E * sizeof *L->esc_bias))) { st = mx_errorf(MX_ERR_NOMEM, "out of memory"); goto fail; }
-                for (int e = 0; e < E; e++)
-                    L->esc_bias[e] = bv.dtype == MX_DTYPE_F32 ? ((const float *)bv.data)[e]
-                                     : bv.dtype == MX_DTYPE_BF16 ? mx_bf16_to_f32(((const uint16_t *)bv.data)[e])
-                                                                 : mx_f16_to_f32(((const uint16_t *)bv.data)[e]);
+                if ((st = mx_wsrc_vec_f32(s, name, E, 0.0f, &L->esc_bias))) goto fail;
             }
             if (m->opts.shared_inter > 0) {
                 int64_t SI = m->opts.shared_inter;
@@ -299,14 +293,8 @@ mx_status mx_decoder_build(json_t *config, const char *dir, mx_wsrc *src, mx_bac
             NORM(ln2, "post_attention_layernorm", H)
         }
         if (m->opts.attn_sinks) {
-            mx_vec sv;
             snprintf(name, sizeof name, "model.layers.%d.self_attn.sinks", l);
-            if ((st = mx_wsrc_vec(s, name, nh, 0.0f, &sv))) goto fail;
-            if (!(L->sinks = malloc((size_t)nh * sizeof *L->sinks))) { st = mx_errorf(MX_ERR_NOMEM, "out of memory"); goto fail; }
-            for (int i = 0; i < nh; i++)
-                L->sinks[i] = sv.dtype == MX_DTYPE_F32 ? ((const float *)sv.data)[i]
-                              : sv.dtype == MX_DTYPE_BF16 ? mx_bf16_to_f32(((const uint16_t *)sv.data)[i])
-                                                          : mx_f16_to_f32(((const uint16_t *)sv.data)[i]);
+            if ((st = mx_wsrc_vec_f32(s, name, nh, 0.0f, &L->sinks))) goto fail;
         }
         if (m->opts.qk_norm) {
             VEC(q_norm, "self_attn.q_norm", m->opts.qk_norm_full ? qd : hd)
