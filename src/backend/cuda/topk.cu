@@ -189,6 +189,19 @@ __global__ void __launch_bounds__(TK_THREADS) tk_chunk(const float *logits, int 
     }
 }
 
+/* The block's threads append the nonzero keys of items[0, n) that are >= lo to out (count in
+ * *cnt, which may pass cap: keys past cap are not stored) */
+__device__ __forceinline__ void tk_keep(const unsigned long long *items, int n, unsigned long long lo, unsigned *cnt,
+                                        unsigned long long *out, unsigned cap) {
+    for (int i = threadIdx.x; i < n; i += TK_THREADS) {
+        const unsigned long long x = items[i];
+        if (x && x >= lo) {
+            const unsigned p = atomicAdd(cnt, 1u);
+            if (p < cap) out[p] = x;
+        }
+    }
+}
+
 __global__ void __launch_bounds__(TK_THREADS) tk_merge(const float *logits, int vocab, int k, int n_chunks,
                                                       const unsigned long long *cand, const tk_part *part,
                                                       float *vals, int32_t *ids, float *lse) {
@@ -245,13 +258,7 @@ __global__ void __launch_bounds__(TK_THREADS) tk_merge(const float *logits, int 
         const unsigned long long t1 = tk_select(tops, n_chunks, (unsigned)k, &S);
         if (t1 > lo) lo = t1;
     }
-    for (int i = tid; i < n; i += TK_THREADS) {
-        unsigned long long x = c[i];
-        if (x && x >= lo) {
-            unsigned p = atomicAdd(&cnt, 1u);
-            if (p < TK_MERGE_BUF) buf[p] = x;
-        }
-    }
+    tk_keep(c, n, lo, &cnt, buf, TK_MERGE_BUF);
     __syncthreads();
     const unsigned nb = cnt;
     const bool in_smem = nb <= TK_MERGE_BUF;
@@ -260,13 +267,7 @@ __global__ void __launch_bounds__(TK_THREADS) tk_merge(const float *logits, int 
     const unsigned long long T = tk_select(items, ni, (unsigned)k, &S);
     if (tid == 0) cnt = 0;
     __syncthreads();
-    for (int i = tid; i < ni; i += TK_THREADS) {
-        unsigned long long x = items[i];
-        if (x && x >= T) {
-            unsigned p = atomicAdd(&cnt, 1u);
-            if (p < TK_MAXK) sel[p] = x;
-        }
-    }
+    tk_keep(items, ni, T, &cnt, sel, TK_MAXK);
     __syncthreads();
     const int ns = (int)cnt < k ? (int)cnt : k;
     const float *xr = logits + (size_t)row * vocab;
