@@ -136,8 +136,9 @@ if has models && [ $full = 1 ]; then
   grep '^FAIL ' "$OUTD/models.log" | head -20 | tee -a "$SUMMARY"
   [ "$mf" = 0 ] || status=1
   # the other paths (CUDA-core tiled prompt attention; per-(token, head) prompt attention without
-  # programmatic dependent launch; the fused q4 GEMM, off by default): the same goldens through them
-  for v in MLXCEL_CUDA_ATTN=tiled "MLXCEL_CUDA_ATTN=pertoken MLXCEL_CUDA_PDL=0" MLXCEL_CUDA_GEMM=fused MLXCEL_CUDA_GEMM=pipe MLXCEL_CUDA_PDL=2 ${GPU_CHECK_MODEL_VARIANTS:-}; do
+  # programmatic dependent launch; the q4 GEMMs on packed weights; PDL without the early release):
+  # the same goldens through them
+  for v in MLXCEL_CUDA_ATTN=tiled "MLXCEL_CUDA_ATTN=pertoken MLXCEL_CUDA_PDL=0" MLXCEL_CUDA_GEMM=fused MLXCEL_CUDA_GEMM=mma MLXCEL_CUDA_GEMM=cublas MLXCEL_CUDA_PDL=1 ${GPU_CHECK_MODEL_VARIANTS:-}; do
     # shellcheck disable=SC2086
     env MLXCEL_ROOT="$(pwd)" MLXCEL_DEVICE=gpu ${v//,/ } $B/tests/test_models >"$OUTD/models_${v%%[ ,]*}.log" 2>&1
     say "model tests (MLXCEL_DEVICE=gpu ${v//,/ }): $(grep -c '^PASS ' "$OUTD/models_${v%%[ ,]*}.log") passed, $(grep -c '^FAIL ' "$OUTD/models_${v%%[ ,]*}.log") failed"
@@ -165,25 +166,26 @@ if has bench && [ $full = 1 ]; then
   # as llama-batched-bench (128 prompt + 128 generated tokens a sequence): the prompts cached first
   bench llama8b-q4-b128-d128 --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 128 -d 128 -r 2
   bench qwen06-q4-b128-d128 --config $Q06 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 128 -d 128 -r 2
-  # the previous defaults and the fused q4 GEMM (off: 3x slower than dequantize + cuBLAS so far)
+  # 32 sequences (k_gemm_gq by default from 17 rows)
+  bench llama8b-q4-b32 --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 32 -r 2
+  bench qwen06-q4-b32 --config $Q06 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 32 -r 2
+  # the previous defaults: CUDA-core prompt attention; per-(token, head) attention without PDL;
+  # PDL without the early release; q4 above 16 rows always dequantized for cuBLAS
   MLXCEL_CUDA_ATTN=tiled bench llama8b-q4-attn-tiled --config $L8 --random --q-bits 4 --q-group-size 64 -p 512 -n 0 -r 3
   MLXCEL_CUDA_ATTN=pertoken MLXCEL_CUDA_PDL=0 bench llama8b-q4-attn-pertoken-nopdl --config $L8 --random --q-bits 4 --q-group-size 64 -p 512 -n 128 -r 3
-  MLXCEL_CUDA_GEMM=fused bench llama8b-q4-gemm --config $L8 --random --q-bits 4 --q-group-size 64 -p 512 -n 128 -b 128 -r 2
-  # early PDL release + matvec weights loaded before the wait (off: written without a GPU)
-  MLXCEL_CUDA_PDL=2 bench llama8b-q4-pdl-early --config $L8 --random --q-bits 4 --q-group-size 64 -p 512 -n 128 -r 3
-  MLXCEL_CUDA_PDL=2 bench llama8b-bf16-pdl-early --config $L8 --random --dtype bf16 -p 0 -n 128 -r 3
-  MLXCEL_CUDA_PDL=2 bench qwen06-q4-pdl-early --config $Q06 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -r 3
-  # the pipelined fused GEMM (off: written without a GPU): prompt 512, then 128 sequences after 128-token prompts
-  MLXCEL_CUDA_GEMM=pipe bench llama8b-q4-gemm-pipe --config $L8 --random --q-bits 4 --q-group-size 64 -p 512 -n 0 -r 2
-  MLXCEL_CUDA_GEMM=pipe bench llama8b-q4-gemm-pipe-b128-d128 --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 128 -d 128 -r 2
-  MLXCEL_CUDA_GEMM=pipe bench qwen06-q4-gemm-pipe-b128-d128 --config $Q06 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 128 -d 128 -r 2
+  MLXCEL_CUDA_PDL=1 bench llama8b-q4-pdl1 --config $L8 --random --q-bits 4 --q-group-size 64 -p 512 -n 128 -r 3
+  MLXCEL_CUDA_PDL=1 bench llama8b-bf16-pdl1 --config $L8 --random --dtype bf16 -p 0 -n 128 -r 3
+  MLXCEL_CUDA_PDL=1 bench qwen06-q4-pdl1 --config $Q06 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -r 3
+  MLXCEL_CUDA_GEMM=cublas bench llama8b-q4-cublas-b128-d128 --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 128 -d 128 -r 2
+  MLXCEL_CUDA_GEMM=cublas bench llama8b-q4-cublas-b32 --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 32 -r 2
+  MLXCEL_CUDA_GEMM=cublas bench qwen06-q4-cublas-b32 --config $Q06 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 32 -r 2
+  # k_gemm_gq also where auto keeps cuBLAS (Qwen3-0.6B's < 4096 columns at 128 rows)
+  MLXCEL_CUDA_GEMM=mma bench qwen06-q4-mma-b128-d128 --config $Q06 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 128 -d 128 -r 2
   for v in ${GPU_CHECK_EXTRA_BENCH:-}; do   # e.g. "llama8b-q4-f32mv" rows with MLXCEL_CUDA_MV=f32
     case $v in
       llama8b-q4-f32mv) MLXCEL_CUDA_MV=f32 bench $v --config $L8 --random --q-bits 4 -p 0 -n 128 -r 3 ;;
       llama8b-q8) bench $v --config $L8 --random --q-bits 8 -p 512 -n 128 -r 3 ;;
-      llama8b-q4-b32) bench $v --config $L8 --random --q-bits 4 -p 0 -n 128 -b 32 -r 2 ;;
       llama8b-q4-b16) bench $v --config $L8 --random --q-bits 4 -p 0 -n 128 -b 16 -r 2 ;;
-      qwen06-q4-b32) bench $v --config $Q06 --random --q-bits 4 -p 0 -n 128 -b 32 -r 2 ;;
       qwen06-q4-nograph) MLXCEL_CUDA_GRAPHS=0 bench $v --config $Q06 --random --q-bits 4 -p 0 -n 128 -r 3 ;;
     esac
   done

@@ -58,20 +58,20 @@ void mx_backend_cuda_set_mma_attention(mx_backend *b, bool on);
  * them): 1 (default) when the batch has enough blocks for it, 0 never (MLXCEL_CUDA_ATTN_GQA=0 at
  * init), 2 always (for tests). */
 void mx_backend_cuda_set_gqa_attention(mx_backend *b, int mode);
-/* q4 products of more than 16 rows through the fused GEMM (weights dequantized in registers into
- * tensor-core fragments) instead of a bf16 copy for cuBLAS; MLXCEL_CUDA_GEMM=fused at init. Off
- * by default until measured on a GPU. */
-void mx_backend_cuda_set_fused_gemm(mx_backend *b, bool on);
-/* The same products through the pipelined variant (cp.async stages; MLXCEL_CUDA_GEMM=pipe at
- * init). Off by default: not yet run on a GPU. */
-void mx_backend_cuda_set_gemm_pipelined(mx_backend *b, bool on);
+/* How q4 products of more than 16 rows run (MLXCEL_CUDA_GEMM at init takes the same names):
+ * "auto" (default): 17..64 rows, and 65..128 rows of weights with >= 4096 columns, through the
+ * tensor-core GEMM on packed weights (weights dequantized in registers, cp.async stages, a set of
+ * weights in one launch), the rest dequantized to bf16 for cuBLAS; "cublas": always the latter;
+ * "mma": the former for every 17..128 rows; "fused": an earlier GEMM on packed weights without
+ * stages (slower). Anything else is MX_ERR_INVALID_ARG. */
+mx_status mx_backend_cuda_set_gemm(mx_backend *b, const char *mode);
 /* Programmatic dependent launch for the backend's kernels: each may start while the previous
  * kernel finishes and waits for it on the device. On by default; MLXCEL_CUDA_PDL=0 at init turns
  * it off. */
 void mx_backend_cuda_set_pdl(mx_backend *b, bool on);
-/* With PDL, kernels also release their dependents at entry and the decode matvecs load their
- * first weights before waiting for the previous kernel (MLXCEL_CUDA_PDL=2 at init). Off by
- * default: not yet measured on a GPU. */
+/* With PDL, in decode (products of <= 16 rows) kernels also release their dependents at entry
+ * and the matvecs load their first weights before waiting for the previous kernel. On by default
+ * (MLXCEL_CUDA_PDL=2); MLXCEL_CUDA_PDL=1 at init waits only. */
 void mx_backend_cuda_set_pdl_early(mx_backend *b, bool on);
 
 /* Pick the backend: MLXCEL_DEVICE=cpu forces the CPU, =gpu forces the GPU (an error if this

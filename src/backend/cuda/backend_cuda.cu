@@ -93,10 +93,13 @@ struct cu_ctx {
                                               there are many blocks (1, default), never (0:
                                               MLXCEL_CUDA_ATTN_GQA=0), always (2: tests) */
     bool attn_mma;                         /* k_attn_mma where it applies (MLXCEL_CUDA_ATTN=tiled|pertoken: off) */
-    int gemm_fused;                        /* q4 above the matvecs: 0 dequantize + cuBLAS, 1 k_gemm_q4
-                                              (MLXCEL_CUDA_GEMM=fused), 2 k_gemm_q4p (=pipe) */
+    int gemm_mode;                         /* q4 above the matvecs (MLXCEL_CUDA_GEMM): GM_AUTO, GM_CUBLAS
+                                              (dequantize + cuBLAS), GM_FUSED (k_gemm_q4), GM_MMA
+                                              (k_gemm_gq up to GQ_NMAX rows); see gq_rows */
     bool pdl;                              /* programmatic dependent launch (MLXCEL_CUDA_PDL=0: off) */
-    bool pdl_early;                        /* MLXCEL_CUDA_PDL=2: c_pdl_early (see pdl_entry) */
+    bool pdl_early;                        /* MLXCEL_CUDA_PDL=2 (default): c_pdl_early in decode (see pdl_entry) */
+    int pdl_dev;                           /* the value c_pdl_early has on the device (-1: unknown) */
+    int *pdl_host;                         /* pinned {0, 1}: the sources of its copies (graph-capturable) */
     size_t dq_bytes;                       /* bf16 weight slice for cuBLAS (MLXCEL_CUDA_DQ_MB; default 256:
                                               slices that stay in L2 made the GEMMs slower, NOTES.md) */
     bool prof_on;                          /* MLXCEL_CUDA_PROFILE=1 */
@@ -111,7 +114,9 @@ struct cu_ctx {
     void *blas_ws;
     void *wscratch; size_t wscratch_cap;   /* dequantized weight slice (bf16) */
     void *xscratch; size_t xscratch_cap;   /* activations converted to bf16/f16 */
-    void *gpart; size_t gpart_cap;         /* split-k partial sums of k_gemm_q4 */
+    void *gpart; size_t gpart_cap;         /* split-k partial sums of k_gemm_q4 and k_gemm_gq */
+    bool gq_ok;                            /* k_gemm_gq's shared memory limit could be raised */
+    int gq_bps[2];                         /* k_gemm_gq<64>, <128>: blocks a multiprocessor holds */
     void *xq; size_t xq_cap;               /* activations quantized to int8 (k_quant_x) */
     void *tk; size_t tk_cap;               /* topk: device results + scratch */
     void *tkh; size_t tkh_cap;             /* topk: pinned host copy of the results */
@@ -120,6 +125,9 @@ struct cu_ctx {
                                             * (no GEMM on bf16) and an f32 KV cache */
     const float *xq_src; int64_t xq_count; /* the activations whose int8 form xq holds (an op that
                                             * wrote them also wrote that: rmsnorm, act_mul) */
+    const float *xg_src; int64_t xg_count; /* the activations whose bf16 form in gq order xg holds
+                                            * (rmsnorm, act_mul, or k_gemm_gq's own conversion) */
+    void *xg; size_t xg_cap;
     struct { const float *a, *b; float *y; int64_t count; bool on; } pend;   /* an add not yet
                                             * launched: the next rmsnorm of its sum fuses it */
     struct hop {                           /* per-head ops on q/k deferred until the attention */
@@ -161,6 +169,8 @@ static pdl_launch<KArgs...> PL(cu_ctx *c, void (*k)(KArgs...), dim3 g, dim3 b, s
 
 /* The MLXCEL_CUDA_* switches, each checked against its values in one place: unset or empty means
  * the default; anything else is an error naming the variable and what it takes. */
+enum { GM_AUTO, GM_CUBLAS, GM_FUSED, GM_MMA };   /* MLXCEL_CUDA_GEMM, in k_gemm_modes' order */
+static const char *const k_gemm_modes[] = {"auto", "cublas", "fused", "mma"};
 struct cu_switches { int attn, gqa, gemm, pdl, mv, profile, kv, graphs; long dq_mb; };   /* kv: checked here, read by kv_init */
 static mx_status env_choice(const char *name, const char *const *vals, int n, int def, int *out) {
     const char *e = getenv(name);
@@ -175,13 +185,13 @@ static mx_status env_choice(const char *name, const char *const *vals, int n, in
 }
 static mx_status read_switches(cu_switches *sw) {
     static const char *const attn[] = {"mma", "tiled", "pertoken"}, *const onoff[] = {"0", "1"},
-                             *const gemm[] = {"cublas", "fused", "pipe"}, *const pdl[] = {"0", "1", "2"},
+                             *const pdl[] = {"0", "1", "2"},
                              *const mv[] = {"i8", "f32"}, *const kv[] = {"bf16", "f32"};
     mx_status st;
     if ((st = env_choice("MLXCEL_CUDA_ATTN", attn, 3, 0, &sw->attn)) ||
         (st = env_choice("MLXCEL_CUDA_ATTN_GQA", onoff, 2, 1, &sw->gqa)) ||
-        (st = env_choice("MLXCEL_CUDA_GEMM", gemm, 3, 0, &sw->gemm)) ||
-        (st = env_choice("MLXCEL_CUDA_PDL", pdl, 3, 1, &sw->pdl)) ||
+        (st = env_choice("MLXCEL_CUDA_GEMM", k_gemm_modes, 4, GM_AUTO, &sw->gemm)) ||
+        (st = env_choice("MLXCEL_CUDA_PDL", pdl, 3, 2, &sw->pdl)) ||
         (st = env_choice("MLXCEL_CUDA_MV", mv, 2, 0, &sw->mv)) ||
         (st = env_choice("MLXCEL_CUDA_PROFILE", onoff, 2, 0, &sw->profile)) ||
         (st = env_choice("MLXCEL_CUDA_KV", kv, 2, 0, &sw->kv)) ||
@@ -434,12 +444,12 @@ __device__ __forceinline__ uint32_t ld_stream32(const uint32_t *p) {
  * then be launched while the previous one in the stream finishes, and waits here, before
  * touching memory, until that one has completed and its writes are visible. Without PDL the wait
  * returns at once.
- * c_pdl_early (MLXCEL_CUDA_PDL=2; off by default, written without a GPU, not yet measured): every
+ * c_pdl_early (MLXCEL_CUDA_PDL=2, the default; =1 waits only): in decode (see pdl_mode) every
  * kernel also releases its dependents at entry, and the decode matvecs (k_mv_i8, k_mv_dense_sk)
  * issue their first weight loads before the wait, so that weights stream in while the small
  * kernel before them runs. Weights are never written by kernels, so reading them before the wait
- * is safe; everything else (x, outputs) comes after it. (Releasing at entry alone was measured:
- * no gain in decode, 5% slower prompts.) */
+ * is safe; everything else (x, outputs) comes after it. Measured on the H200: Llama-8B q4 decode
+ * 398 -> 438 tok/s, Qwen3-0.6B 949 -> 1,066; prompts 5% slower, hence off for them. */
 __constant__ int c_pdl_early;
 __device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -884,17 +894,12 @@ __device__ __forceinline__ void gm_scales(float *sc, const ST *__restrict__ S, c
     }
 }
 
-/* the warp's results: y[token][row] (+ bias), or with a split of k its partial sums to
- * part[split][n][rows] (summed in order by k_splitk_sum, which adds the bias) */
+/* a warp's 16 rows x 8 NT tokens of results to y[token][row] (+ bias when not null) */
 template <int NT>
 __device__ __forceinline__ void gm_store(const float (*acc)[4], const float *__restrict__ bias, float *__restrict__ y,
-                                         float *__restrict__ part, int rows, int n, int m0, int n0, int g, int c) {
+                                         int rows, int n, int m0, int n0, int g, int c) {
     const int r0 = m0 + g, r1 = m0 + g + 8;
-    float b0 = bias && r0 < rows ? bias[r0] : 0.f, b1 = bias && r1 < rows ? bias[r1] : 0.f;
-    if (part) {
-        y = part + (size_t)blockIdx.z * n * rows;
-        b0 = b1 = 0.f;
-    }
+    const float b0 = bias && r0 < rows ? bias[r0] : 0.f, b1 = bias && r1 < rows ? bias[r1] : 0.f;
 #pragma unroll
     for (int t = 0; t < NT; t++) {
         const int tk = n0 + t * 8 + c;   /* C: rows g / g+8, tokens c, c+1 */
@@ -943,7 +948,9 @@ k_gemm_q4(const uint32_t *__restrict__ W, const ST *__restrict__ S, const ST *__
         gm_step<NT, XS>(acc, wl, wh, sc, xs, g, c);
         __syncthreads();
     }
-    gm_store<NT>(acc, bias, y, part, rows, n, m0, n0, g, c);
+    /* with a split of k: partial sums to part[split][n][rows] (summed in order by k_splitk_sum,
+     * which adds the bias) */
+    gm_store<NT>(acc, part ? nullptr : bias, part ? part + (size_t)blockIdx.z * n * rows : y, rows, n, m0, n0, g, c);
 }
 
 /* cp.async: 16 bytes global -> shared without a register round trip; groups committed and waited */
@@ -955,66 +962,229 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
 
-/* k_gemm_q4 with its loads pipelined (MLXCEL_CUDA_GEMM=pipe; written without a GPU, not yet run
- * on one: see NOTES.md): the block's x tile and packed weight tile of k step it + GP_ST - 1 are
- * copied to shared memory by cp.async while step it computes (GP_ST buffers), and each warp's
- * scales of the next step are loaded into registers before the current step's products. The
- * products themselves are k_gemm_q4's (gm_step, gm_store). */
-#define GP_ST 3
-template <int BN, typename ST>
-__global__ void __launch_bounds__(128)
-k_gemm_q4p(const uint32_t *__restrict__ W, const ST *__restrict__ S, const ST *__restrict__ B,
-           const float *__restrict__ bias, const __nv_bfloat16 *__restrict__ x, float *__restrict__ y,
-           int rows, int cols, int n, int gs_shift, int kchunk, float *__restrict__ part) {
+/* cp.async with zero fill: src_bytes 0 writes 16 zero bytes (nothing read) */
+__device__ __forceinline__ void cp_async16z(void *smem, const void *gmem, int src_bytes) {
+    const unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(sa), "l"(gmem), "r"(src_bytes) : "memory");
+}
+
+/* q4 GEMM on tensor cores with the packed weights read once and dequantized in registers
+ * (MLXCEL_CUDA_GEMM=mma): y_k[n, rows_k] = x[n, cols] W_k^T for the up to 4 weights of a set
+ * (q/k/v, gate/up) in one launch.
+ *
+ * The k order inside the mma fragments is free as long as the weights and x agree, so it is
+ * chosen to fit the packed words: lane (g, cq) of a warp holds words 2cq and 2cq + 1 of a 64-wide
+ * k step (codes 16cq .. 16cq + 15, always one group: gs >= 16) of its rows g and g + 8; a word's
+ * nibbles p and p + 4 become one bf16 pair with a mask, an OR under the exponent of 128, one
+ * subtract and one fma with the group's scale and bias (exact up to the final bf16 rounding, as
+ * the dequantize kernels). Logical k L = 16s + 8h + 2cq + e of the step (mma k step s, fragment
+ * half h, element e) is code P = 16cq + 8(s >> 1) + 2(s & 1) + h + 4e; x is written in that
+ * order by k_cvt_gq (gq_perm), so its tiles load with ldmatrix unchanged.
+ *
+ * Block: 4 warps along rows (GQ_WR = 32 rows each: two row tiles share every x fragment, so
+ * that ldmatrix reads 128 bytes of shared memory per mma; GQ_BM = 128) x BN / 64 warps along
+ * tokens (64 each: 8 mma tiles of 8 tokens); GQ_ST stages of packed weights (GQ_BM rows x 32
+ * bytes) and x (BN tokens
+ * x 64 values, rows padded to 144 bytes so that ldmatrix rows fall on distinct banks) copied by
+ * cp.async while earlier stages compute. k may be split over blockIdx.z (partial sums, added
+ * in split order by k_gq_sum). */
+#define GQ_WR 32   /* weight rows a warp (two row tiles of 16) */
+#define GQ_BM (4 * GQ_WR)
+#define GQ_BK 64
+#define GQ_ST 4
+#define GQ_XS 72   /* x tile row stride in bf16 */
+#define GQ_NMAX 128
+
+struct gq_set {   /* blocks [blk0[k], blk0[k + 1]) along x do weight k; rb[k]: rows of the weights before k */
+    const uint32_t *W[4];
+    const void *S[4], *B[4];
+    const float *bias[4];
+    float *y[4];
+    int rows[4], blk0[5], rb[5], nw;
+};
+
+__device__ __forceinline__ int gq_perm(int P) {   /* code P of a 64-wide step -> its logical k */
+    const int cq = P >> 4, sh = (P >> 3) & 1, q = P & 7, e = q >> 2, p = q & 3;
+    return 16 * (2 * sh + (p >> 1)) + 8 * (p & 1) + 2 * cq + e;
+}
+
+/* element i of row-major activations (rows of a multiple of 64) into their bf16 gq-order copy */
+__device__ __forceinline__ void st_gq(__nv_bfloat16 *xg, size_t i, float v) {
+    xg[(i & ~(size_t)63) + gq_perm((int)(i & 63))] = __float2bfloat16(v);
+}
+
+/* x [n, cols] f32 -> bf16 with each 64-wide step in gq_perm order */
+__global__ void k_cvt_gq(const float *__restrict__ x, __nv_bfloat16 *__restrict__ y, int64_t total) {
     pdl_entry();
-    constexpr int NT = BN / 8, XS = GM_BK + 8;
-    __shared__ __align__(16) __nv_bfloat16 xs[GP_ST][BN * XS];
-    __shared__ __align__(16) uint32_t wsm[GP_ST][GM_BM * 8];   /* GM_BM rows x 64 codes (8 words) */
-    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, c = 2 * (lane & 3);
-    const int mb = blockIdx.x * GM_BM, m0 = mb + w * 16, n0 = blockIdx.y * BN;
-    const int wpr = cols / 8, ngw = cols >> gs_shift;
-    const int rlo = min(m0 + g, rows - 1), rhi = min(m0 + g + 8, rows - 1);
-    const int kbeg = blockIdx.z * kchunk, kend = min(cols, kbeg + kchunk), nk = (kend - kbeg) / GM_BK;
-    float acc[NT][4];
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < total) st_gq(y, (size_t)i, x[i]);
+}
+
+/* nibbles p and p + 4 of w as the bf16 pair (s q + b); bf16 scales: in bf16x2 arithmetic,
+ * f16 scales: in f32 */
+__device__ __forceinline__ uint32_t gq_deq(uint32_t w, int p, __nv_bfloat162 s2, __nv_bfloat162 b2) {
+    uint32_t t = ((w >> (4 * p)) & 0x000F000Fu) | 0x43004300u;   /* (128 + q0, 128 + q1) */
+    __nv_bfloat162 v;
+    memcpy(&v, &t, 4);
+    v = __hfma2(__hsub2(v, __float2bfloat162_rn(128.f)), s2, b2);
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    return u;
+}
+__device__ __forceinline__ uint32_t gq_deq(uint32_t w, int p, float2 sb) {
+    const float f0 = fmaf(sb.x, (float)((w >> (4 * p)) & 15u), sb.y), f1 = fmaf(sb.x, (float)((w >> (4 * p + 16)) & 15u), sb.y);
+    __nv_bfloat162 h = __floats2bfloat162_rn(f0, f1);
+    uint32_t u;
+    memcpy(&u, &h, 4);
+    return u;
+}
+template <typename ST> struct gq_sc;   /* a row's scale and bias in the form gq_deq takes */
+template <> struct gq_sc<__nv_bfloat16> {
+    __nv_bfloat162 s, b;
+    __device__ void load(const void *S, const void *B, size_t i) {
+        const __nv_bfloat16 sv = ((const __nv_bfloat16 *)S)[i], bv = ((const __nv_bfloat16 *)B)[i];
+        s = __halves2bfloat162(sv, sv); b = __halves2bfloat162(bv, bv);
+    }
+    __device__ uint32_t deq(uint32_t w, int p) const { return gq_deq(w, p, s, b); }
+};
+template <> struct gq_sc<__half> {
+    float2 sb;
+    __device__ void load(const void *S, const void *B, size_t i) {
+        sb = make_float2(__half2float(((const __half *)S)[i]), __half2float(((const __half *)B)[i]));
+    }
+    __device__ uint32_t deq(uint32_t w, int p) const { return gq_deq(w, p, sb); }
+};
+
+__device__ __forceinline__ void ldsm_x4(uint32_t *r, const void *smem) {
+    const unsigned a = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+}
+
+template <int BN, typename ST>
+__global__ void __launch_bounds__(128 * (BN / 64), BN == 128 ? 2 : 3)
+k_gemm_gq(const gq_set set, const __nv_bfloat16 *__restrict__ x, int cols, int n, int gs_shift, int kchunk,
+          float *__restrict__ part) {
+    pdl_entry();
+    constexpr int T = 128 * (BN / 64), WSZ = GQ_BM * 8, XSZ = BN * GQ_XS;   /* u32 words, bf16 values a stage */
+    extern __shared__ __align__(16) unsigned char gq_smem[];
+    uint32_t *wsm = (uint32_t *)gq_smem;
+    __nv_bfloat16 *xsm = (__nv_bfloat16 *)(gq_smem + GQ_ST * WSZ * 4);
+    int k = 0;
 #pragma unroll
-    for (int t = 0; t < NT; t++) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.f;
-    /* the copies of k step `it` into buffer it % GP_ST (tokens past n: zeros, by plain stores,
-     * seen by the other threads after the __syncthreads before the buffer is read) */
+    for (int i = 1; i < 4; i++) if (i < set.nw && (int)blockIdx.x >= set.blk0[i]) k = i;
+    const int rows = set.rows[k], tid = threadIdx.x, lane = tid & 31, wm = (tid >> 5) & 3, wn = tid >> 7;
+    const int g = lane >> 2, cq = lane & 3;
+    const int mb = ((int)blockIdx.x - set.blk0[k]) * GQ_BM, nb = blockIdx.y * BN;
+    const uint32_t *W = set.W[k];
+    const int wpr = cols / 8, ngw = cols >> gs_shift;
+    const int kbeg = blockIdx.z * kchunk, kend = min(cols, kbeg + kchunk), nk = (kend - kbeg) / GQ_BK;
     auto issue = [&](int it) {
-        const int st = it % GP_ST, k0 = kbeg + it * GM_BK;
-        for (int u = threadIdx.x; u < BN * 8; u += 128) {
-            const int t = u >> 3, c8 = u & 7;
-            __nv_bfloat16 *dst = &xs[st][t * XS + c8 * 8];
-            if (n0 + t < n) cp_async16(dst, x + (size_t)(n0 + t) * cols + k0 + c8 * 8);
-            else *(uint4 *)dst = make_uint4(0, 0, 0, 0);
+        const int st = it % GQ_ST, k0 = kbeg + it * GQ_BK;
+#pragma unroll
+        for (int u = tid; u < GQ_BM * 2; u += T) {   /* GQ_BM rows x 2 halves of 16 bytes */
+            const int r = u >> 1, h = u & 1;
+            cp_async16(&wsm[st * WSZ + r * 8 + h * 4], W + (size_t)min(mb + r, rows - 1) * wpr + k0 / 8 + h * 4);
         }
-        const int r = threadIdx.x >> 1, h = threadIdx.x & 1;   /* GM_BM rows x 2 halves = 128 copies */
-        cp_async16(&wsm[st][r * 8 + h * 4], W + (size_t)min(mb + r, rows - 1) * wpr + k0 / 8 + h * 4);
+#pragma unroll
+        for (int u = tid; u < BN * 8; u += T) {   /* BN tokens x 8 pieces of 16 bytes */
+            const int t = u >> 3, c8 = u & 7, tk = nb + t;
+            cp_async16z(&xsm[st * XSZ + t * GQ_XS + c8 * 8], x + (size_t)min(tk, n - 1) * cols + k0 + c8 * 8, tk < n ? 16 : 0);
+        }
     };
 #pragma unroll
-    for (int st = 0; st < GP_ST - 1; st++) {
+    for (int st = 0; st < GQ_ST - 1; st++) {
         if (st < nk) issue(st);
         cp_async_commit();
     }
-    float sc[16], scn[16];
-    gm_scales(sc, S, B, rlo, rhi, ngw, kbeg, gs_shift);
-    for (int it = 0; it < nk; it++) {
-        cp_async_wait<GP_ST - 2>();   /* this thread's copies of step it have landed ... */
-        __syncthreads();              /* ... and everyone's; step it - 1's buffer is free again */
-        if (it + GP_ST - 1 < nk) issue(it + GP_ST - 1);
-        cp_async_commit();            /* (an empty group past the end keeps the count) */
-        if (it + 1 < nk) gm_scales(scn, S, B, rlo, rhi, ngw, kbeg + (it + 1) * GM_BK, gs_shift);
-        const int st = it % GP_ST;
-        const uint4 *pl = (const uint4 *)&wsm[st][(w * 16 + g) * 8], *ph = (const uint4 *)&wsm[st][(w * 16 + g + 8) * 8];
-        const uint4 l0 = pl[0], l1 = pl[1], h0 = ph[0], h1 = ph[1];
-        const uint32_t wl[8] = {l0.x, l0.y, l0.z, l0.w, l1.x, l1.y, l1.z, l1.w};
-        const uint32_t wh[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w};
-        gm_step<NT, XS>(acc, wl, wh, sc, xs[st], g, c);
+    /* this lane's rows: g + 8 j of the warp's GQ_WR rows (j = 2 m + h: row tile m, fragment half h) */
+    constexpr int NR = GQ_WR / 8;
+    size_t so[NR];
 #pragma unroll
-        for (int i = 0; i < 16; i++) sc[i] = scn[i];
+    for (int j = 0; j < NR; j++) so[j] = (size_t)min(mb + wm * GQ_WR + g + 8 * j, rows - 1) * ngw;
+    gq_sc<ST> sc[NR], scn[NR];
+    {
+        const int gi = (kbeg + 16 * cq) >> gs_shift;
+#pragma unroll
+        for (int j = 0; j < NR; j++) sc[j].load(set.S[k], set.B[k], so[j] + gi);
+    }
+    float acc[NR / 2][8][4];
+#pragma unroll
+    for (int m = 0; m < NR / 2; m++)
+#pragma unroll
+        for (int t = 0; t < 8; t++) acc[m][t][0] = acc[m][t][1] = acc[m][t][2] = acc[m][t][3] = 0.f;
+    /* this lane's ldmatrix row: matrix lane >> 3 (tokens + 8 for matrices 2, 3; k + 8 for 1, 3) */
+    const int lrow = wn * 64 + ((lane >> 4) << 3) + (lane & 7), lk = ((lane >> 3) & 1) * 8;
+    for (int it = 0; it < nk; it++) {
+        cp_async_wait<GQ_ST - 2>();
+        __syncthreads();   /* step it landed for all; step it - 1's buffers are free again */
+        if (it + GQ_ST - 1 < nk) issue(it + GQ_ST - 1);
+        cp_async_commit();
+        if (it + 1 < nk) {
+            const int gi = (kbeg + (it + 1) * GQ_BK + 16 * cq) >> gs_shift;
+#pragma unroll
+            for (int j = 0; j < NR; j++) scn[j].load(set.S[k], set.B[k], so[j] + gi);
+        }
+        const int st = it % GQ_ST;
+        uint2 wv[NR];
+#pragma unroll
+        for (int j = 0; j < NR; j++) wv[j] = *(const uint2 *)&wsm[st * WSZ + (wm * GQ_WR + g + 8 * j) * 8 + 2 * cq];
+        const __nv_bfloat16 *xs = xsm + st * XSZ + lrow * GQ_XS + lk;
+#pragma unroll
+        for (int s = 0; s < 4; s++) {
+            const int p = 2 * (s & 1);
+            uint32_t a[NR / 2][4];
+#pragma unroll
+            for (int m = 0; m < NR / 2; m++) {
+                const uint32_t wl = (s >> 1) ? wv[2 * m].y : wv[2 * m].x, wh = (s >> 1) ? wv[2 * m + 1].y : wv[2 * m + 1].x;
+                a[m][0] = sc[2 * m].deq(wl, p); a[m][1] = sc[2 * m + 1].deq(wh, p);
+                a[m][2] = sc[2 * m].deq(wl, p + 1); a[m][3] = sc[2 * m + 1].deq(wh, p + 1);
+            }
+#pragma unroll
+            for (int t2 = 0; t2 < 4; t2++) {
+                uint32_t b[4];
+                ldsm_x4(b, xs + t2 * 16 * GQ_XS + 16 * s);
+#pragma unroll
+                for (int m = 0; m < NR / 2; m++) {
+                    gm_mma(acc[m][2 * t2], a[m], b[0], b[1]);
+                    gm_mma(acc[m][2 * t2 + 1], a[m], b[2], b[3]);
+                }
+            }
+        }
+        if (it + 1 < nk) {
+#pragma unroll
+            for (int j = 0; j < NR; j++) sc[j] = scn[j];
+        }
     }
     cp_async_wait<0>();
-    gm_store<NT>(acc, bias, y, part, rows, n, m0, n0, g, c);
+    if (gridDim.z == 1) {
+#pragma unroll
+        for (int m = 0; m < NR / 2; m++)
+            gm_store<8>(acc[m], set.bias[k], set.y[k], rows, n, mb + wm * GQ_WR + 16 * m, nb + wn * 64, g, 2 * cq);
+        return;
+    }
+    /* split k: this split's partial sums to part[z] (the weights' outputs one after another, n x
+     * rows_k each), added in split order by k_gq_sum */
+    const size_t ptot = (size_t)n * set.rb[set.nw], pk = (size_t)n * set.rb[k];
+#pragma unroll
+    for (int m = 0; m < NR / 2; m++)
+        gm_store<8>(acc[m], nullptr, part + blockIdx.z * ptot + pk, rows, n, mb + wm * GQ_WR + 16 * m, nb + wn * 64, g, 2 * cq);
+}
+
+/* the split-k partial sums of k_gemm_gq summed in split order (deterministic) + bias into y_k
+ * (a kernel of its own: the last block of a tile adding them alone was 2.5x slower on the
+ * Qwen3-0.6B shapes, one multiprocessor reading all splits of a tile) */
+__global__ void k_gq_sum(const gq_set set, const float *__restrict__ part, int nsplit, int n) {
+    pdl_entry();
+    const int64_t total = (int64_t)n * set.rb[set.nw], i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= total) return;
+    int k = 0;
+#pragma unroll
+    for (int j = 1; j < 4; j++) if (j < set.nw && i >= (int64_t)n * set.rb[j]) k = j;
+    const int64_t li = i - (int64_t)n * set.rb[k];
+    float a = 0.f;
+    for (int z = 0; z < nsplit; z++) a += part[(size_t)z * total + i];
+    set.y[k][li] = a + (set.bias[k] ? set.bias[k][li % set.rows[k]] : 0.f);
 }
 
 /* y = the nsplit partial products of k_gemm_q4 summed in split order (deterministic) + bias */
@@ -1148,7 +1318,7 @@ __global__ void k_embed(cu_weight w, const int32_t *ids, float *out) {
 /* y = rmsnorm(x) (x2: of x + x2, the sum also stored to xsum); xq: also the int8 form of y
  * (d a multiple of 32, blockDim a multiple of 32, so that each warp step is one group) */
 __global__ void k_rmsnorm(const float *x, const float *x2, float *xsum, const float *g, float eps, float add_one,
-                          float *y, int d, int8_t *xq, float2 *xds) {
+                          float *y, int d, int8_t *xq, float2 *xds, __nv_bfloat16 *xg) {
     pdl_entry();
     __shared__ float sh[32];
     const float *xr = x + (size_t)blockIdx.x * d;
@@ -1168,6 +1338,7 @@ __global__ void k_rmsnorm(const float *x, const float *x2, float *xsum, const fl
         const float v = xr[i] * inv * (g ? g[i] + add_one : 1.f);
         yr[i] = v;
         if (xq) quant_group(v, xq, xds, (size_t)blockIdx.x * d + i);
+        if (xg) st_gq(xg, (size_t)blockIdx.x * d + i, v);
     }
 }
 
@@ -1176,7 +1347,7 @@ __global__ void k_rmsnorm(const float *x, const float *x2, float *xsum, const fl
  * might alias them (in-place norms), and the gamma load overlaps the reduction. */
 template <int VPT>
 __global__ void k_rmsnorm_r(const float *x, const float *x2, float *xsum, const float *g, float eps, float add_one,
-                            float *y, int d, int8_t *xq, float2 *xds) {
+                            float *y, int d, int8_t *xq, float2 *xds, __nv_bfloat16 *xg) {
     pdl_entry();
     __shared__ float sh[32];
     const size_t base = (size_t)blockIdx.x * d;
@@ -1204,6 +1375,7 @@ __global__ void k_rmsnorm_r(const float *x, const float *x2, float *xsum, const 
         const int i = threadIdx.x + j * blockDim.x;
         o[j] = v[j] * inv * gv[j];
         if (i < d) y[base + i] = o[j];
+        if (xg && i < d) st_gq(xg, base + i, o[j]);
     }
     if (!xq) return;
     /* the int8 form, the VPT groups of a warp side by side (independent shuffle chains) */
@@ -1271,7 +1443,7 @@ __device__ __forceinline__ float act_f(int act, float g) {
 }
 
 __global__ void k_act_mul(int act, const float *gate, const float *up, int64_t stride, float *y, int n, int d,
-                          int8_t *xq, float2 *xds) {
+                          int8_t *xq, float2 *xds, __nv_bfloat16 *xg) {
     pdl_entry();
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (int64_t)n * d) return;
@@ -1279,6 +1451,7 @@ __global__ void k_act_mul(int act, const float *gate, const float *up, int64_t s
     const float v = act_f(act, gate[r * stride + c]) * up[r * stride + c];
     y[i] = v;
     if (xq) quant_group(v, xq, xds, (size_t)i);   /* d % 32 == 0: whole warps are in range */
+    if (xg) st_gq(xg, (size_t)i, v);
 }
 __global__ void k_act(int act, const float *x, float *y, int64_t n) {
     pdl_entry();
@@ -1840,7 +2013,12 @@ static bool g_op(cu_ctx *c, const uint64_t *v, size_t n) {
 #define GOP_HOST(c, ...) do { uint64_t v_[] = {__VA_ARGS__}; if (!g_op(c, v_, sizeof v_ / 8)) return; } while (0)
 #define REPLAY_STOP(c) do { if ((c)->gmode == G_REPLAY) return; } while (0)
 
-static void xq_forget(cu_ctx *c) { c->xq_src = NULL; c->xq_count = 0; }
+static void xq_forget(cu_ctx *c) { c->xq_src = NULL; c->xq_count = 0; c->xg_src = NULL; c->xg_count = 0; }
+/* a product wrote y[0, count): the cached forms of activations there are stale */
+static void forget_overlap(cu_ctx *c, const float *y, int64_t count) {
+    if (c->xq_src && y < c->xq_src + c->xq_count && c->xq_src < y + count) { c->xq_src = NULL; c->xq_count = 0; }
+    if (c->xg_src && y < c->xg_src + c->xg_count && c->xg_src < y + count) { c->xg_src = NULL; c->xg_count = 0; }
+}
 /* the int8 buffer for `count` activations: codes, then (dx, dx*sum) per group of 32 */
 static bool xq_buf(cu_ctx *c, int64_t count, int8_t **q, float2 **ds) {
     size_t qb = ((size_t)count + 15) & ~(size_t)15;
@@ -1857,7 +2035,7 @@ static void pend_flush(cu_ctx *c) {
 }
 static void hq_flush(cu_ctx *c);
 static void launch_rmsnorm(cu_ctx *c, const float *x, const float *x2, float *xsum, const float *gd, float eps,
-                           float add_one, float *y, int n, int d, int8_t *xq, float2 *xds);
+                           float add_one, float *y, int n, int d, int8_t *xq, float2 *xds, __nv_bfloat16 *xg);
 /* an op other than the ones that use them: launch the deferred ops, forget the int8 form */
 #define OP_ENTER(c) do { hq_flush(c); pend_flush(c); xq_forget(c); } while (0)
 #define FLUSH_ALL(c) do { hq_flush(c); pend_flush(c); } while (0)
@@ -2136,18 +2314,24 @@ static bool mv_i8(cu_ctx *c, int nw, const cu_weight *const *w, const float *x, 
 
 static void mm_impl(cu_ctx *c, const cu_weight *w, const float *x, float *y, int n, int *xb_have);
 static bool mm_set_gemm(cu_ctx *c, int nw, const cu_weight *const *w, const float *x, float *const *ys, int n);
+static bool gq_gemm(cu_ctx *c, int nw, const cu_weight *const *w, const float *x, float *const *ys, int n);
+static bool gq_rows(const cu_ctx *c, int n, int64_t cols);
+static void pdl_mode(cu_ctx *c, bool small);
 static void c_matmul(void *ctx, const mx_weight *wt, const float *x, float *y, int n) {
     cu_ctx *c = (cu_ctx *)ctx;
+    pdl_mode(c, n <= MV_I8_MAX);   /* before GOP_PURE: also ahead of a replayed graph */
     GOP_PURE(c, 1, PU(wt), PU(x), PU(y), (uint64_t)n);
     FLUSH_ALL(c);
     const cu_weight *w = get_w(c, wt);
     if (!w || n <= 0) return;
     int xb_have = 0;
     mm_impl(c, w, x, y, n, &xb_have);
+    forget_overlap(c, y, (int64_t)n * w->rows);
 }
 
 static void c_matmul_multi(void *ctx, int nw, const mx_weight *const *ws, const float *x, float *const *ys, int n) {
     cu_ctx *c = (cu_ctx *)ctx;
+    pdl_mode(c, n <= MV_I8_MAX);
     GOP_PURE(c, 13, (uint64_t)nw, nw > 0 ? PU(ws[0]) : 0, nw > 1 ? PU(ws[1]) : 0, nw > 2 ? PU(ws[2]) : 0,
              nw > 3 ? PU(ws[3]) : 0, PU(x), nw > 0 ? PU(ys[0]) : 0, nw > 1 ? PU(ys[1]) : 0, nw > 2 ? PU(ys[2]) : 0,
              nw > 3 ? PU(ys[3]) : 0, (uint64_t)n);
@@ -2155,13 +2339,82 @@ static void c_matmul_multi(void *ctx, int nw, const mx_weight *const *ws, const 
     if (nw < 1 || nw > 4 || n <= 0) return;
     const cu_weight *w[4];
     for (int k = 0; k < nw; k++) if (!(w[k] = get_w(c, ws[k]))) return;
-    if (mv_i8(c, nw, w, x, ys, n)) return;
-    if (mm_set_gemm(c, nw, w, x, ys, n)) return;
-    int xb_have = 0;   /* x converted for cuBLAS once for the weights of the set */
-    for (int k = 0; k < nw; k++) {
-        mm_impl(c, w[k], x, ys[k], n, &xb_have);
-        if (ys[k] < x + (size_t)n * w[k]->cols && x < ys[k] + (size_t)n * w[k]->rows) xb_have = 0;
+    if (!mv_i8(c, nw, w, x, ys, n) && !gq_gemm(c, nw, w, x, ys, n) && !mm_set_gemm(c, nw, w, x, ys, n)) {
+        int xb_have = 0;   /* x converted for cuBLAS once for the weights of the set */
+        for (int k = 0; k < nw; k++) {
+            mm_impl(c, w[k], x, ys[k], n, &xb_have);
+            if (ys[k] < x + (size_t)n * w[k]->cols && x < ys[k] + (size_t)n * w[k]->rows) xb_have = 0;
+        }
     }
+    for (int k = 0; k < nw; k++) forget_overlap(c, ys[k], (int64_t)n * w[k]->rows);
+}
+
+/* Above the matvecs and up to GQ_NMAX rows of x, q4 weights (one, or a set sharing x) through
+ * k_gemm_gq when it is on (MLXCEL_CUDA_GEMM=mma): x converted once (k_cvt_gq), one launch for the
+ * set, k split so that the blocks fill whole waves. False (nothing done) when the weights do not qualify. */
+static bool gq_rows(const cu_ctx *c, int n, int64_t cols) {   /* x of n rows x cols can go to k_gemm_gq */
+    if (!c->gq_ok || n <= MV_I8_MAX || n > GQ_NMAX || c->precise || cols % GQ_BK) return false;
+    /* auto: above 64 rows only for weights of 4096 columns or more (on the H200 at 128 rows the
+     * dequantize + cuBLAS path was 3% faster for Qwen3-0.6B's 1024-3072 columns, k_gemm_gq 1-7%
+     * faster for Llama-3.1-8B's; at 32-64 rows k_gemm_gq was 33-69% faster for both) */
+    return c->gemm_mode == GM_MMA || (c->gemm_mode == GM_AUTO && (n <= 64 || cols >= 4096));
+}
+static bool gq_gemm(cu_ctx *c, int nw, const cu_weight *const *w, const float *x, float *const *ys, int n) {
+    if (!gq_rows(c, n, w[0]->cols)) return false;
+    const cu_weight *w0 = w[0];
+    const int gsh = log2_exact(w0->gs);
+    const int64_t cols = w0->cols;
+    if (w0->bits != 4 || gsh < 4 || (w0->sdt != SDT_BF16 && w0->sdt != SDT_F16)) return false;
+    gq_set set;
+    memset(&set, 0, sizeof set);
+    set.nw = nw;
+    for (int k = 0; k < nw; k++) {
+        if (w[k]->bits != 4 || w[k]->gs != w0->gs || w[k]->sdt != w0->sdt || w[k]->cols != cols) return false;
+        if (ys[k] < x + (size_t)n * cols && x < ys[k] + (size_t)n * w[k]->rows) return false;
+        set.W[k] = (const uint32_t *)w[k]->w; set.S[k] = w[k]->scales; set.B[k] = w[k]->biases;
+        set.bias[k] = w[k]->bias; set.y[k] = ys[k]; set.rows[k] = (int)w[k]->rows;
+        set.blk0[k + 1] = set.blk0[k] + (int)nblk(w[k]->rows, GQ_BM);
+        set.rb[k + 1] = set.rb[k] + (int)w[k]->rows;
+    }
+    const int bn = n <= 64 ? 64 : 128;
+    const int64_t tiles = (int64_t)set.blk0[nw] * nblk(n, bn), ksteps = cols / GQ_BK;
+    /* the split of k: fewest waves of blocks per unit of work, each split costing 5% more (its
+     * partial sums written and read, then summed by one more launch), at most ksteps / 4 splits
+     * (the stages need a run; rounding can leave the last split shorter) */
+    const int64_t slots = (int64_t)c->gq_bps[bn == 128] * c->prop.multiProcessorCount;
+    int ns = 1;
+    double best = 1e30;
+    for (int s = 1; s <= 16 && (s == 1 || s <= ksteps / 4); s++) {
+        const double cost = (double)((tiles * s + slots - 1) / slots) / s * (1.0 + 0.05 * (s - 1));
+        if (cost < best - 1e-9) { best = cost; ns = s; }
+    }
+    const int kchunk = (int)((ksteps + ns - 1) / ns) * GQ_BK, nsplit = (int)((cols + kchunk - 1) / kchunk);
+    float *part = NULL;
+    if (nsplit > 1 && !(part = (float *)scratch(c, &c->gpart, &c->gpart_cap, (size_t)nsplit * n * set.rb[nw] * 4))) return true;
+    __nv_bfloat16 *xb = (__nv_bfloat16 *)scratch(c, &c->xg, &c->xg_cap, (size_t)n * cols * 2);
+    if (!xb) return true;   /* failure recorded */
+    if (c->xg_src != x || c->xg_count != (int64_t)n * cols) {   /* else the op that wrote x wrote it too */
+        PL(c, k_cvt_gq, nblk((int64_t)n * cols, 256), 256, 0)(x, xb, (int64_t)n * cols);
+        LAUNCHED(c, "convert activations (gq order)");
+        c->xg_src = x; c->xg_count = (int64_t)n * cols;
+    }
+    const dim3 grid((unsigned)set.blk0[nw], nblk(n, bn), (unsigned)nsplit);
+    const size_t shm = (size_t)GQ_ST * (GQ_BM * 8 * 4 + (size_t)bn * GQ_XS * 2);
+#define GQ_ARGS (set, xb, (int)cols, n, gsh, kchunk, part)
+    if (w0->sdt == SDT_F16) {
+        if (bn == 64) PL(c, k_gemm_gq<64, __half>, grid, 128, shm)GQ_ARGS;
+        else PL(c, k_gemm_gq<128, __half>, grid, 256, shm)GQ_ARGS;
+    } else {
+        if (bn == 64) PL(c, k_gemm_gq<64, __nv_bfloat16>, grid, 128, shm)GQ_ARGS;
+        else PL(c, k_gemm_gq<128, __nv_bfloat16>, grid, 256, shm)GQ_ARGS;
+    }
+#undef GQ_ARGS
+    LAUNCHED(c, "gemm (q4, mma)");
+    if (part) {
+        PL(c, k_gq_sum, nblk((int64_t)n * set.rb[nw], 256), 256, 0)(set, part, nsplit, n);
+        LAUNCHED(c, "gemm split-k sum");
+    }
+    return true;
 }
 
 /* Above the matvecs, the q4/q8 weights of a set (q/k/v, gate/up) in few launches: x converted
@@ -2170,7 +2423,7 @@ static void c_matmul_multi(void *ctx, int nw, const mx_weight *const *ws, const 
  * small GEMMs of a 0.6B model are latency-bound: one launch for two halves the cost). False
  * (nothing done) when the set does not qualify; the per-weight path then runs. */
 static bool mm_set_gemm(cu_ctx *c, int nw, const cu_weight *const *w, const float *x, float *const *ys, int n) {
-    if (nw < 2 || n <= MV_I8_MAX || c->precise || c->gemm_fused) return false;
+    if (nw < 2 || n <= MV_I8_MAX || c->precise || c->gemm_mode == GM_FUSED) return false;
     const cu_weight *w0 = w[0];
     const int gsh = log2_exact(w0->gs);
     if ((w0->bits != 4 && w0->bits != 8) || gsh < 3 || w0->cols % (32 / w0->bits)) return false;
@@ -2249,6 +2502,7 @@ static void mm_impl(cu_ctx *c, const cu_weight *w, const float *x, float *y, int
         LAUNCHED(c, "matvec (generic)");
         return;
     }
+    if (gq_gemm(c, 1, &w, x, &y, n)) { *xb_have = 0; return; }   /* xscratch now holds x in gq order */
     /* GEMM through cuBLAS: y[n, rows] = x[n, cols] W^T, column-major view: C[rows, n] = W^T' ... */
     const float one = 1.f, zero = 0.f;
     int64_t rows = w->rows, cols = w->cols;
@@ -2270,7 +2524,7 @@ static void mm_impl(cu_ctx *c, const cu_weight *w, const float *x, float *y, int
         }
         cudaDataType_t dt = f16 ? CUDA_R_16F : CUDA_R_16BF;
         const int gsh = log2_exact(w->gs);
-        if (c->gemm_fused && w->bits == 4 && cols % GM_BK == 0 && gsh >= 4) {   /* weights read packed, once */
+        if (c->gemm_mode == GM_FUSED && w->bits == 4 && cols % GM_BK == 0 && gsh >= 4) {   /* weights read packed, once */
             const unsigned gm = nblk(rows, GM_BM);
             const bool narrow = (int64_t)gm * nblk(n, 64) < 2 * c->prop.multiProcessorCount;
             const __nv_bfloat16 *xbb = (const __nv_bfloat16 *)xb;
@@ -2297,7 +2551,7 @@ static void mm_impl(cu_ctx *c, const cu_weight *w, const float *x, float *y, int
                 typedef __nv_bfloat16 ST_; \
                 if (narrow) PL(c, K<32, ST_>, g32, 128, 0)GM_ARGS; else PL(c, K<64, ST_>, g64, 128, 0)GM_ARGS; \
             }
-            if (c->gemm_fused == 2) { GM_LAUNCH(k_gemm_q4p) } else { GM_LAUNCH(k_gemm_q4) }
+            GM_LAUNCH(k_gemm_q4)
 #undef GM_LAUNCH
 #undef GM_ARGS
             LAUNCHED(c, "gemm (q4, fused)");
@@ -2397,8 +2651,11 @@ static void c_rmsnorm(void *ctx, const float *x, const mx_vec *g, float eps, flo
     if (n <= 0 || d <= 0) return;
     int8_t *xq = NULL; float2 *xds = NULL;
     if (!c->mv_f32 && n <= MV_I8_MAX && d % 32 == 0 && !xq_buf(c, (int64_t)n * d, &xq, &xds)) return;
-    launch_rmsnorm(c, x, x2, xsum, gd, eps, add_one, y, n, d, xq, xds);
+    __nv_bfloat16 *xg = NULL;
+    if (gq_rows(c, n, d) && !(xg = (__nv_bfloat16 *)scratch(c, &c->xg, &c->xg_cap, (size_t)n * d * 2))) return;
+    launch_rmsnorm(c, x, x2, xsum, gd, eps, add_one, y, n, d, xq, xds, xg);
     if (xq) { c->xq_src = y; c->xq_count = (int64_t)n * d; }
+    if (xg) { c->xg_src = y; c->xg_count = (int64_t)n * d; }
 }
 static void c_layernorm(void *ctx, const float *x, const mx_vec *g, const mx_vec *b, float eps, float *y, int n, int d) {
     cu_ctx *c = (cu_ctx *)ctx;
@@ -2504,17 +2761,17 @@ static void c_rope(void *ctx, float *x, int n, int n_heads, int head_dim, const 
 }
 
 static void launch_rmsnorm(cu_ctx *c, const float *x, const float *x2, float *xsum, const float *gd, float eps,
-                           float add_one, float *y, int n, int d, int8_t *xq, float2 *xds) {
+                           float add_one, float *y, int n, int d, int8_t *xq, float2 *xds, __nv_bfloat16 *xg) {
     if (d <= 8192) {   /* the row in registers: up to 4 values a thread (8 past 4096) */
         int th = ((d + 3) / 4 + 31) / 32 * 32;
         if (th > 1024) th = 1024;
         const int vpt = (d + th - 1) / th;
-        if (vpt <= 1) PL(c, k_rmsnorm_r<1>, n, th, 0)(x, x2, xsum, gd, eps, add_one, y, d, xq, xds);
-        else if (vpt <= 2) PL(c, k_rmsnorm_r<2>, n, th, 0)(x, x2, xsum, gd, eps, add_one, y, d, xq, xds);
-        else if (vpt <= 4) PL(c, k_rmsnorm_r<4>, n, th, 0)(x, x2, xsum, gd, eps, add_one, y, d, xq, xds);
-        else PL(c, k_rmsnorm_r<8>, n, th, 0)(x, x2, xsum, gd, eps, add_one, y, d, xq, xds);
+        if (vpt <= 1) PL(c, k_rmsnorm_r<1>, n, th, 0)(x, x2, xsum, gd, eps, add_one, y, d, xq, xds, xg);
+        else if (vpt <= 2) PL(c, k_rmsnorm_r<2>, n, th, 0)(x, x2, xsum, gd, eps, add_one, y, d, xq, xds, xg);
+        else if (vpt <= 4) PL(c, k_rmsnorm_r<4>, n, th, 0)(x, x2, xsum, gd, eps, add_one, y, d, xq, xds, xg);
+        else PL(c, k_rmsnorm_r<8>, n, th, 0)(x, x2, xsum, gd, eps, add_one, y, d, xq, xds, xg);
     } else {
-        PL(c, k_rmsnorm, n, norm_threads(d) > 256 ? 256 : norm_threads(d), 0)(x, x2, xsum, gd, eps, add_one, y, d, xq, xds);
+        PL(c, k_rmsnorm, n, norm_threads(d) > 256 ? 256 : norm_threads(d), 0)(x, x2, xsum, gd, eps, add_one, y, d, xq, xds, xg);
     }
     LAUNCHED(c, "rmsnorm");
 }
@@ -2527,7 +2784,7 @@ static void hq_flush(cu_ctx *c) {
     for (int i = 0; i < nq; i++) {
         const cu_ctx::hop *o = &c->hq[i];
         if (o->kind == 1) {
-            launch_rmsnorm(c, o->x, NULL, NULL, o->g, o->eps, o->add_one, o->x, o->rows, o->d, NULL, NULL);
+            launch_rmsnorm(c, o->x, NULL, NULL, o->g, o->eps, o->add_one, o->x, o->rows, o->d, NULL, NULL, NULL);
         } else {
             const int half = o->d / 2;
             PL(c, k_rope, dim3((unsigned)o->n, (unsigned)o->heads), half >= 64 ? 64 : 32, 0)(o->x, o->heads, o->d, half, o->f, o->af, o->pos_d);
@@ -2717,9 +2974,12 @@ static void c_act_mul(void *ctx, mx_act act, const float *gate, const float *up,
     if (n <= 0 || d <= 0) return;
     int8_t *xq = NULL; float2 *xds = NULL;
     if (!c->mv_f32 && n <= MV_I8_MAX && d % 32 == 0 && !xq_buf(c, (int64_t)n * d, &xq, &xds)) return;
-    PL(c, k_act_mul, nblk((int64_t)n * d, 256), 256, 0)((int)act, gate, up, stride, y, n, d, xq, xds);
+    __nv_bfloat16 *xg = NULL;
+    if (gq_rows(c, n, d) && !(xg = (__nv_bfloat16 *)scratch(c, &c->xg, &c->xg_cap, (size_t)n * d * 2))) return;
+    PL(c, k_act_mul, nblk((int64_t)n * d, 256), 256, 0)((int)act, gate, up, stride, y, n, d, xq, xds, xg);
     LAUNCHED(c, "act_mul");
     if (xq) { c->xq_src = y; c->xq_count = (int64_t)n * d; }
+    if (xg) { c->xg_src = y; c->xg_count = (int64_t)n * d; }
 }
 static void c_act(void *ctx, mx_act act, const float *x, float *y, int64_t count) {
     cu_ctx *c = (cu_ctx *)ctx;
@@ -2840,14 +3100,22 @@ extern "C" mx_status mx_backend_cuda_check_env(void) {
     return read_switches(&sw);
 }
 
-/* The device-wide switch read by pdl_entry (the last backend that sets it wins), written on the
- * backend's stream and waited for (see up_copy: a plain copy from pageable memory may land later). */
+/* c_pdl_early, the device-wide switch read by pdl_entry (the last backend that sets it wins), on
+ * for decode-sized products (<= MV_I8_MAX rows of x) and off for larger ones (prompts: early
+ * release slowed them by 5%). Changed by a copy on the backend's stream only when the kind of
+ * product changes, from pinned memory so that a step being captured into a graph can hold it. */
+static void pdl_mode(cu_ctx *c, bool small) {
+    const int want = c->pdl && c->pdl_early && small;
+    if (want == c->pdl_dev || !c->pdl_host) return;
+    CK(c, cudaMemcpyToSymbolAsync(c_pdl_early, &c->pdl_host[want], sizeof(int), 0, cudaMemcpyHostToDevice, c->st),
+       "PDL switch");
+    c->pdl_dev = want;
+}
+/* the switch written now and waited for (init, and tests changing it between kernels) */
 static void set_pdl_early_symbol(cu_ctx *c) {
-    static int early;   /* static: the copy's source outlives the call */
-    early = c->pdl && c->pdl_early;
-    if (cudaMemcpyToSymbolAsync(c_pdl_early, &early, sizeof early, 0, cudaMemcpyHostToDevice, c->st) != cudaSuccess ||
-        cudaStreamSynchronize(c->st) != cudaSuccess)
-        cudaGetLastError();
+    c->pdl_dev = -1;
+    pdl_mode(c, true);
+    if (cudaStreamSynchronize(c->st) != cudaSuccess) cudaGetLastError();
 }
 
 extern "C" mx_status mx_backend_cuda_init(mx_backend *out) {
@@ -2891,9 +3159,10 @@ extern "C" mx_status mx_backend_cuda_init(mx_backend *out) {
         c->attn_tiled = sw.attn != 2;
         c->attn_mma = sw.attn == 0;
         c->attn_gqa = sw.gqa;
-        c->gemm_fused = sw.gemm;
+        c->gemm_mode = sw.gemm;
         c->pdl = sw.pdl != 0;
         c->pdl_early = sw.pdl == 2;
+        c->pdl_dev = -1;
         c->dq_bytes = (size_t)sw.dq_mb << 20;
         c->mv_f32 = c->precise || sw.mv == 1;
         c->prof_on = sw.profile;
@@ -2912,6 +3181,29 @@ extern "C" mx_status mx_backend_cuda_init(mx_backend *out) {
     if (cudaMalloc(&c->blas_ws, (size_t)32 << 20) == cudaSuccess) cublasSetWorkspace(c->blas, c->blas_ws, (size_t)32 << 20);
     else { cudaGetLastError(); c->blas_ws = NULL; }
     cudaEventCreateWithFlags(&c->g_done, cudaEventDisableTiming);
+    if (cudaHostAlloc((void **)&c->pdl_host, 2 * sizeof(int), cudaHostAllocDefault) == cudaSuccess) {
+        c->pdl_host[0] = 0; c->pdl_host[1] = 1;
+    } else { cudaGetLastError(); c->pdl_host = NULL; }   /* then c_pdl_early stays 0 */
+    {   /* k_gemm_gq's stages take more than the default 48 KiB of shared memory */
+        const void *gq[] = {(const void *)k_gemm_gq<64, __nv_bfloat16>, (const void *)k_gemm_gq<128, __nv_bfloat16>,
+                            (const void *)k_gemm_gq<64, __half>, (const void *)k_gemm_gq<128, __half>};
+        c->gq_ok = true;
+        for (int i = 0; i < 4; i++)
+            if (cudaFuncSetAttribute(gq[i], cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     (int)(GQ_ST * (GQ_BM * 8 * 4 + GQ_NMAX * GQ_XS * 2))) != cudaSuccess) {
+                cudaGetLastError();
+                c->gq_ok = false;
+            }
+        for (int i = 0; i < 2 && c->gq_ok; i++) {
+            const int bn = i ? 128 : 64;
+            if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&c->gq_bps[i], gq[i], 128 * (bn / 64),
+                                                              (size_t)GQ_ST * (GQ_BM * 8 * 4 + (size_t)bn * GQ_XS * 2)) != cudaSuccess ||
+                c->gq_bps[i] < 1) {
+                cudaGetLastError();
+                c->gq_ok = false;
+            }
+        }
+    }
     set_pdl_early_symbol(c);
     if (c->prof_on && (c->prof = (cu_prof *)calloc(1, sizeof *c->prof)))
         for (int i = 0; i < PROF_N; i++) cudaEventCreate(&c->prof->ev[i]);
@@ -2945,8 +3237,11 @@ extern "C" void mx_backend_cuda_set_pdl_early(mx_backend *b, bool on) {
     c->pdl_early = on;
     set_pdl_early_symbol(c);
 }
-extern "C" void mx_backend_cuda_set_fused_gemm(mx_backend *b, bool on) { switch_ctx(b)->gemm_fused = on ? 1 : 0; }
-extern "C" void mx_backend_cuda_set_gemm_pipelined(mx_backend *b, bool on) { switch_ctx(b)->gemm_fused = on ? 2 : 0; }
+extern "C" mx_status mx_backend_cuda_set_gemm(mx_backend *b, const char *mode) {
+    for (int i = 0; i < 4; i++)
+        if (mode && !strcmp(mode, k_gemm_modes[i])) { switch_ctx(b)->gemm_mode = i; return MX_OK; }
+    return mx_errorf(MX_ERR_INVALID_ARG, "GEMM mode %.40s: expected auto, cublas, fused or mma", mode ? mode : "(null)");
+}
 extern "C" void mx_backend_cuda_set_tiled_attention(mx_backend *b, bool on) { switch_ctx(b)->attn_tiled = on; }
 extern "C" void mx_backend_cuda_set_mma_attention(mx_backend *b, bool on) { switch_ctx(b)->attn_mma = on; }
 extern "C" void mx_backend_cuda_set_gqa_attention(mx_backend *b, int mode) {
@@ -3093,8 +3388,10 @@ extern "C" void mx_backend_cuda_free(mx_backend *b) {
     if (c->xscratch) cudaFree(c->xscratch);
     if (c->gpart) cudaFree(c->gpart);
     if (c->xq) cudaFree(c->xq);
+    if (c->xg) cudaFree(c->xg);
     if (c->tk) cudaFree(c->tk);
     if (c->tkh) cudaFreeHost(c->tkh);
+    if (c->pdl_host) cudaFreeHost(c->pdl_host);
     for (size_t i = 0; i < c->n_owned; i++) cudaFree(c->owned[i]);
     for (size_t i = 0; i < c->n_owned_h; i++) free(c->owned_h[i]);
     free(c->owned); free(c->owned_h);
