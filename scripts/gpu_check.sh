@@ -212,6 +212,7 @@ if has ckpt && [ $full = 1 ]; then
        /usr/bin/time -f "convert: %e s, %M KiB max RSS" $M convert --hf-path "$hf" -o "$q4" -q --q-bits 4 --q-group-size 64 2>&1 | tail -2; then
       MLXCEL_DEVICE=gpu $M generate -m "$q4" -p "The capital of France is" -n 24 --temp 0 2>&1 | tail -3 | tee -a "$SUMMARY"
       bench "ckpt-$name-q4" -m "$q4" -p 512 -n 128 -r 3 --bandwidth
+      bench "ckpt-$name-q4-b128-d128" -m "$q4" -p 0 -n 128 -b 128 -d 128 -r 2
       [ "${GPU_CHECK_CKPT_BF16:-1}" = 1 ] && bench "ckpt-$name-bf16" -m "$hf" -p 512 -n 128 -r 2
     else
       say "checkpoint $name: could not be made"

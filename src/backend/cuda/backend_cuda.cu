@@ -838,8 +838,8 @@ k_mv_i8(const mv_set set, const int8_t *__restrict__ xq, const float2 *__restric
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* q4 GEMM for batches above the int8 matvecs (MLXCEL_CUDA_GEMM=fused; off by default: written
- * after the session's GPU time ran out, see NOTES.md): y[n, rows] = x[n, cols] W^T with the
+/* q4 GEMM for batches above the int8 matvecs (MLXCEL_CUDA_GEMM=fused; the first one on packed
+ * weights, 2x slower than k_gemm_gq below at 128 rows, kept for comparison): y[n, rows] = x[n, cols] W^T with the
  * packed weights read once and dequantized in registers straight into tensor-core fragments
  * (mma.sync m16n8k16, bf16 in, f32 accumulate), instead of dequantizing every weight to a bf16
  * buffer for cuBLAS. Block: 4 warps x 16 weight rows, GM_BN tokens; x (bf16) staged in shared
@@ -862,7 +862,7 @@ __device__ __forceinline__ void gm_mma(float *d, const uint32_t *a, uint32_t b0,
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-/* A warp's 64-wide k step of k_gemm_q4*: its 16 weight rows (g and g + 8 of the lane: packed words
+/* A warp's 64-wide k step of k_gemm_q4: its 16 weight rows (g and g + 8 of the lane: packed words
  * wl, wh; sc = per 16-wide sub-step s: scale, bias of row g, scale, bias of row g + 8) against
  * the x tile in shared memory (BN tokens, row stride XS) */
 template <int NT, int XS>
@@ -969,7 +969,7 @@ __device__ __forceinline__ void cp_async16z(void *smem, const void *gmem, int sr
 }
 
 /* q4 GEMM on tensor cores with the packed weights read once and dequantized in registers
- * (MLXCEL_CUDA_GEMM=mma): y_k[n, rows_k] = x[n, cols] W_k^T for the up to 4 weights of a set
+ * (where gq_rows takes it: by default 17..64 rows, and up to 128 for >= 4096 columns): y_k[n, rows_k] = x[n, cols] W_k^T for the up to 4 weights of a set
  * (q/k/v, gate/up) in one launch.
  *
  * The k order inside the mma fragments is free as long as the weights and x agree, so it is
@@ -984,9 +984,8 @@ __device__ __forceinline__ void cp_async16z(void *smem, const void *gmem, int sr
  * Block: 4 warps along rows (GQ_WR = 32 rows each: two row tiles share every x fragment, so
  * that ldmatrix reads 128 bytes of shared memory per mma; GQ_BM = 128) x BN / 64 warps along
  * tokens (64 each: 8 mma tiles of 8 tokens); GQ_ST stages of packed weights (GQ_BM rows x 32
- * bytes) and x (BN tokens
- * x 64 values, rows padded to 144 bytes so that ldmatrix rows fall on distinct banks) copied by
- * cp.async while earlier stages compute. k may be split over blockIdx.z (partial sums, added
+ * bytes) and x (BN tokens x 64 values, rows padded to 144 bytes so that ldmatrix rows fall on
+ * distinct banks) copied by cp.async while earlier stages compute. k may be split over blockIdx.z (partial sums, added
  * in split order by k_gq_sum). */
 #define GQ_WR 32   /* weight rows a warp (two row tiles of 16) */
 #define GQ_BM (4 * GQ_WR)
@@ -2350,8 +2349,9 @@ static void c_matmul_multi(void *ctx, int nw, const mx_weight *const *ws, const 
 }
 
 /* Above the matvecs and up to GQ_NMAX rows of x, q4 weights (one, or a set sharing x) through
- * k_gemm_gq when it is on (MLXCEL_CUDA_GEMM=mma): x converted once (k_cvt_gq), one launch for the
- * set, k split so that the blocks fill whole waves. False (nothing done) when the weights do not qualify. */
+ * k_gemm_gq where gq_rows takes them: x converted once (k_cvt_gq) unless the op that wrote it
+ * left the gq-order form, one launch for the set, k split so that the blocks fill whole waves.
+ * False (nothing done) when the weights do not qualify. */
 static bool gq_rows(const cu_ctx *c, int n, int64_t cols) {   /* x of n rows x cols can go to k_gemm_gq */
     if (!c->gq_ok || n <= MV_I8_MAX || n > GQ_NMAX || c->precise || cols % GQ_BK) return false;
     /* auto: above 64 rows only for weights of 4096 columns or more (on the H200 at 128 rows the
