@@ -138,7 +138,7 @@ if has models && [ $full = 1 ]; then
   # the other paths (CUDA-core tiled prompt attention; per-(token, head) prompt attention without
   # programmatic dependent launch; the q4 GEMMs on packed weights; PDL without the early release):
   # the same goldens through them
-  for v in MLXCEL_CUDA_ATTN=tiled "MLXCEL_CUDA_ATTN=pertoken MLXCEL_CUDA_PDL=0" MLXCEL_CUDA_GEMM=fused MLXCEL_CUDA_GEMM=mma MLXCEL_CUDA_GEMM=cublas MLXCEL_CUDA_PDL=1 ${GPU_CHECK_MODEL_VARIANTS:-}; do
+  for v in MLXCEL_CUDA_ATTN=tiled "MLXCEL_CUDA_ATTN=pertoken MLXCEL_CUDA_PDL=0" MLXCEL_CUDA_GEMM=mma MLXCEL_CUDA_GEMM=cublas MLXCEL_CUDA_PDL=1 ${GPU_CHECK_MODEL_VARIANTS:-}; do
     # shellcheck disable=SC2086
     env MLXCEL_ROOT="$(pwd)" MLXCEL_DEVICE=gpu ${v//,/ } $B/tests/test_models >"$OUTD/models_${v%%[ ,]*}.log" 2>&1
     say "model tests (MLXCEL_DEVICE=gpu ${v//,/ }): $(grep -c '^PASS ' "$OUTD/models_${v%%[ ,]*}.log") passed, $(grep -c '^FAIL ' "$OUTD/models_${v%%[ ,]*}.log") failed"

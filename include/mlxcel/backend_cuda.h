@@ -62,8 +62,7 @@ void mx_backend_cuda_set_gqa_attention(mx_backend *b, int mode);
  * "auto" (default): 17..64 rows, and 65..128 rows of weights with >= 4096 columns, through the
  * tensor-core GEMM on packed weights (weights dequantized in registers, cp.async stages, a set of
  * weights in one launch), the rest dequantized to bf16 for cuBLAS; "cublas": always the latter;
- * "mma": the former for every 17..128 rows; "fused": an earlier GEMM on packed weights without
- * stages (slower). Anything else is MX_ERR_INVALID_ARG. */
+ * "mma": the former for every 17..128 rows. Anything else is MX_ERR_INVALID_ARG. */
 mx_status mx_backend_cuda_set_gemm(mx_backend *b, const char *mode);
 /* Programmatic dependent launch for the backend's kernels: each may start while the previous
  * kernel finishes and waits for it on the device. On by default; MLXCEL_CUDA_PDL=0 at init turns

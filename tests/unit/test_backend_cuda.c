@@ -1011,22 +1011,20 @@ int main(int argc, char **argv) {
     mx_backend_cuda_set_exact_matvec(&G, false); G_EXACT = false;
     /* q4 above 16 rows through each GEMM path (the default, auto, takes the tensor-core GEMM on
      * packed weights up to 64 rows and for >= 4096 columns up to 128) */
-    static const char *const gm_modes[] = {"fused", "mma", "cublas"};
-    for (int m = 0; m < 3; m++) {
+    static const char *const gm_modes[] = {"mma", "cublas"};
+    for (int m = 0; m < 2; m++) {
         TCHECK(mx_backend_cuda_set_gemm(&G, gm_modes[m]) == MX_OK, "set_gemm %s", gm_modes[m]);
         for (size_t i = 0; i < sizeof g_mm / sizeof g_mm[0]; i++) {
             if (g_mm[i].bits != 4 || g_mm[i].n <= 16) continue;
             char nm[96]; snprintf(nm, sizeof nm, "%s_%s", g_mm[i].name, gm_modes[m]);
             RUN_NAMED(nm, check_matmul, &g_mm[i]);
         }
-        if (m > 0) {
-            char nm[96]; snprintf(nm, sizeof nm, "test_fusions_gemm_%s", gm_modes[m]);
-            RUN_NAMED(nm, test_fusions, );
-            snprintf(nm, sizeof nm, "test_gq_forms_%s", gm_modes[m]);
-            RUN_NAMED(nm, test_gq_forms, );
-        }
+        char nm[96]; snprintf(nm, sizeof nm, "test_fusions_gemm_%s", gm_modes[m]);
+        RUN_NAMED(nm, test_fusions, );
+        snprintf(nm, sizeof nm, "test_gq_forms_%s", gm_modes[m]);
+        RUN_NAMED(nm, test_gq_forms, );
     }
-    TCHECK(mx_backend_cuda_set_gemm(&G, "flash") != MX_OK, "set_gemm takes an unknown mode");
+    TCHECK(mx_backend_cuda_set_gemm(&G, "fused") != MX_OK, "set_gemm takes an unknown mode");
     TCHECK(mx_backend_cuda_set_gemm(&G, "auto") == MX_OK, "set_gemm auto");
     RUN(test_fusions);
     RUN(test_gq_forms);

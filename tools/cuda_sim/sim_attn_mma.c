@@ -1,7 +1,7 @@
 /* Desk simulation of k_attn_mma<D> + launch_attn_tiled's tile building (mlxcel backend_cuda.cu):
  * every block / warp / lane, the phases between __syncthreads run in order, the quad reductions
  * (__shfl_xor_sync 1, 2) emulated over the 4 lanes of a quad, and mma.sync.m16n8k16 bf16
- * emulated from the PTX ISA's documented fragment layouts (as sim_gemm.c), NOT from the kernel's
+ * emulated from the PTX ISA's documented fragment layouts (as the other simulations here), NOT from the kernel's
  * comments:
  *   A (16x16): g = lane>>2, t = lane&3; reg r holds elements 2r,2r+1 (low half = lower i):
  *      a_i: row = g (i in {0,1,4,5}) else g+8; col = 2t + (i&1) (+8 if i>=4)

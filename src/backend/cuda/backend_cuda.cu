@@ -94,8 +94,8 @@ struct cu_ctx {
                                               MLXCEL_CUDA_ATTN_GQA=0), always (2: tests) */
     bool attn_mma;                         /* k_attn_mma where it applies (MLXCEL_CUDA_ATTN=tiled|pertoken: off) */
     int gemm_mode;                         /* q4 above the matvecs (MLXCEL_CUDA_GEMM): GM_AUTO, GM_CUBLAS
-                                              (dequantize + cuBLAS), GM_FUSED (k_gemm_q4), GM_MMA
-                                              (k_gemm_gq up to GQ_NMAX rows); see gq_rows */
+                                              (dequantize + cuBLAS), GM_MMA (k_gemm_gq up to
+                                              GQ_NMAX rows); see gq_rows */
     bool pdl;                              /* programmatic dependent launch (MLXCEL_CUDA_PDL=0: off) */
     bool pdl_early;                        /* MLXCEL_CUDA_PDL=2 (default): c_pdl_early in decode (see pdl_entry) */
     int pdl_dev;                           /* the value c_pdl_early has on the device (-1: unknown) */
@@ -114,7 +114,7 @@ struct cu_ctx {
     void *blas_ws;
     void *wscratch; size_t wscratch_cap;   /* dequantized weight slice (bf16) */
     void *xscratch; size_t xscratch_cap;   /* activations converted to bf16/f16 */
-    void *gpart; size_t gpart_cap;         /* split-k partial sums of k_gemm_q4 and k_gemm_gq */
+    void *gpart; size_t gpart_cap;         /* split-k partial sums of k_gemm_gq */
     bool gq_ok;                            /* k_gemm_gq's shared memory limit could be raised */
     int gq_bps[2];                         /* k_gemm_gq<64>, <128>: blocks a multiprocessor holds */
     void *xq; size_t xq_cap;               /* activations quantized to int8 (k_quant_x) */
@@ -169,8 +169,8 @@ static pdl_launch<KArgs...> PL(cu_ctx *c, void (*k)(KArgs...), dim3 g, dim3 b, s
 
 /* The MLXCEL_CUDA_* switches, each checked against its values in one place: unset or empty means
  * the default; anything else is an error naming the variable and what it takes. */
-enum { GM_AUTO, GM_CUBLAS, GM_FUSED, GM_MMA };   /* MLXCEL_CUDA_GEMM, in k_gemm_modes' order */
-static const char *const k_gemm_modes[] = {"auto", "cublas", "fused", "mma"};
+enum { GM_AUTO, GM_CUBLAS, GM_MMA };   /* MLXCEL_CUDA_GEMM, in k_gemm_modes' order */
+static const char *const k_gemm_modes[] = {"auto", "cublas", "mma"};
 struct cu_switches { int attn, gqa, gemm, pdl, mv, profile, kv, graphs; long dq_mb; };   /* kv: checked here, read by kv_init */
 static mx_status env_choice(const char *name, const char *const *vals, int n, int def, int *out) {
     const char *e = getenv(name);
@@ -190,7 +190,7 @@ static mx_status read_switches(cu_switches *sw) {
     mx_status st;
     if ((st = env_choice("MLXCEL_CUDA_ATTN", attn, 3, 0, &sw->attn)) ||
         (st = env_choice("MLXCEL_CUDA_ATTN_GQA", onoff, 2, 1, &sw->gqa)) ||
-        (st = env_choice("MLXCEL_CUDA_GEMM", k_gemm_modes, 4, GM_AUTO, &sw->gemm)) ||
+        (st = env_choice("MLXCEL_CUDA_GEMM", k_gemm_modes, 3, GM_AUTO, &sw->gemm)) ||
         (st = env_choice("MLXCEL_CUDA_PDL", pdl, 3, 2, &sw->pdl)) ||
         (st = env_choice("MLXCEL_CUDA_MV", mv, 2, 0, &sw->mv)) ||
         (st = env_choice("MLXCEL_CUDA_PROFILE", onoff, 2, 0, &sw->profile)) ||
@@ -838,60 +838,11 @@ k_mv_i8(const mv_set set, const int8_t *__restrict__ xq, const float2 *__restric
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* q4 GEMM for batches above the int8 matvecs (MLXCEL_CUDA_GEMM=fused; the first one on packed
- * weights, 2x slower than k_gemm_gq below at 128 rows, kept for comparison): y[n, rows] = x[n, cols] W^T with the
- * packed weights read once and dequantized in registers straight into tensor-core fragments
- * (mma.sync m16n8k16, bf16 in, f32 accumulate), instead of dequantizing every weight to a bf16
- * buffer for cuBLAS. Block: 4 warps x 16 weight rows, GM_BN tokens; x (bf16) staged in shared
- * memory per 64-wide k chunk. */
-#define GM_BM 64
-#define GM_BK 64
-
-__device__ __forceinline__ uint32_t gm_pack(float s, float b, uint32_t w, int c) {
-    /* codes c and c+1 of the word, as bf16 (s q + b) in the low and high half */
-    const float f0 = fmaf(s, (float)((w >> (4 * c)) & 15u), b), f1 = fmaf(s, (float)((w >> (4 * c + 4)) & 15u), b);
-    __nv_bfloat162 h = __floats2bfloat162_rn(f0, f1);
-    uint32_t u;
-    memcpy(&u, &h, 4);
-    return u;
-}
-
+/* mma.sync m16n8k16, bf16 in, f32 accumulate: d += a b */
 __device__ __forceinline__ void gm_mma(float *d, const uint32_t *a, uint32_t b0, uint32_t b1) {
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-/* A warp's 64-wide k step of k_gemm_q4: its 16 weight rows (g and g + 8 of the lane: packed words
- * wl, wh; sc = per 16-wide sub-step s: scale, bias of row g, scale, bias of row g + 8) against
- * the x tile in shared memory (BN tokens, row stride XS) */
-template <int NT, int XS>
-__device__ __forceinline__ void gm_step(float (*acc)[4], const uint32_t *wl, const uint32_t *wh, const float *sc,
-                                        const __nv_bfloat16 *xs, int g, int c) {
-#pragma unroll
-    for (int s = 0; s < 4; s++) {
-        /* A fragment: rows g / g+8, k = 16 s + c, c+1 (word 2s) and + 8 (word 2s+1) */
-        const uint32_t a[4] = {gm_pack(sc[4 * s], sc[4 * s + 1], wl[2 * s], c), gm_pack(sc[4 * s + 2], sc[4 * s + 3], wh[2 * s], c),
-                               gm_pack(sc[4 * s], sc[4 * s + 1], wl[2 * s + 1], c),
-                               gm_pack(sc[4 * s + 2], sc[4 * s + 3], wh[2 * s + 1], c)};
-#pragma unroll
-        for (int t = 0; t < NT; t++) {
-            const __nv_bfloat16 *xb = xs + (t * 8 + g) * XS + 16 * s + c;   /* B: k = c, c+1 (+8), token g */
-            gm_mma(acc[t], a, *(const uint32_t *)xb, *(const uint32_t *)(xb + 8));
-        }
-    }
-}
-
-/* the scales and biases gm_step takes for the k step at k0 (rows rlo, rhi) */
-template <typename ST>
-__device__ __forceinline__ void gm_scales(float *sc, const ST *__restrict__ S, const ST *__restrict__ B, int rlo, int rhi,
-                                          int ngw, int k0, int gs_shift) {
-#pragma unroll
-    for (int s = 0; s < 4; s++) {
-        const int gi = (k0 + 16 * s) >> gs_shift;
-        sc[4 * s] = ld_s(S + (size_t)rlo * ngw + gi); sc[4 * s + 1] = ld_s(B + (size_t)rlo * ngw + gi);
-        sc[4 * s + 2] = ld_s(S + (size_t)rhi * ngw + gi); sc[4 * s + 3] = ld_s(B + (size_t)rhi * ngw + gi);
-    }
 }
 
 /* a warp's 16 rows x 8 NT tokens of results to y[token][row] (+ bias when not null) */
@@ -912,45 +863,6 @@ __device__ __forceinline__ void gm_store(const float (*acc)[4], const float *__r
             if (tk + 1 < n) y[(size_t)(tk + 1) * rows + r1] = acc[t][3] + b1;
         }
     }
-}
-
-template <int BN, typename ST>
-__global__ void __launch_bounds__(128)
-k_gemm_q4(const uint32_t *__restrict__ W, const ST *__restrict__ S, const ST *__restrict__ B,
-          const float *__restrict__ bias, const __nv_bfloat16 *__restrict__ x, float *__restrict__ y,
-          int rows, int cols, int n, int gs_shift, int kchunk, float *__restrict__ part) {
-    pdl_entry();
-    constexpr int NT = BN / 8, XS = GM_BK + 8;   /* padded rows: fragment reads hit 32 banks */
-    __shared__ __align__(16) __nv_bfloat16 xs[BN * XS];
-    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, c = 2 * (lane & 3);
-    const int m0 = blockIdx.x * GM_BM + w * 16, n0 = blockIdx.y * BN;
-    const int wpr = cols / 8, ngw = cols >> gs_shift;
-    const int rlo = min(m0 + g, rows - 1), rhi = min(m0 + g + 8, rows - 1);
-    const uint32_t *wlo = W + (size_t)rlo * wpr, *whi = W + (size_t)rhi * wpr;
-    float acc[NT][4];
-#pragma unroll
-    for (int t = 0; t < NT; t++) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.f;
-    const int kbeg = blockIdx.z * kchunk, kend = min(cols, kbeg + kchunk);   /* this block's split of k */
-    for (int k0 = kbeg; k0 < kend; k0 += GM_BK) {
-        for (int u = threadIdx.x; u < BN * 8; u += 128) {   /* BN tokens x 64 values, 16 bytes a thread */
-            const int t = u >> 3, c8 = u & 7;
-            uint4 v = make_uint4(0, 0, 0, 0);
-            if (n0 + t < n) v = *(const uint4 *)(x + (size_t)(n0 + t) * cols + k0 + c8 * 8);
-            *(uint4 *)(xs + t * XS + c8 * 8) = v;
-        }
-        const uint4 *plo = (const uint4 *)(wlo + k0 / 8), *phi = (const uint4 *)(whi + k0 / 8);
-        const uint4 l0 = ld_stream(plo), l1 = ld_stream(plo + 1), h0 = ld_stream(phi), h1 = ld_stream(phi + 1);
-        __syncthreads();
-        const uint32_t wl[8] = {l0.x, l0.y, l0.z, l0.w, l1.x, l1.y, l1.z, l1.w};
-        const uint32_t wh[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w};
-        float sc[16];
-        gm_scales(sc, S, B, rlo, rhi, ngw, k0, gs_shift);
-        gm_step<NT, XS>(acc, wl, wh, sc, xs, g, c);
-        __syncthreads();
-    }
-    /* with a split of k: partial sums to part[split][n][rows] (summed in order by k_splitk_sum,
-     * which adds the bias) */
-    gm_store<NT>(acc, part ? nullptr : bias, part ? part + (size_t)blockIdx.z * n * rows : y, rows, n, m0, n0, g, c);
 }
 
 /* cp.async: 16 bytes global -> shared without a register round trip; groups committed and waited */
@@ -1184,17 +1096,6 @@ __global__ void k_gq_sum(const gq_set set, const float *__restrict__ part, int n
     float a = 0.f;
     for (int z = 0; z < nsplit; z++) a += part[(size_t)z * total + i];
     set.y[k][li] = a + (set.bias[k] ? set.bias[k][li % set.rows[k]] : 0.f);
-}
-
-/* y = the nsplit partial products of k_gemm_q4 summed in split order (deterministic) + bias */
-__global__ void k_splitk_sum(const float *__restrict__ part, int nsplit, const float *__restrict__ bias,
-                             float *__restrict__ y, int rows, int64_t total) {
-    pdl_entry();
-    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= total) return;
-    float a = 0.f;
-    for (int z = 0; z < nsplit; z++) a += part[(size_t)z * total + i];
-    y[i] = a + (bias ? bias[i % rows] : 0.f);
 }
 
 /* Any layout, any n: one warp per (row, x row); used for bit widths other than 4/8 and for
@@ -2423,7 +2324,7 @@ static bool gq_gemm(cu_ctx *c, int nw, const cu_weight *const *w, const float *x
  * small GEMMs of a 0.6B model are latency-bound: one launch for two halves the cost). False
  * (nothing done) when the set does not qualify; the per-weight path then runs. */
 static bool mm_set_gemm(cu_ctx *c, int nw, const cu_weight *const *w, const float *x, float *const *ys, int n) {
-    if (nw < 2 || n <= MV_I8_MAX || c->precise || c->gemm_mode == GM_FUSED) return false;
+    if (nw < 2 || n <= MV_I8_MAX || c->precise) return false;
     const cu_weight *w0 = w[0];
     const int gsh = log2_exact(w0->gs);
     if ((w0->bits != 4 && w0->bits != 8) || gsh < 3 || w0->cols % (32 / w0->bits)) return false;
@@ -2502,7 +2403,7 @@ static void mm_impl(cu_ctx *c, const cu_weight *w, const float *x, float *y, int
         LAUNCHED(c, "matvec (generic)");
         return;
     }
-    if (gq_gemm(c, 1, &w, x, &y, n)) { *xb_have = 0; return; }   /* xscratch now holds x in gq order */
+    if (gq_gemm(c, 1, &w, x, &y, n)) return;   /* (its x form is in c->xg: xscratch unchanged) */
     /* GEMM through cuBLAS: y[n, rows] = x[n, cols] W^T, column-major view: C[rows, n] = W^T' ... */
     const float one = 1.f, zero = 0.f;
     int64_t rows = w->rows, cols = w->cols;
@@ -2523,44 +2424,6 @@ static void mm_impl(cu_ctx *c, const cu_weight *w, const float *x, float *y, int
             *xb_have = f16 ? 2 : 1;
         }
         cudaDataType_t dt = f16 ? CUDA_R_16F : CUDA_R_16BF;
-        const int gsh = log2_exact(w->gs);
-        if (c->gemm_mode == GM_FUSED && w->bits == 4 && cols % GM_BK == 0 && gsh >= 4) {   /* weights read packed, once */
-            const unsigned gm = nblk(rows, GM_BM);
-            const bool narrow = (int64_t)gm * nblk(n, 64) < 2 * c->prop.multiProcessorCount;
-            const __nv_bfloat16 *xbb = (const __nv_bfloat16 *)xb;
-            /* split k so that about 8 blocks a multiprocessor hide the loads' latency (at most
-             * ksteps / 2 splits; the last may be shorter); partial sums in a scratch buffer,
-             * summed in order */
-            const int64_t blocks = (int64_t)gm * nblk(n, narrow ? 32 : 64), ksteps = cols / GM_BK;
-            int64_t ns = (8 * (int64_t)c->prop.multiProcessorCount + blocks - 1) / blocks;
-            if (ns > ksteps / 2) ns = ksteps / 2;
-            if (ns > 16) ns = 16;
-            if (ns < 1) ns = 1;
-            const int kchunk = (int)((ksteps + ns - 1) / ns) * GM_BK;
-            const int nsplit = (int)((cols + kchunk - 1) / kchunk);
-            float *part = NULL;
-            if (nsplit > 1 && !(part = (float *)scratch(c, &c->gpart, &c->gpart_cap, (size_t)nsplit * n * rows * 4))) return;
-            const dim3 g32(gm, nblk(n, 32), (unsigned)nsplit), g64(gm, nblk(n, 64), (unsigned)nsplit);
-#define GM_ARGS (W_, (const ST_ *)w->scales, (const ST_ *)w->biases, w->bias, xbb, y, (int)rows, (int)cols, n, gsh, kchunk, part)
-            const uint32_t *W_ = (const uint32_t *)w->w;
-#define GM_LAUNCH(K) \
-            if (w->sdt == SDT_F16) { \
-                typedef __half ST_; \
-                if (narrow) PL(c, K<32, ST_>, g32, 128, 0)GM_ARGS; else PL(c, K<64, ST_>, g64, 128, 0)GM_ARGS; \
-            } else { \
-                typedef __nv_bfloat16 ST_; \
-                if (narrow) PL(c, K<32, ST_>, g32, 128, 0)GM_ARGS; else PL(c, K<64, ST_>, g64, 128, 0)GM_ARGS; \
-            }
-            GM_LAUNCH(k_gemm_q4)
-#undef GM_LAUNCH
-#undef GM_ARGS
-            LAUNCHED(c, "gemm (q4, fused)");
-            if (part) {
-                PL(c, k_splitk_sum, nblk((int64_t)n * rows, 256), 256, 0)(part, nsplit, w->bias, y, (int)rows, (int64_t)n * rows);
-                LAUNCHED(c, "gemm split-k sum");
-            }
-            return;
-        }
         if (!w->bits) {
             bs = cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)rows, n, (int)cols, &one, w->w, dt, (int)cols,
                               xb, dt, (int)cols, &zero, y, CUDA_R_32F, (int)rows, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
@@ -3238,9 +3101,9 @@ extern "C" void mx_backend_cuda_set_pdl_early(mx_backend *b, bool on) {
     set_pdl_early_symbol(c);
 }
 extern "C" mx_status mx_backend_cuda_set_gemm(mx_backend *b, const char *mode) {
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 3; i++)
         if (mode && !strcmp(mode, k_gemm_modes[i])) { switch_ctx(b)->gemm_mode = i; return MX_OK; }
-    return mx_errorf(MX_ERR_INVALID_ARG, "GEMM mode %.40s: expected auto, cublas, fused or mma", mode ? mode : "(null)");
+    return mx_errorf(MX_ERR_INVALID_ARG, "GEMM mode %.40s: expected auto, cublas or mma", mode ? mode : "(null)");
 }
 extern "C" void mx_backend_cuda_set_tiled_attention(mx_backend *b, bool on) { switch_ctx(b)->attn_tiled = on; }
 extern "C" void mx_backend_cuda_set_mma_attention(mx_backend *b, bool on) { switch_ctx(b)->attn_mma = on; }
