@@ -2,14 +2,16 @@
  * reference (mx_topk_host) on random rows: n_rows 1..128, vocab 10 / 1000 / 151936 / 262144,
  * k 1 / 40 / 64, rows with heavy ties, -inf and NaN entries, an all -inf row. Ids and values must
  * match exactly (values bit for bit), lse within 2e-6 relative (the GPU sums in another order).
- * Built only with -DMLXCEL_CUDA=ON and run on a GPU machine (tests/run.sh never runs it; it
- * prints "FAIL no_gpu" and exits 1 without a GPU).
+ * Built only with -DMLXCEL_CUDA=ON. Without a usable GPU (a CUDA build on the development
+ * machine) it checks only that the backend refuses to start with a message saying so, as
+ * test_backend_cuda does; the top-k cases run on the GPU machine.
  *
  * `test_cuda_topk --quick` runs the small cases only (for compute-sanitizer);
  * `test_cuda_topk --bench` prints the kernel's time per call next to copying the full rows to
  * pageable and pinned host memory. Not a test. */
 #include "test.h"
 #include "mlxcel/backend.h"
+#include "mlxcel/backend_cuda.h"
 #include "backend/cuda/topk.h"
 
 #include <cuda_runtime_api.h>
@@ -131,11 +133,19 @@ static void bench(void) {
     cudaFree(d_l); cudaFree(d_v); cudaFree(d_id); cudaFree(d_lse); cudaFree(scr); cudaFreeHost(pinned); free(pageable);
 }
 
+/* no usable GPU: the backend refuses to start and says why (the top-k cases need the GPU machine) */
+static void no_gpu_refused(void) {
+    mx_backend b;
+    const mx_status st = mx_backend_cuda_init(&b);
+    TCHECK(st == MX_ERR_UNSUPPORTED, "init without a GPU: status %d", (int)st);
+    TCHECK(strstr(mx_last_error(), "no usable GPU") != NULL, "message: %s", mx_last_error());
+}
+
 int main(int argc, char **argv) {
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
-        printf("FAIL no_gpu: no usable CUDA device\n");
-        return 1;
+        RUN(no_gpu_refused);
+        TEST_EXIT();
     }
     if (argc > 1 && !strcmp(argv[1], "--bench")) { bench(); return 0; }
     static const int rows[] = {1, 3, 128}, vocabs[] = {10, 1000, 151936, 262144}, ks[] = {1, 40, 64};
