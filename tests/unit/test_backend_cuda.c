@@ -235,6 +235,7 @@ static const mm_case g_mm[] = {
     {"cuda_matmul_q4_gemm_n100_g32_f16", 130, 1024, 100, 4, 32, MX_DTYPE_F16, false},
     {"cuda_matmul_q4_gemm_n128_g128_bias", 256, 2048, 128, 4, 128, MX_DTYPE_BF16, true},
     {"cuda_matmul_q4_gemm_n40", 64, 4096, 40, 4, 64, MX_DTYPE_BF16, false},
+    {"cuda_matmul_q4_gemm_n33_g16", 70, 256, 33, 4, 16, MX_DTYPE_BF16, true},   /* groups of 16: one a lane's word pair in k_gemm_gq */
     {"cuda_matmul_q4_gemm_wide_n300", 4150, 128, 300, 4, 64, MX_DTYPE_BF16, true},   /* enough blocks for 64-token tiles */
     {"cuda_matmul_q8_gemm_n64", 256, 1024, 64, 8, 32, MX_DTYPE_F16, false},
     {"cuda_matmul_q3_gemm_n20", 64, 256, 20, 3, 64, MX_DTYPE_BF16, false},
