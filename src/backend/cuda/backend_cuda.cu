@@ -465,6 +465,14 @@ __device__ __forceinline__ void pdl_entry() {
     pdl_wait();
     pdl_release();
 }
+/* the entry of a kernel that may load weights before the wait (with c_pdl_early): returns
+ * whether it has waited already; if not, it must pdl_wait() before reading anything else */
+__device__ __forceinline__ bool pdl_entry_weights_first() {
+    const bool early = c_pdl_early;
+    pdl_release();
+    if (!early) pdl_wait();
+    return !early;
+}
 
 template <int BITS, typename ST, int NB>
 __global__ void __launch_bounds__(MV_WARPS * 32)
@@ -560,10 +568,7 @@ template <typename WT, int NB, int R>
 __global__ void __launch_bounds__(MV_WARPS * 32)
 k_mv_dense_sk(const WT *__restrict__ W, const float *__restrict__ bias, const float *__restrict__ x,
               float *__restrict__ y, int rows, int cols, int n) {
-    const bool early = c_pdl_early;   /* weights loaded before the wait (see pdl_entry) */
-    pdl_release();
-    if (!early) pdl_wait();
-    bool waited = !early;
+    bool waited = pdl_entry_weights_first();
     constexpr int VPV = 16 / sizeof(WT), U = 4, STEP = MV_WARPS * 32;
     __shared__ float part[MV_WARPS][R][NB];
     const int nvec = cols / VPV, lane = threadIdx.x & 31, wp = threadIdx.x >> 5;
@@ -744,10 +749,7 @@ struct mv_set {           /* up to 4 weights of one format sharing x; blocks [bl
 template <int BITS, typename ST, int R, int NB>
 __global__ void __launch_bounds__(MV_WARPS * 32)
 k_mv_i8(const mv_set set, const int8_t *__restrict__ xq, const float2 *__restrict__ xds, int cols, int gs_shift, int n) {
-    const bool early = c_pdl_early;   /* weights loaded before the wait (see pdl_entry) */
-    pdl_release();
-    if (!early) pdl_wait();
-    bool waited = !early;
+    bool waited = pdl_entry_weights_first();
     constexpr int U = 4, V = BITS / 4;   /* x-groups per lane per batch; uint4 per x-group */
     int k = 0;
 #pragma unroll
@@ -1914,7 +1916,8 @@ static bool g_op(cu_ctx *c, const uint64_t *v, size_t n) {
 #define REPLAY_STOP(c) do { if ((c)->gmode == G_REPLAY) return; } while (0)
 
 static void xq_forget(cu_ctx *c) { c->xq_src = NULL; c->xq_count = 0; c->xg_src = NULL; c->xg_count = 0; }
-/* a product wrote y[0, count): the cached forms of activations there are stale */
+/* a product wrote y[0, count): the cached forms of activations there are stale (called by
+ * c_matmul / c_matmul_multi after each product, the one place that drops them for outputs) */
 static void forget_overlap(cu_ctx *c, const float *y, int64_t count) {
     if (c->xq_src && y < c->xq_src + c->xq_count && c->xq_src < y + count) { c->xq_src = NULL; c->xq_count = 0; }
     if (c->xg_src && y < c->xg_src + c->xg_count && c->xg_src < y + count) { c->xg_src = NULL; c->xg_count = 0; }
@@ -2207,9 +2210,7 @@ static bool mv_i8(cu_ctx *c, int nw, const cu_weight *const *w, const float *x, 
     if (w[0]->sdt == SDT_BF16) { if (w[0]->bits == 4) { I8_CASES(4, __nv_bfloat16) } else { I8_CASES(8, __nv_bfloat16) } }
     else { if (w[0]->bits == 4) { I8_CASES(4, __half) } else { I8_CASES(8, __half) } }
     LAUNCHED(c, "matvec (int8 activations)");
-    for (int k = 0; k < nw; k++)   /* an output over the input: its int8 form is stale */
-        if (ys[k] < x + (size_t)n * cols && x < ys[k] + (size_t)n * w[k]->rows) xq_forget(c);
-    return true;
+    return true;   /* (an output over x: the caller's forget_overlap drops the int8 form) */
 }
 
 static void mm_impl(cu_ctx *c, const cu_weight *w, const float *x, float *y, int n, int *xb_have);
@@ -2243,8 +2244,10 @@ static void c_matmul_multi(void *ctx, int nw, const mx_weight *const *ws, const 
         int xb_have = 0;   /* x converted for cuBLAS once for the weights of the set */
         for (int k = 0; k < nw; k++) {
             mm_impl(c, w[k], x, ys[k], n, &xb_have);
+            forget_overlap(c, ys[k], (int64_t)n * w[k]->rows);   /* before the next weight reads x */
             if (ys[k] < x + (size_t)n * w[k]->cols && x < ys[k] + (size_t)n * w[k]->rows) xb_have = 0;
         }
+        return;
     }
     for (int k = 0; k < nw; k++) forget_overlap(c, ys[k], (int64_t)n * w[k]->rows);
 }
@@ -2394,7 +2397,6 @@ static bool mm_set_gemm(cu_ctx *c, int nw, const cu_weight *const *w, const floa
  * after this product */
 static void mm_impl(cu_ctx *c, const cu_weight *w, const float *x, float *y, int n, int *xb_have) {
     if (mv_i8(c, 1, &w, x, &y, n)) return;
-    if (y < c->xq_src + c->xq_count && c->xq_src < y + (size_t)n * w->rows) xq_forget(c);
     if (n <= 8 && mv_fast(c, w, x, y, n)) return;
     if (n <= 8 || c->precise) {   /* precise: f32 FMA chains for any n (slow; for parity checks) */
         int64_t warps = w->rows * n;
