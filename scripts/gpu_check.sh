@@ -136,9 +136,10 @@ if has models && [ $full = 1 ]; then
   grep '^FAIL ' "$OUTD/models.log" | head -20 | tee -a "$SUMMARY"
   [ "$mf" = 0 ] || status=1
   # the other paths (CUDA-core tiled prompt attention; per-(token, head) prompt attention without
-  # programmatic dependent launch; the q4 GEMMs on packed weights; PDL without the early release):
+  # programmatic dependent launch; the q4 GEMMs on packed weights; PDL without the early release;
+  # the decode attention kernel whose lanes split a head's values):
   # the same goldens through them
-  for v in MLXCEL_CUDA_ATTN=tiled "MLXCEL_CUDA_ATTN=pertoken MLXCEL_CUDA_PDL=0" MLXCEL_CUDA_GEMM=mma MLXCEL_CUDA_GEMM=cublas MLXCEL_CUDA_PDL=1 ${GPU_CHECK_MODEL_VARIANTS:-}; do
+  for v in MLXCEL_CUDA_ATTN=tiled "MLXCEL_CUDA_ATTN=pertoken MLXCEL_CUDA_PDL=0" MLXCEL_CUDA_GEMM=mma MLXCEL_CUDA_GEMM=cublas MLXCEL_CUDA_PDL=1 MLXCEL_CUDA_ATTN_DEC=lanes ${GPU_CHECK_MODEL_VARIANTS:-}; do
     # shellcheck disable=SC2086
     env MLXCEL_ROOT="$(pwd)" MLXCEL_DEVICE=gpu ${v//,/ } $B/tests/test_models >"$OUTD/models_${v%%[ ,]*}.log" 2>&1
     say "model tests (MLXCEL_DEVICE=gpu ${v//,/ }): $(grep -c '^PASS ' "$OUTD/models_${v%%[ ,]*}.log") passed, $(grep -c '^FAIL ' "$OUTD/models_${v%%[ ,]*}.log") failed"
@@ -179,6 +180,11 @@ if has bench && [ $full = 1 ]; then
   MLXCEL_CUDA_GEMM=cublas bench llama8b-q4-cublas-b128-d128 --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 128 -d 128 -r 2
   MLXCEL_CUDA_GEMM=cublas bench llama8b-q4-cublas-b32 --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 32 -r 2
   MLXCEL_CUDA_GEMM=cublas bench qwen06-q4-cublas-b32 --config $Q06 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 32 -r 2
+  # decode attention through k_attn (lanes split a head's values) instead of k_attn_vec
+  MLXCEL_CUDA_ATTN_DEC=lanes bench qwen06-q4-attn-lanes-b128-d128 --config $Q06 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 128 -d 128 -r 2
+  MLXCEL_CUDA_ATTN_DEC=lanes bench llama8b-q4-attn-lanes-b128-d128 --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 128 -d 128 -r 2
+  bench qwen06-q4-d1024 --config $Q06 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -d 1024 -r 2
+  MLXCEL_CUDA_ATTN_DEC=lanes bench qwen06-q4-attn-lanes-d1024 --config $Q06 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -d 1024 -r 2
   # k_gemm_gq also where auto keeps cuBLAS (Qwen3-0.6B's < 4096 columns at 128 rows)
   MLXCEL_CUDA_GEMM=mma bench qwen06-q4-mma-b128-d128 --config $Q06 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 128 -d 128 -r 2
   for v in ${GPU_CHECK_EXTRA_BENCH:-}; do   # e.g. "llama8b-q4-f32mv" rows with MLXCEL_CUDA_MV=f32

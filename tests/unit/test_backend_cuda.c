@@ -435,6 +435,68 @@ static const att_case g_att[] = {
     {"cuda_attention_qknorm_rope_fused_bf16kv_hd64", 8, 4, 64, 0, 0.f, false, false, 2},
 };
 
+/* Decode over long contexts (up to 323 positions in shuffled blocks of 16): several chunks per warp
+ * in every decode kernel, so the online softmax is updated many times; the sequences' lengths
+ * differ, one is a single token. Step 0 is the prompts (one batch), steps 1 and 2 a decode token
+ * each; all three are compared with the CPU reference. */
+typedef struct { const char *name; int n_heads, n_kv, hd, window; float softcap; bool f32kv, sinks; } attl_case;
+static void check_attention_long(const attl_case *a) {
+    enum { NS = 10, BS = 16, MAXB = 21 };
+    const int nblocks = NS * MAXB, L = 1;
+    if (a->f32kv) setenv("MLXCEL_CUDA_KV", "f32", 1); else unsetenv("MLXCEL_CUDA_KV");
+    mx_kv_desc kg = {L, a->n_kv, a->hd, BS, nblocks, MX_DTYPE_F32}, kc = kg;
+    mx_status sg = G.i->kv_init(G.ctx, &kg), sc = C.i->kv_init(C.ctx, &kc);
+    TREQUIRE(sg == MX_OK && sc == MX_OK, "kv_init: %s", mx_last_error());
+    int32_t *bt = malloc((size_t)nblocks * 4);
+    for (int i = 0; i < nblocks; i++) bt[i] = i;
+    for (int i = nblocks - 1; i > 0; i--) { int j = (int)(rnd32() % (uint32_t)(i + 1)), t = bt[i]; bt[i] = bt[j]; bt[j] = t; }
+    int len[NS], pre[NS], total = 0;
+    for (int s = 0; s < NS; s++) { pre[s] = 1 + (s * 71) % 321; len[s] = 0; total += pre[s]; }
+    const int qd = a->n_heads * a->hd, kvd = a->n_kv * a->hd;
+    float sk[32];
+    for (int h = 0; h < 32; h++) sk[h] = 0.6f * (float)(h % 7) - 1.5f;
+    mx_attn_params p = {a->n_heads, a->n_kv, a->hd, 1.f / sqrtf((float)a->hd), a->window, a->softcap, a->sinks ? sk : NULL};
+    double worst = 0;
+    for (int step = 0; step < 3; step++) {
+        const int n = step == 0 ? total : NS;
+        int32_t *pos = malloc((size_t)n * 4), *slot = malloc((size_t)n * 4), *seq = malloc((size_t)n * 4);
+        int t = 0;
+        for (int s = 0; s < NS; s++)
+            for (int i = 0; i < (step == 0 ? pre[s] : 1); i++, t++) {
+                const int ps = len[s]++;
+                pos[t] = ps; seq[t] = s; slot[t] = bt[s * MAXB + ps / BS] * BS + ps % BS;
+            }
+        mx_attn_meta m = {n, pos, slot, seq, NS, MAXB, bt};
+        float *q = malloc((size_t)n * qd * 4), *k = malloc((size_t)n * kvd * 4), *v = malloc((size_t)n * kvd * 4);
+        float *ref = malloc((size_t)n * qd * 4);
+        fill(q, (int64_t)n * qd, 2.f); fill(k, (int64_t)n * kvd, 2.f); fill(v, (int64_t)n * kvd, 1.f);
+        float *dq = gup(q, (int64_t)n * qd), *dk = gup(k, (int64_t)n * kvd), *dv = gup(v, (int64_t)n * kvd);
+        float *dout = gnan((int64_t)n * qd);
+        G.i->attention(G.ctx, 0, dq, dk, dv, dout, &p, &m);
+        C.i->attention(C.ctx, 0, q, k, v, ref, &p, &m);
+        float *y = gdown(dout, (int64_t)n * qd);
+        const double e = relerr(y, ref, (int64_t)n * qd);
+        if (e > worst) worst = e;
+        free(y); G.i->free(G.ctx, dout); G.i->free(G.ctx, dq); G.i->free(G.ctx, dk); G.i->free(G.ctx, dv);
+        free(q); free(k); free(v); free(ref); free(pos); free(slot); free(seq);
+    }
+    const double tol = a->f32kv ? 2e-5 : 1e-2;
+    TCHECK(worst < tol, "rel err %.3g > %.3g", worst, tol);
+    TCHECK(mx_backend_cuda_status(&G) == MX_OK, "status: %s", mx_last_error());
+    G.i->kv_free(G.ctx); C.i->kv_free(C.ctx);
+    free(bt);
+    unsetenv("MLXCEL_CUDA_KV");
+}
+static const attl_case g_attl[] = {
+    {"cuda_attention_long_qwen3_shape", 16, 8, 128, 0, 0.f, false, false},
+    {"cuda_attention_long_llama_shape", 32, 8, 128, 0, 0.f, false, false},
+    {"cuda_attention_long_hd128_f32kv", 16, 4, 128, 0, 0.f, true, false},
+    {"cuda_attention_long_hd64_window_softcap", 8, 8, 64, 100, 30.f, true, false},
+    {"cuda_attention_long_hd64_bf16_sinks", 8, 4, 64, 0, 0.f, false, true},
+    {"cuda_attention_long_hd256_sinks_window", 8, 2, 256, 150, 0.f, false, true},
+    {"cuda_attention_long_hd80", 6, 3, 80, 0, 0.f, false, false},   /* k_attn: no 16-byte split of 80 */
+};
+
 static void test_elementwise(void) {
     int n = 3, d = 1000;
     int64_t cnt = (int64_t)n * 2 * d;
@@ -1048,6 +1110,28 @@ int main(int argc, char **argv) {
         RUN_NAMED(nm, check_attention, &g_att[i]);
     }
     mx_backend_cuda_set_gqa_attention(&G, 1);
+    /* long contexts through each decode kernel: k_attn_vec (default) and k_attn, each with few
+     * blocks (16 warps a head) and with the query heads of a KV head in one block */
+    for (int vec = 1; vec >= 0; vec--) {
+        mx_backend_cuda_set_vec_attention(&G, vec);
+        for (int gqa = 1; gqa <= 2; gqa++) {
+            mx_backend_cuda_set_gqa_attention(&G, gqa);
+            for (size_t i = 0; i < sizeof g_attl / sizeof g_attl[0]; i++) {
+                char nm[96]; snprintf(nm, sizeof nm, "%s_%s%s", g_attl[i].name, vec ? "vec" : "lanes", gqa == 2 ? "_gqa" : "");
+                RUN_NAMED(nm, check_attention_long, &g_attl[i]);
+            }
+        }
+    }
+    mx_backend_cuda_set_gqa_attention(&G, 1);
+    /* the short cases through k_attn (lanes split a head's values), forced to group heads */
+    mx_backend_cuda_set_vec_attention(&G, false);
+    mx_backend_cuda_set_gqa_attention(&G, 2);
+    for (size_t i = 0; i < sizeof g_att / sizeof g_att[0]; i++) {
+        char nm[96]; snprintf(nm, sizeof nm, "%s_lanes_gqa", g_att[i].name);
+        RUN_NAMED(nm, check_attention, &g_att[i]);
+    }
+    mx_backend_cuda_set_gqa_attention(&G, 1);
+    mx_backend_cuda_set_vec_attention(&G, true);
     mx_backend_cuda_set_tiled_attention(&G, false);
     for (size_t i = 0; i < sizeof g_att / sizeof g_att[0]; i++) {
         char nm[96]; snprintf(nm, sizeof nm, "%s_pertoken", g_att[i].name);
