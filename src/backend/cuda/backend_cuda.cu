@@ -380,6 +380,13 @@ __device__ __forceinline__ void unpack_word(uint32_t w, float *f, const __half *
     __half2 h; memcpy(&h, &w, 4);
     float2 r = __half22float2(h); f[0] = r.x; f[1] = r.y;
 }
+/* one 16-byte vector of dense values (8 bf16/f16 or 4 f32) to floats */
+template <typename T>
+__device__ __forceinline__ void unpack_vec(const uint4 &q, float *f) {
+    constexpr int PW = 4 / (int)sizeof(T);   /* values a word */
+    unpack_word(q.x, f, (const T *)nullptr); unpack_word(q.y, f + PW, (const T *)nullptr);
+    unpack_word(q.z, f + 2 * PW, (const T *)nullptr); unpack_word(q.w, f + 3 * PW, (const T *)nullptr);
+}
 
 __device__ __forceinline__ uint4 ld_stream(const void *p) {
     uint4 r;
@@ -607,9 +614,7 @@ k_mv_dense_sk(const WT *__restrict__ W, const float *__restrict__ bias, const fl
 #pragma unroll
                 for (int r = 0; r < R; r++) {
                     float f[VPV];
-                    const uint32_t wd[4] = {q[u][r].x, q[u][r].y, q[u][r].z, q[u][r].w};
-#pragma unroll
-                    for (int i = 0; i < 4; i++) unpack_word(wd[i], &f[i * (VPV / 4)], (const WT *)nullptr);
+                    unpack_vec<WT>(q[u][r], f);
                     float d = acc[r][t];
 #pragma unroll
                     for (int i = 0; i < VPV / 4; i++) {
@@ -672,11 +677,7 @@ k_mv_dense(const WT *__restrict__ W, const float *__restrict__ bias, const float
                 if (v >= nvec) break;
                 float f[MV_R][VPV];
 #pragma unroll
-                for (int r = 0; r < MV_R; r++) {
-                    uint32_t wd[4] = {q[r][u].x, q[r][u].y, q[r][u].z, q[r][u].w};
-#pragma unroll
-                    for (int i = 0; i < 4; i++) unpack_word(wd[i], &f[r][i * (VPV / 4)], (const WT *)nullptr);
-                }
+                for (int r = 0; r < MV_R; r++) unpack_vec<WT>(q[r][u], f[r]);
 #pragma unroll
                 for (int t = 0; t < NB; t++) {
                     if (t >= n) break;
@@ -1644,9 +1645,7 @@ k_attn_vec(const float *q, const T *kp, const T *vp, float *out, const int32_t *
 #pragma unroll
         for (int u = 0; u < U; u++) {
             float kf[VPL];
-            const uint32_t kw[4] = {kr[u].x, kr[u].y, kr[u].z, kr[u].w};
-#pragma unroll
-            for (int i = 0; i < 4; i++) unpack_word(kw[i], &kf[i * (VPL / 4)], (const T *)nullptr);
+            unpack_vec<T>(kr[u], kf);
 #pragma unroll
             for (int g = 0; g < G; g++) {
                 float d = 0.f;
@@ -1708,9 +1707,7 @@ k_attn_vec(const float *q, const T *kp, const T *vp, float *out, const int32_t *
 #pragma unroll
         for (int u = 0; u < U; u++) {
             float vf[VPL];
-            const uint32_t vw[4] = {vr[u].x, vr[u].y, vr[u].z, vr[u].w};
-#pragma unroll
-            for (int i = 0; i < 4; i++) unpack_word(vw[i], &vf[i * (VPL / 4)], (const T *)nullptr);
+            unpack_vec<T>(vr[u], vf);
 #pragma unroll
             for (int g = 0; g < G; g++)
 #pragma unroll
