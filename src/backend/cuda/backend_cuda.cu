@@ -2956,7 +2956,7 @@ template <typename T, int D>
 static void launch_attn_vec_d(cu_ctx *c, dim3 grid, int G, bool wide, size_t shm, const float *q, const T *kp, const T *vp,
                               float *out, const dmeta &dm, const mx_attn_meta *meta, const mx_attn_params *p, const float *sk,
                               int8_t *xq, float2 *xds, int sbt_n) {
-    constexpr int U = D * (int)sizeof(T) <= 256 ? 8 : 4, U4 = 4;   /* G = 4: 4 (164 registers with 8) */
+    constexpr int U = D * (int)sizeof(T) <= 256 ? 8 : 4, U4 = 4;   /* G = 4: 4 loads a chunk (registers) */
 #define VEC_ARGS (q, kp, vp, out, dm.pos, dm.seq, dm.bt, meta->n_seqs, meta->max_blocks, bshift, c->kv.n_blocks, \
                   p->n_heads, p->n_kv_heads, p->scale, p->sliding_window, p->softcap, sk, xq, xds, sbt_n)
     const int bshift = log2_exact(c->kv.block_size);
