@@ -16,7 +16,8 @@
 #           (GPU_CHECK_CKPT: names, default "qwen3-0.6b")
 #   server  mlxcel-server on the GPU (random Qwen3-0.6B q4 weights) under tools/loadtest at
 #           concurrency 1..128, and the server's shell tests with MLXCEL_DEVICE=gpu
-#   ncu     per-kernel times of decode steps (Nsight Compute), Llama-3.1-8B q4 batch 1
+#   ncu     per-kernel times (Nsight Compute) of the forward passes in GPU_CHECK_NCU (default
+#           "qwen3-0.6b qwen3-0.6b:pp": q4 decode and prefill; NAME:bf16 for bf16 decode)
 #   mv      the matvec table alone (test_backend_cuda --bench-mv)
 #   sweep   bench rows listed in the file GPU_CHECK_SWEEP ("LABEL [VAR=VALUE...] -- bench args" a line)
 #   synth   the op-level benchmarks (test_backend_cuda --bench: matvec table, synthetic steps)
@@ -255,12 +256,14 @@ if has server && [ $full = 1 ]; then
 fi
 
 if has ncu && [ $full = 1 ] && command -v ncu >/dev/null; then
-  for spec in ${GPU_CHECK_NCU:-qwen3-0.6b qwen3-0.6b:pp}; do   # NAME (decode) or NAME:pp (prefill 512)
-  cfgname=${spec%:pp}
-  if [ "$spec" = "$cfgname" ]; then what="-p 0 -n 3"; else what="-p 512 -n 0"; fi
-  echo "== per-kernel times (ncu), $spec q4 ($what)"
+  # NAME (q4 decode), NAME:pp (q4 prefill 512) or NAME:bf16 (bf16 decode), e.g. llama3.1-8b:bf16
+  for spec in ${GPU_CHECK_NCU:-qwen3-0.6b qwen3-0.6b:pp}; do
+  cfgname=${spec%%:*} what="-p 0 -n 3" fmt="--q-bits 4"
+  case $spec in *:pp) what="-p 512 -n 0" ;; *:bf16) fmt="--dtype bf16" ;; esac
+  echo "== per-kernel times (ncu), $spec ($fmt $what)"
+  # shellcheck disable=SC2086
   MLXCEL_DEVICE=gpu timeout 240 ncu --clock-control none --metrics gpu__time_duration.sum --csv --log-file "$OUTD/ncu-${spec/:/-}.csv" \
-    $M bench --config bench/configs/$cfgname.json --random --q-bits 4 $what -r 1 >/dev/null 2>&1
+    $M bench --config bench/configs/$cfgname.json --random $fmt $what -r 1 >/dev/null 2>&1
   echo "ncu $spec ($what, the last forward pass):" >>"$SUMMARY"
   python3 - "$OUTD/ncu-${spec/:/-}.csv" <<'PY' | tee -a "$SUMMARY"
 import csv, sys, re, collections
