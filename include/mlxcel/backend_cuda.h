@@ -55,8 +55,8 @@ void mx_backend_cuda_set_tiled_attention(mx_backend *b, bool on);
  * on by default, MLXCEL_CUDA_ATTN=tiled (CUDA cores) or =pertoken turns it off. */
 void mx_backend_cuda_set_mma_attention(mx_backend *b, bool on);
 /* Decode attention through the kernel with 16-byte K/V loads (head sizes 64 and 128, and 256 with
- * the bf16 cache); on by default, MLXCEL_CUDA_ATTN_DEC=lanes at init (or off here) keeps the kernel
- * whose lanes split a head's values (any head size). */
+ * the bf16 cache; a power-of-two cache block size); on by default, MLXCEL_CUDA_ATTN_DEC=lanes at
+ * init (or off here) keeps the kernel whose lanes split a head's values (any head size). */
 void mx_backend_cuda_set_vec_attention(mx_backend *b, bool on);
 /* Decode attention with the query heads of a KV head in one block (each K/V row read once for
  * them): 1 (default) when the batch has enough blocks for it, 0 never (MLXCEL_CUDA_ATTN_GQA=0 at
