@@ -19,6 +19,7 @@
 #   ncu     per-kernel times (Nsight Compute) of the forward passes in GPU_CHECK_NCU (default
 #           "qwen3-0.6b qwen3-0.6b:pp": q4 decode and prefill; NAME:bf16 for bf16 decode)
 #   mv      the matvec table alone (test_backend_cuda --bench-mv)
+#   probe   tools/cuda_probe/wgmma_probe.cu: the register / shared-memory layouts of wgmma
 #   sweep   bench rows listed in the file GPU_CHECK_SWEEP ("LABEL [VAR=VALUE...] -- bench args" a line)
 #   synth   the op-level benchmarks (test_backend_cuda --bench: matvec table, synthetic steps)
 #
@@ -284,6 +285,16 @@ for nm, (c, v) in sorted(agg.items(), key=lambda kv: -kv[1][1])[:12]:
     print(f"ncu   {nm:28s} {c:4d} x  {v/1e3/c:8.2f} us = {v/1e3:9.1f} us ({100*v/tot:4.1f}%)")
 PY
   done
+fi
+
+if has probe; then   # layout facts for a wgmma GEMM (tools/cuda_probe/wgmma_probe.cu)
+  echo "== wgmma layout probe"
+  if "$NVCC" -O2 -gencode arch=compute_90a,code=sm_90a -o "$OUTD/wgmma_probe" tools/cuda_probe/wgmma_probe.cu >"$OUTD/probe.log" 2>&1; then
+    timeout 60 "$OUTD/wgmma_probe" 2>&1 | tee -a "$OUTD/probe.log" | grep -E '^(PASS|FAIL|PROBE|     D|needs)' | sed 's/^/probe /' | tee -a "$SUMMARY"
+  else
+    say "probe: build failed ($(tail -1 "$OUTD/probe.log"))"
+  fi
+  rm -f "$OUTD/wgmma_probe"
 fi
 
 if has mv; then
