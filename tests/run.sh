@@ -59,8 +59,10 @@ if [ "$MODE" = all ] || [ "$MODE" = release ]; then
   run_suite "$BDIR" release
 fi
 # CUDA build (CI has the toolkit but no GPU): when nvcc exists, configure and build build-cuda with
-# the CUDA backend; counts as one case, "PASS cuda_build" or "FAIL cuda_build". The GPU tests
-# themselves run on a GPU machine: scripts/gpu_check.sh.
+# the CUDA backend; counts as one case, "PASS cuda_build" or "FAIL cuda_build". Then its CUDA test
+# programs: without a GPU they check what needs none (the MLXCEL_CUDA_* switches, device choice,
+# the refusal to start); with one, every op. The GPU tests with the models and benchmarks run on
+# a GPU machine: scripts/gpu_check.sh.
 NVCC_BIN=${MLXCEL_NVCC:-/usr/local/cuda/bin/nvcc}
 if { [ "$MODE" = all ] || [ "$MODE" = release ]; } && [ -x "$NVCC_BIN" ] && echo cuda_build | grep -qE "$FILTER"; then
   CDIR=${MLXCEL_CUDA_BUILD_DIR:-build-cuda}
@@ -68,6 +70,9 @@ if { [ "$MODE" = all ] || [ "$MODE" = release ]; } && [ -x "$NVCC_BIN" ] && echo
   if cmake -S . -B "$CDIR" -DCMAKE_BUILD_TYPE=Release -DMLXCEL_CUDA=ON -DCMAKE_CUDA_COMPILER="$NVCC_BIN" >"$LOG" 2>&1 \
      && cmake --build "$CDIR" -j "$JOBS" >>"$LOG" 2>&1; then
     echo "[release] PASS cuda_build ($(( $(date +%s) - t_cuda )) s)"; PASS=$((PASS + 1))
+    for t in "$CDIR"/tests/test_backend_cuda "$CDIR"/tests/test_cuda_topk; do
+      [ -x "$t" ] && basename "$t" | grep -qE "$FILTER" && run_one "release:cuda:$(basename "$t")" "$t"
+    done
   else
     echo "[release] FAIL cuda_build"; tail -n 30 "$LOG" | sed 's|^|[release]   |'
     FAIL=$((FAIL + 1)); FAILED_NAMES+=("cuda_build")

@@ -45,7 +45,8 @@ static void test_select(void) {
     static const char *const bad[][2] = {{"MLXCEL_CUDA_ATTN", "flash"}, {"MLXCEL_CUDA_PDL", "3"},
                                          {"MLXCEL_CUDA_GEMM", "fast"}, {"MLXCEL_CUDA_DQ_MB", "0"},
                                          {"MLXCEL_CUDA_DQ_MB", "12x"}, {"MLXCEL_CUDA_KV", "fp8"},
-                                         {"MLXCEL_CUDA_GRAPHS", "off"}, {"MLXCEL_CUDA_ATTN_GQA", "yes"}};
+                                         {"MLXCEL_CUDA_GRAPHS", "off"}, {"MLXCEL_CUDA_ATTN_GQA", "yes"},
+                                         {"MLXCEL_CUDA_ATTN_DEC", "flash"}};
     unsetenv("MLXCEL_DEVICE");
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         setenv(bad[i][0], bad[i][1], 1);
@@ -55,7 +56,9 @@ static void test_select(void) {
         unsetenv(bad[i][0]);
     }
     setenv("MLXCEL_CUDA_ATTN", "tiled", 1); setenv("MLXCEL_CUDA_PDL", "2", 1); setenv("MLXCEL_CUDA_DQ_MB", "8", 1);
+    setenv("MLXCEL_CUDA_ATTN_DEC", "lanes", 1);
     TCHECK(mx_backend_cuda_check_env() == MX_OK, "good switches refused: %s", mx_last_error());
+    unsetenv("MLXCEL_CUDA_ATTN_DEC");
     setenv("MLXCEL_CUDA_ATTN", "", 1);   /* empty: the default */
     TCHECK(mx_backend_cuda_check_env() == MX_OK, "empty switch refused: %s", mx_last_error());
     unsetenv("MLXCEL_CUDA_ATTN"); unsetenv("MLXCEL_CUDA_PDL"); unsetenv("MLXCEL_CUDA_DQ_MB");
