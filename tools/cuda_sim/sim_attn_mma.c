@@ -95,6 +95,18 @@ static void bank_check(const size_t elems[32], const char *what) {   /* elems: b
     if (ways > max_ways_seen) max_ways_seen = ways;
     CHECK(ways == 1, "%d-way bank conflict on %s fragment read", ways, what);
 }
+/* the B fragments of an 8-column tile for warp w: lane (g, c2) reads the u32 at row r0 + g, column
+ * k0 + c2 and k0 + c2 + 8 of a tile with rows of `stride` elements; bank-checked */
+static void ld_frag_b(shm16 *m, size_t r0, size_t stride, size_t k0, int w, uint32_t b[32][2]) {
+    size_t e0[32], e1[32];
+    for (int lane = 0; lane < 32; lane++) {
+        const size_t kb = (r0 + (size_t)(lane >> 2)) * stride + k0 + 2 * (lane & 3);
+        e0[lane] = kb; e1[lane] = kb + 8;
+        b[lane][0] = ld32(m, kb, w * 32 + lane);
+        b[lane][1] = ld32(m, kb + 8, w * 32 + lane);
+    }
+    bank_check(e0, m->name); bank_check(e1, m->name);
+}
 static int svt_store_ways = 1, sk_store_ways = 1;   /* informational: store conflicts */
 
 /* ---- the problem ---- */
@@ -262,17 +274,12 @@ static void mma_block(const prob *P, const int (*tiles)[2], int ntiles, int bx, 
             memset(s, 0, sizeof s);
             for (int ks = 0; ks < D / 16; ks++)
                 for (int j = 0; j < AM_TK / 8; j++) {
-                    uint32_t a[32][4], b[32][2]; size_t e0[32], e1[32];
+                    uint32_t a[32][4], b[32][2];
+                    ld_frag_b(&sk, 8 * j, KS, 16 * ks, w, b);
                     for (int lane = 0; lane < 32; lane++) {
-                        const int g = lane >> 2, c2 = 2 * (lane & 3);
-                        const size_t kb = (size_t)(8 * j + g) * KS + 16 * ks + c2;
-                        e0[lane] = kb; e1[lane] = kb + 8;
-                        b[lane][0] = ld32(&sk, kb, w * 32 + lane);
-                        b[lane][1] = ld32(&sk, kb + 8, w * 32 + lane);
                         if (mutant == MUT_SWAP_B) { uint32_t x = b[lane][0]; b[lane][0] = b[lane][1]; b[lane][1] = x; }
                         memcpy(a[lane], qa[w][lane][ks], sizeof a[lane]);
                     }
-                    bank_check(e0, "sk"); bank_check(e1, "sk");
                     mma_emul(s[j], a, b);
                 }
             float mx0[32], mx1[32];
@@ -326,15 +333,8 @@ static void mma_block(const prob *P, const int (*tiles)[2], int ntiles, int bx, 
                     if (mutant == MUT_PA_SWAP) { uint32_t x = pa[lane][1]; pa[lane][1] = pa[lane][2]; pa[lane][2] = x; }
                 }
                 for (int j = 0; j < D / 8; j++) {
-                    uint32_t b[32][2]; size_t e0[32], e1[32];
-                    for (int lane = 0; lane < 32; lane++) {
-                        const int g = lane >> 2, c2 = 2 * (lane & 3);
-                        const size_t vb = (size_t)(8 * j + g) * VS + 16 * s2 + c2;
-                        e0[lane] = vb; e1[lane] = vb + 8;
-                        b[lane][0] = ld32(&svt, vb, w * 32 + lane);
-                        b[lane][1] = ld32(&svt, vb + 8, w * 32 + lane);
-                    }
-                    bank_check(e0, "svt"); bank_check(e1, "svt");
+                    uint32_t b[32][2];
+                    ld_frag_b(&svt, 8 * j, VS, 16 * s2, w, b);
                     mma_emul(o_[w][j], pa, b);
                 }
             }
