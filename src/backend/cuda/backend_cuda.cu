@@ -2961,9 +2961,9 @@ static void launch_attn_vec_d(cu_ctx *c, dim3 grid, int G, bool wide, size_t shm
                   p->n_heads, p->n_kv_heads, p->scale, p->sliding_window, p->softcap, sk, xq, xds, sbt_n)
     const int bshift = log2_exact(c->kv.block_size);
     if (wide) PL(c, k_attn_vec<T, D, 1, 16, 2>, grid, 512, shm)VEC_ARGS;
-    else if (G == 4) PL(c, k_attn_vec<T, D, 4, 4, U4>, grid, 128, shm)VEC_ARGS;
     else if (G == 2) PL(c, k_attn_vec<T, D, 2, 4, U>, grid, 128, shm)VEC_ARGS;
-    else PL(c, k_attn_vec<T, D, 1, 4, U>, grid, 128, shm)VEC_ARGS;
+    else if (G == 1) PL(c, k_attn_vec<T, D, 1, 4, U>, grid, 128, shm)VEC_ARGS;
+    else if constexpr (D <= 128) PL(c, k_attn_vec<T, D, 4, 4, U4>, grid, 128, shm)VEC_ARGS;   /* launch_attn: G = 4 up to 128 */
 #undef VEC_ARGS
 }
 template <typename T>
