@@ -141,7 +141,7 @@ if has models && [ $full = 1 ]; then
   # programmatic dependent launch; the q4 GEMMs on packed weights; PDL without the early release;
   # the decode attention kernel whose lanes split a head's values):
   # the same goldens through them
-  for v in MLXCEL_CUDA_ATTN=tiled "MLXCEL_CUDA_ATTN=pertoken MLXCEL_CUDA_PDL=0" MLXCEL_CUDA_GEMM=mma MLXCEL_CUDA_GEMM=cublas MLXCEL_CUDA_PDL=1 MLXCEL_CUDA_ATTN_DEC=lanes ${GPU_CHECK_MODEL_VARIANTS:-}; do
+  for v in MLXCEL_CUDA_ATTN=tiled "MLXCEL_CUDA_ATTN=pertoken MLXCEL_CUDA_PDL=0" MLXCEL_CUDA_GEMM=mma MLXCEL_CUDA_GEMM=wgmma MLXCEL_CUDA_GEMM=cublas MLXCEL_CUDA_PDL=1 MLXCEL_CUDA_ATTN_DEC=lanes ${GPU_CHECK_MODEL_VARIANTS:-}; do
     # shellcheck disable=SC2086
     env MLXCEL_ROOT="$(pwd)" MLXCEL_DEVICE=gpu ${v//,/ } $B/tests/test_models >"$OUTD/models_${v%%[ ,]*}.log" 2>&1
     say "model tests (MLXCEL_DEVICE=gpu ${v//,/ }): $(grep -c '^PASS ' "$OUTD/models_${v%%[ ,]*}.log") passed, $(grep -c '^FAIL ' "$OUTD/models_${v%%[ ,]*}.log") failed"
@@ -169,7 +169,7 @@ if has bench && [ $full = 1 ]; then
   # as llama-batched-bench (128 prompt + 128 generated tokens a sequence): the prompts cached first
   bench llama8b-q4-b128-d128 --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 128 -d 128 -r 2
   bench qwen06-q4-b128-d128 --config $Q06 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 128 -d 128 -r 2
-  # 32 sequences (k_gemm_gq by default from 17 rows)
+  # 32 sequences (the GEMM on packed weights by default from 17 rows; k_gemm_wg on sm_90)
   bench llama8b-q4-b32 --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 32 -r 2
   bench qwen06-q4-b32 --config $Q06 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 32 -r 2
   # the previous defaults: CUDA-core prompt attention; per-(token, head) attention without PDL;
@@ -187,8 +187,13 @@ if has bench && [ $full = 1 ]; then
   MLXCEL_CUDA_ATTN_DEC=lanes bench llama8b-q4-attn-lanes-b128-d128 --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 128 -d 128 -r 2
   bench qwen06-q4-d1024 --config $Q06 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -d 1024 -r 2
   MLXCEL_CUDA_ATTN_DEC=lanes bench qwen06-q4-attn-lanes-d1024 --config $Q06 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -d 1024 -r 2
-  # k_gemm_gq also where auto keeps cuBLAS (Qwen3-0.6B's < 4096 columns at 128 rows)
+  # the mma.sync form (k_gemm_gq) instead of the wgmma one (k_gemm_wg), also where auto keeps
+  # cuBLAS (Qwen3-0.6B's < 4096 columns at 128 rows); k_gemm_wg there
+  MLXCEL_CUDA_GEMM=mma bench llama8b-q4-mma-b128-d128 --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 128 -d 128 -r 2
+  MLXCEL_CUDA_GEMM=mma bench llama8b-q4-mma-b32 --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 32 -r 2
+  MLXCEL_CUDA_GEMM=mma bench qwen06-q4-mma-b32 --config $Q06 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 32 -r 2
   MLXCEL_CUDA_GEMM=mma bench qwen06-q4-mma-b128-d128 --config $Q06 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 128 -d 128 -r 2
+  MLXCEL_CUDA_GEMM=wgmma bench qwen06-q4-wgmma-b128-d128 --config $Q06 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 128 -d 128 -r 2
   for v in ${GPU_CHECK_EXTRA_BENCH:-}; do   # e.g. "llama8b-q4-f32mv" rows with MLXCEL_CUDA_MV=f32
     case $v in
       llama8b-q4-f32mv) MLXCEL_CUDA_MV=f32 bench $v --config $L8 --random --q-bits 4 -p 0 -n 128 -r 3 ;;

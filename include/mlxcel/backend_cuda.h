@@ -65,9 +65,14 @@ void mx_backend_cuda_set_gqa_attention(mx_backend *b, int mode);
 /* How q4 products of more than 16 rows run (MLXCEL_CUDA_GEMM at init takes the same names):
  * "auto" (default): 17..64 rows, and 65..128 rows of weights with >= 4096 columns, through the
  * tensor-core GEMM on packed weights (weights dequantized in registers, cp.async stages, a set of
- * weights in one launch), the rest dequantized to bf16 for cuBLAS; "cublas": always the latter;
- * "mma": the former for every 17..128 rows. Anything else is MX_ERR_INVALID_ARG. */
+ * weights in one launch; on an sm_90 GPU its wgmma form), the rest dequantized to bf16 for
+ * cuBLAS; "cublas": always the latter; "mma": the GEMM on packed weights with mma.sync for every
+ * 17..128 rows; "wgmma": the same with its wgmma form where the GPU runs it (else mma.sync).
+ * Anything else is MX_ERR_INVALID_ARG. */
 mx_status mx_backend_cuda_set_gemm(mx_backend *b, const char *mode);
+/* Whether the wgmma form of the GEMM on packed weights runs on this GPU (sm_90 with the sm_90a
+ * code loaded). */
+bool mx_backend_cuda_has_wgmma(mx_backend *b);
 /* Programmatic dependent launch for the backend's kernels: each may start while the previous
  * kernel finishes and waits for it on the device. On by default; MLXCEL_CUDA_PDL=0 at init turns
  * it off. */

@@ -56,9 +56,9 @@ static void test_select(void) {
         unsetenv(bad[i][0]);
     }
     setenv("MLXCEL_CUDA_ATTN", "tiled", 1); setenv("MLXCEL_CUDA_PDL", "2", 1); setenv("MLXCEL_CUDA_DQ_MB", "8", 1);
-    setenv("MLXCEL_CUDA_ATTN_DEC", "lanes", 1);
+    setenv("MLXCEL_CUDA_ATTN_DEC", "lanes", 1); setenv("MLXCEL_CUDA_GEMM", "wgmma", 1);
     TCHECK(mx_backend_cuda_check_env() == MX_OK, "good switches refused: %s", mx_last_error());
-    unsetenv("MLXCEL_CUDA_ATTN_DEC");
+    unsetenv("MLXCEL_CUDA_ATTN_DEC"); unsetenv("MLXCEL_CUDA_GEMM");
     setenv("MLXCEL_CUDA_ATTN", "", 1);   /* empty: the default */
     TCHECK(mx_backend_cuda_check_env() == MX_OK, "empty switch refused: %s", mx_last_error());
     unsetenv("MLXCEL_CUDA_ATTN"); unsetenv("MLXCEL_CUDA_PDL"); unsetenv("MLXCEL_CUDA_DQ_MB");
@@ -238,6 +238,9 @@ static const mm_case g_mm[] = {
     {"cuda_matmul_q4_gemm_n100_g32_f16", 130, 1024, 100, 4, 32, MX_DTYPE_F16, false},
     {"cuda_matmul_q4_gemm_n128_g128_bias", 256, 2048, 128, 4, 128, MX_DTYPE_BF16, true},
     {"cuda_matmul_q4_gemm_n40", 64, 4096, 40, 4, 64, MX_DTYPE_BF16, false},
+    /* >= 4096 columns: k_gemm_wg with 4 warpgroups (256 rows a block), split k, rows not a multiple of 256 */
+    {"cuda_matmul_q4_gemm_n128_4096", 300, 4096, 128, 4, 64, MX_DTYPE_BF16, true},
+    {"cuda_matmul_q4_gemm_n70_g32_f16_8192", 260, 8192, 70, 4, 32, MX_DTYPE_F16, false},
     {"cuda_matmul_q4_gemm_n33_g16", 70, 256, 33, 4, 16, MX_DTYPE_BF16, true},   /* groups of 16: one a lane's word pair in k_gemm_gq */
     {"cuda_matmul_q4_gemm_wide_n300", 4150, 128, 300, 4, 64, MX_DTYPE_BF16, true},   /* enough blocks for 64-token tiles */
     {"cuda_matmul_q8_gemm_n64", 256, 1024, 64, 8, 32, MX_DTYPE_F16, false},
@@ -1077,8 +1080,12 @@ int main(int argc, char **argv) {
     mx_backend_cuda_set_exact_matvec(&G, false); G_EXACT = false;
     /* q4 above 16 rows through each GEMM path (the default, auto, takes the tensor-core GEMM on
      * packed weights up to 64 rows and for >= 4096 columns up to 128) */
-    static const char *const gm_modes[] = {"mma", "cublas"};
-    for (int m = 0; m < 2; m++) {
+    static const char *const gm_modes[] = {"mma", "cublas", "wgmma"};
+    /* an sm_90 GPU runs the wgmma form (else "wgmma" would test the mma.sync one again) */
+    char desc[256];
+    mx_backend_cuda_describe(&G, desc, sizeof desc);
+    TCHECK(!strstr(desc, "sm_90,") || mx_backend_cuda_has_wgmma(&G), "sm_90 without the wgmma GEMM: %s", desc);
+    for (int m = 0; m < 3; m++) {
         TCHECK(mx_backend_cuda_set_gemm(&G, gm_modes[m]) == MX_OK, "set_gemm %s", gm_modes[m]);
         for (size_t i = 0; i < sizeof g_mm / sizeof g_mm[0]; i++) {
             if (g_mm[i].bits != 4 || g_mm[i].n <= 16) continue;

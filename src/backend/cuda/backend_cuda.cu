@@ -62,6 +62,8 @@ struct cu_weight {         /* what weight_prepare puts behind mx_weight.dev */
     int sdt;               /* quantized: scale/bias storage SDT_* */
     void *w, *scales, *biases;
     float *bias;           /* [rows] or NULL */
+    uint32_t *sbp;         /* q4 where k_gemm_wg runs: (scale, bias) pairs [cols / gs][rows] (a warp's
+                            * 8 rows of a group in one 32-byte sector), else NULL */
 };
 
 #define MX_RF_CACHE 16   /* RoPE inv_freq tables kept on the device (never evicted) */
@@ -119,6 +121,9 @@ struct cu_ctx {
     void *gpart; size_t gpart_cap;         /* split-k partial sums of k_gemm_gq */
     bool gq_ok;                            /* k_gemm_gq's shared memory limit could be raised */
     int gq_bps[2];                         /* k_gemm_gq<64>, <128>: blocks a multiprocessor holds */
+    bool wg_ok;                            /* k_gemm_wg runs here: its sm_90a code was loaded */
+    int wg_bps[2][2];                      /* k_gemm_wg<64 | 128, 2 | 4 warpgroups>: blocks a multiprocessor
+                                            * holds, [nwg == 4][bn == 128] */
     void *xq; size_t xq_cap;               /* activations quantized to int8 (k_quant_x) */
     void *tk; size_t tk_cap;               /* topk: device results + scratch */
     void *tkh; size_t tkh_cap;             /* topk: pinned host copy of the results */
@@ -171,8 +176,8 @@ static pdl_launch<KArgs...> PL(cu_ctx *c, void (*k)(KArgs...), dim3 g, dim3 b, s
 
 /* The MLXCEL_CUDA_* switches, each checked against its values in one place: unset or empty means
  * the default; anything else is an error naming the variable and what it takes. */
-enum { GM_AUTO, GM_CUBLAS, GM_MMA };   /* MLXCEL_CUDA_GEMM, in k_gemm_modes' order */
-static const char *const k_gemm_modes[] = {"auto", "cublas", "mma"};
+enum { GM_AUTO, GM_CUBLAS, GM_MMA, GM_WG, GM_NMODES };   /* MLXCEL_CUDA_GEMM, in k_gemm_modes' order */
+static const char *const k_gemm_modes[] = {"auto", "cublas", "mma", "wgmma"};
 struct cu_switches { int attn, attn_dec, gqa, gemm, pdl, mv, profile, kv, graphs; long dq_mb; };   /* kv: checked here, read by kv_init */
 static mx_status env_choice(const char *name, const char *const *vals, int n, int def, int *out) {
     const char *e = getenv(name);
@@ -194,7 +199,7 @@ static mx_status read_switches(cu_switches *sw) {
     if ((st = env_choice("MLXCEL_CUDA_ATTN", attn, 3, 0, &sw->attn)) ||
         (st = env_choice("MLXCEL_CUDA_ATTN_DEC", attn_dec, 2, 0, &sw->attn_dec)) ||
         (st = env_choice("MLXCEL_CUDA_ATTN_GQA", onoff, 2, 1, &sw->gqa)) ||
-        (st = env_choice("MLXCEL_CUDA_GEMM", k_gemm_modes, 3, GM_AUTO, &sw->gemm)) ||
+        (st = env_choice("MLXCEL_CUDA_GEMM", k_gemm_modes, GM_NMODES, GM_AUTO, &sw->gemm)) ||
         (st = env_choice("MLXCEL_CUDA_PDL", pdl, 3, 2, &sw->pdl)) ||
         (st = env_choice("MLXCEL_CUDA_MV", mv, 2, 0, &sw->mv)) ||
         (st = env_choice("MLXCEL_CUDA_PROFILE", onoff, 2, 0, &sw->profile)) ||
@@ -916,6 +921,7 @@ __device__ __forceinline__ void cp_async16z(void *smem, const void *gmem, int sr
 struct gq_set {   /* blocks [blk0[k], blk0[k + 1]) along x do weight k; rb[k]: rows of the weights before k */
     const uint32_t *W[4];
     const void *S[4], *B[4];
+    const uint32_t *SB[4];   /* k_gemm_wg: cu_weight.sbp */
     const float *bias[4];
     float *y[4];
     int rows[4], blk0[5], rb[5], nw;
@@ -963,12 +969,21 @@ template <> struct gq_sc<__nv_bfloat16> {
         const __nv_bfloat16 sv = ((const __nv_bfloat16 *)S)[i], bv = ((const __nv_bfloat16 *)B)[i];
         s = __halves2bfloat162(sv, sv); b = __halves2bfloat162(bv, bv);
     }
+    __device__ void load_pair(uint32_t v) {   /* scale in the low half, bias in the high */
+        const uint32_t ss = __byte_perm(v, 0, 0x1010), bb = __byte_perm(v, 0, 0x3232);
+        memcpy(&s, &ss, 4); memcpy(&b, &bb, 4);
+    }
     __device__ uint32_t deq(uint32_t w, int p) const { return gq_deq(w, p, s, b); }
 };
 template <> struct gq_sc<__half> {
     float2 sb;
     __device__ void load(const void *S, const void *B, size_t i) {
         sb = make_float2(__half2float(((const __half *)S)[i]), __half2float(((const __half *)B)[i]));
+    }
+    __device__ void load_pair(uint32_t v) {
+        __half2 h;
+        memcpy(&h, &v, 4);
+        sb = __half22float2(h);
     }
     __device__ uint32_t deq(uint32_t w, int p) const { return gq_deq(w, p, sb); }
 };
@@ -1103,6 +1118,158 @@ __global__ void k_gq_sum(const gq_set set, const float *__restrict__ part, int n
     float a = 0.f;
     for (int z = 0; z < nsplit; z++) a += part[(size_t)z * total + i];
     set.y[k][li] = a + (set.bias[k] ? set.bias[k][li % set.rows[k]] : 0.f);
+}
+
+/* The same product as k_gemm_gq (q4 weights read packed, dequantized in registers in the gq k
+ * order; x in gq order), with Hopper's warpgroup MMA (wgmma, sm_90a) instead of mma.sync; the
+ * default on an sm_90 GPU (gq_gemm).
+ * Block: NWG warpgroups of 4 warps, 64 weight rows each (BM = 64 NWG rows: 256 for weights of
+ * >= 4096 columns, 128 below), all BN tokens (64 or 128). A k16 step of a warpgroup is one
+ * wgmma.m64nBNk16: its A operand is the warps' dequantized weights in registers (warp w's 16 rows
+ * in mma.sync's m16n8k16 A layout, so the gq k order holds unchanged), its B operand the x tile,
+ * read by the tensor cores straight from shared memory through a matrix descriptor: no ldmatrix,
+ * and one instruction does the work of BN / 8 mma.sync a warp. The accumulators are laid out as
+ * mma.sync's C, tile by tile of 8 tokens (tools/cuda_probe/wgmma_probe.cu checked both layouts
+ * and the descriptor on the H200).
+ * x tile of a stage: no swizzle, K-major "core matrices" of 8 tokens x 8 k (16 bytes a token, 128
+ * bytes each); core (k / 8, t / 8) at byte (t / 8) * 1024 + (k / 8) * 128, so a k16 step is 2
+ * cores along k (the descriptor's LBO = 128) by BN / 8 along tokens (SBO = 1024).
+ * wgmma runs asynchronously: A registers alternate between two sets, each step committed as a
+ * group and waited (wait_group 1) before its set is written again; x and weight stages are
+ * refilled WG_ST - 2 stages ahead, so the buffer a refill overwrites was read by a wgmma that had
+ * completed before the block barrier. cp.async writes are made visible to the tensor cores (the
+ * async proxy) by fence.proxy.async before that barrier.
+ * Scales and biases come from cu_weight.sbp, (scale, bias) pairs group-major, so that a warp's 8
+ * rows of a group are one 32-byte sector (the [row][group] arrays cost a sector a row and stage).
+ * What limits it (ncu, Llama-8B at 128 rows): L2 traffic of the x tiles (16 KB a stage for 8 KB of
+ * weights); without any copies the same loop runs at ~485 TFLOP/s, with them ~240. */
+#define WG_ST(nwg) ((nwg) == 4 ? 7 : 5)
+#define WG_XB(bn) ((bn) * GQ_BK * 2)   /* bytes of an x stage */
+#define WG_WB(nwg) ((nwg) * 64 * 32)   /* bytes of a weight stage */
+#define WG_SMEM(bn, nwg) ((size_t)WG_ST(nwg) * (WG_XB(bn) + WG_WB(nwg)))
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+__device__ __forceinline__ uint64_t wg_desc(uint32_t saddr) {   /* no swizzle, LBO 128, SBO 1024 */
+    return (uint64_t)((saddr >> 4) & 0x3FFF) | ((uint64_t)(128 >> 4) << 16) | ((uint64_t)(1024 >> 4) << 32);
+}
+#define WG_D8(i) "+f"(d[i + 0]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
+template <int BN> __device__ __forceinline__ void wg_mma(float *d, const uint32_t *a, uint64_t desc);
+template <> __device__ __forceinline__ void wg_mma<64>(float *d, const uint32_t *a, uint64_t desc) {
+    asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+                 "{%32, %33, %34, %35}, %36, 1, 1, 1, 0;\n"
+                 : WG_D8(0), WG_D8(8), WG_D8(16), WG_D8(24)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
+}
+template <> __device__ __forceinline__ void wg_mma<128>(float *d, const uint32_t *a, uint64_t desc) {
+    asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+                 "{%64, %65, %66, %67}, %68, 1, 1, 1, 0;\n"
+                 : WG_D8(0), WG_D8(8), WG_D8(16), WG_D8(24), WG_D8(32), WG_D8(40), WG_D8(48), WG_D8(56)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
+}
+#undef WG_D8
+__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int N> __device__ __forceinline__ void wg_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory"); }
+#endif
+
+template <int BN, int NWG, typename ST>
+__global__ void __launch_bounds__(128 * NWG, NWG == 2 ? 2 : 1)
+k_gemm_wg(const gq_set set, const __nv_bfloat16 *__restrict__ x, int cols, int n, int gs_shift, int kchunk,
+          float *__restrict__ part) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    pdl_entry();
+    extern __shared__ __align__(1024) unsigned char wg_smem[];
+    constexpr int NST = WG_ST(NWG), WG_D = NST - 2, T = 128 * NWG, BM = 64 * NWG, WWB = WG_WB(NWG);
+    unsigned char *xsm = wg_smem;                                    /* NST x tiles */
+    uint32_t *wsm = (uint32_t *)(wg_smem + NST * WG_XB(BN));         /* NST weight stages, BM rows x 8 words */
+    int k = 0;
+#pragma unroll
+    for (int i = 1; i < 4; i++) if (i < set.nw && (int)blockIdx.x >= set.blk0[i]) k = i;
+    const int rows = set.rows[k], tid = threadIdx.x, lane = tid & 31, wr = tid >> 5;   /* wr: 16-row slice of the block */
+    const int g = lane >> 2, cq = lane & 3;
+    const int mb = ((int)blockIdx.x - set.blk0[k]) * BM, nb = blockIdx.y * BN;
+    const uint32_t *W = set.W[k];
+    const int wpr = cols / 8;
+    const int kbeg = blockIdx.z * kchunk, kend = min(cols, kbeg + kchunk), nk = (kend - kbeg) / GQ_BK;
+    auto issue = [&](int it) {
+        const int st = it % NST, k0 = kbeg + it * GQ_BK;
+        {   /* BM rows x 2 halves of 16 bytes: one a thread */
+            const int r = tid >> 1, h = tid & 1;
+            cp_async16(&wsm[st * (WWB / 4) + r * 8 + h * 4], W + (size_t)min(mb + r, rows - 1) * wpr + k0 / 8 + h * 4);
+        }
+#pragma unroll
+        for (int u = tid; u < BN * 8; u += T) {   /* BN tokens x 8 pieces of 16 bytes; lane pairs read 32 bytes */
+            const int t = (u >> 1) % BN, c8 = 2 * (u / (2 * BN)) + (u & 1), tk = nb + t;
+            cp_async16z(xsm + st * WG_XB(BN) + (t >> 3) * 1024 + c8 * 128 + (t & 7) * 16,
+                        x + (size_t)min(tk, n - 1) * cols + k0 + c8 * 8, tk < n ? 16 : 0);
+        }
+    };
+#pragma unroll
+    for (int st = 0; st < WG_D; st++) {
+        if (st < nk) issue(st);
+        cp_async_commit();
+    }
+    /* this lane's rows: g and g + 8 of its warp's 16; their (scale, bias) pairs of group gi at
+     * SB[gi * rows + row] (the original [row][group] arrays cost a 32-byte sector a row a stage,
+     * as much L2 traffic as the x tiles, which L1 could not hold beside the stages) */
+    const uint32_t *SB = set.SB[k];
+    const int r0 = min(mb + 16 * wr + g, rows - 1), r1 = min(mb + 16 * wr + g + 8, rows - 1);
+    gq_sc<ST> s0, s1;
+    uint32_t p0 = 0, p1 = 0;
+    {
+        const size_t gi = (size_t)((kbeg + 16 * cq) >> gs_shift) * rows;
+        s0.load_pair(SB[gi + r0]); s1.load_pair(SB[gi + r1]);
+    }
+    float d[BN / 2];
+#pragma unroll
+    for (int i = 0; i < BN / 2; i++) d[i] = 0.f;
+    const uint32_t xs0 = (uint32_t)__cvta_generic_to_shared(xsm);
+    uint32_t a[2][4];
+    for (int it = 0; it < nk; it++) {
+        cp_async_wait<WG_D - 1>();
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");   /* this thread's copies, seen by wgmma */
+        __syncthreads();   /* stage it landed for all; stage it - 2 no longer read (its wgmmas completed) */
+        if (it + WG_D < nk) issue(it + WG_D);
+        cp_async_commit();
+        if (it + 1 < nk) {
+            const size_t gi = (size_t)((kbeg + (it + 1) * GQ_BK + 16 * cq) >> gs_shift) * rows;
+            p0 = SB[gi + r0]; p1 = SB[gi + r1];
+        }
+        const int st = it % NST;
+        const uint2 wl = *(const uint2 *)&wsm[st * (WWB / 4) + (16 * wr + g) * 8 + 2 * cq];
+        const uint2 wh = *(const uint2 *)&wsm[st * (WWB / 4) + (16 * wr + g + 8) * 8 + 2 * cq];
+        const uint64_t desc = wg_desc(xs0 + st * WG_XB(BN));
+#pragma unroll
+        for (int s = 0; s < 4; s++) {
+            const int p = 2 * (s & 1);
+            const uint32_t l = (s >> 1) ? wl.y : wl.x, h = (s >> 1) ? wh.y : wh.x;
+            wg_wait<1>();   /* the wgmma that read a[s & 1] (step s - 2) has completed */
+            a[s & 1][0] = s0.deq(l, p); a[s & 1][1] = s1.deq(h, p);
+            a[s & 1][2] = s0.deq(l, p + 1); a[s & 1][3] = s1.deq(h, p + 1);
+            wg_fence();
+            wg_mma<BN>(d, a[s & 1], desc + (uint64_t)(s * 16));   /* k16 step s: 256 bytes on (2 cores) */
+            wg_commit();
+        }
+        if (it + 1 < nk) { s0.load_pair(p0); s1.load_pair(p1); }
+    }
+    wg_wait<0>();
+    cp_async_wait<0>();
+    const float(*acc)[4] = (const float(*)[4])d;
+    if (gridDim.z == 1) {
+        gm_store<BN / 8>(acc, set.bias[k], set.y[k], rows, n, mb + 16 * wr, nb, g, 2 * cq);
+        return;
+    }
+    const size_t ptot = (size_t)n * set.rb[set.nw], pk = (size_t)n * set.rb[k];
+    gm_store<BN / 8>(acc, nullptr, part + blockIdx.z * ptot + pk, rows, n, mb + 16 * wr, nb, g, 2 * cq);
+#else
+    __trap();   /* launched only where the sm_90a code was loaded (wg_ok) */
+#endif
 }
 
 /* Any layout, any n: one warp per (row, x row); used for bit widths other than 4/8 and for
@@ -2203,6 +2370,17 @@ static float *up_f32(cu_ctx *c, mx_dtype t, const void *src, int64_t n) {
     return d;
 }
 
+/* (scale, bias) pairs of a q4 weight for k_gemm_wg, group-major: [ngw][rows] */
+static uint32_t *up_pairs(cu_ctx *c, const uint16_t *s, const uint16_t *b, int64_t rows, int64_t ngw) {
+    uint32_t *t = (uint32_t *)malloc((size_t)rows * (size_t)ngw * 4);
+    if (!t) return NULL;
+    for (int64_t gi = 0; gi < ngw; gi++)
+        for (int64_t r = 0; r < rows; r++) t[gi * rows + r] = s[r * ngw + gi] | (uint32_t)b[r * ngw + gi] << 16;
+    uint32_t *d = (uint32_t *)up_copy(c, t, (size_t)rows * (size_t)ngw * 4);
+    free(t);
+    return d;
+}
+
 static bool fdtype_ok(mx_dtype t) { return t == MX_DTYPE_F32 || t == MX_DTYPE_F16 || t == MX_DTYPE_BF16; }
 
 static mx_status c_weight_prepare(void *ctx, mx_weight *w) {
@@ -2222,6 +2400,8 @@ static mx_status c_weight_prepare(void *ctx, mx_weight *w) {
             return mx_errorf(MX_ERR_INVALID_ARG, "cuda: quantized weight %lldx%lld: bad group size %d or scale dtype",
                              (long long)w->rows, (long long)w->cols, w->group_size);
         int64_t ns = w->rows * (w->cols / w->group_size);
+        /* the form k_gemm_wg reads its scales in (gq_gemm takes q4 with groups of >= 16) */
+        const bool pairs = c->wg_ok && b == 4 && w->group_size >= 16 && w->cols % GQ_BK == 0;
         cw->w = up_copy(c, w->w, (size_t)w->rows * (size_t)(w->cols * b / 32) * 4);
         if (w->scale_dtype == MX_DTYPE_F32) {
             /* f16 keeps more mantissa than bf16 when the values fit */
@@ -2240,13 +2420,16 @@ static mx_status c_weight_prepare(void *ctx, mx_weight *w) {
             }
             cw->scales = up_copy(c, t, (size_t)ns * 2);
             cw->biases = up_copy(c, t + ns, (size_t)ns * 2);
+            if (pairs) cw->sbp = up_pairs(c, t, t + ns, w->rows, w->cols / w->group_size);
             free(t);
         } else {
             cw->sdt = w->scale_dtype == MX_DTYPE_F16 ? SDT_F16 : SDT_BF16;
             cw->scales = up_copy(c, w->scales, (size_t)ns * 2);
             cw->biases = up_copy(c, w->biases, (size_t)ns * 2);
+            if (pairs) cw->sbp = up_pairs(c, (const uint16_t *)w->scales, (const uint16_t *)w->biases, w->rows, w->cols / w->group_size);
         }
-        if (!cw->w || !cw->scales || !cw->biases) return mx_errorf(MX_ERR_NOMEM, "cuda: out of device memory for a weight");
+        if (!cw->w || !cw->scales || !cw->biases || (pairs && !cw->sbp))
+            return mx_errorf(MX_ERR_NOMEM, "cuda: out of device memory for a weight");
     } else {
         if (!fdtype_ok(w->dtype)) return mx_errorf(MX_ERR_UNSUPPORTED, "cuda: dense weight dtype %s", mx_dtype_name(w->dtype));
         cw->w = up_copy(c, w->w, n * mx_dtype_size(w->dtype));
@@ -2468,7 +2651,7 @@ static bool gq_rows(const cu_ctx *c, int n, int64_t cols) {   /* x of n rows x c
     /* auto: above 64 rows only for weights of 4096 columns or more (on the H200 at 128 rows the
      * dequantize + cuBLAS path was 3% faster for Qwen3-0.6B's 1024-3072 columns, k_gemm_gq 1-7%
      * faster for Llama-3.1-8B's; at 32-64 rows k_gemm_gq was 33-69% faster for both) */
-    return c->gemm_mode == GM_MMA || (c->gemm_mode == GM_AUTO && (n <= 64 || cols >= 4096));
+    return c->gemm_mode == GM_MMA || c->gemm_mode == GM_WG || (c->gemm_mode == GM_AUTO && (n <= 64 || cols >= 4096));
 }
 static bool gq_gemm(cu_ctx *c, int nw, const cu_weight *const *w, const float *x, float *const *ys, int n) {
     if (!gq_rows(c, n, w[0]->cols)) return false;
@@ -2484,15 +2667,25 @@ static bool gq_gemm(cu_ctx *c, int nw, const cu_weight *const *w, const float *x
         if (ys[k] < x + (size_t)n * cols && x < ys[k] + (size_t)n * w[k]->rows) return false;
         set.W[k] = (const uint32_t *)w[k]->w; set.S[k] = w[k]->scales; set.B[k] = w[k]->biases;
         set.bias[k] = w[k]->bias; set.y[k] = ys[k]; set.rows[k] = (int)w[k]->rows;
-        set.blk0[k + 1] = set.blk0[k] + (int)nblk(w[k]->rows, GQ_BM);
         set.rb[k + 1] = set.rb[k] + (int)w[k]->rows;
     }
     const int bn = n <= 64 ? 64 : 128;
+    /* the wgmma form where its code runs (sm_90a) unless mma.sync is asked for */
+    const bool wg = c->wg_ok && (c->gemm_mode == GM_AUTO || c->gemm_mode == GM_WG);
+    /* 4 warpgroups (256 rows) a block for >= 4096 columns: each x tile serves twice the rows,
+     * and x's L2 traffic is what limits it (Llama-8B, 128 rows: 11,563 tok/s against 10,164 with 2);
+     * 2 for smaller weights, which then make enough blocks (Qwen3-0.6B, 32 rows: 17,459 / 16,849) */
+    const int nwg = cols >= 4096 ? 4 : 2, bm = wg ? 64 * nwg : GQ_BM;
+    for (int k = 0; k < nw; k++) {
+        set.blk0[k + 1] = set.blk0[k] + (int)nblk(w[k]->rows, bm);
+        set.SB[k] = w[k]->sbp;
+        if (wg && !w[k]->sbp) return false;   /* not prepared for it (cannot happen: wg_ok is set before weights) */
+    }
     const int64_t tiles = (int64_t)set.blk0[nw] * nblk(n, bn), ksteps = cols / GQ_BK;
     /* the split of k: fewest waves of blocks per unit of work, each split costing 5% more (its
      * partial sums written and read, then summed by one more launch), at most ksteps / 4 splits
      * (the stages need a run; rounding can leave the last split shorter) */
-    const int64_t slots = (int64_t)c->gq_bps[bn == 128] * c->prop.multiProcessorCount;
+    const int64_t slots = (int64_t)(wg ? c->wg_bps[nwg == 4] : c->gq_bps)[bn == 128] * c->prop.multiProcessorCount;
     int ns = 1;
     double best = 1e30;
     for (int s = 1; s <= 16 && (s == 1 || s <= ksteps / 4); s++) {
@@ -2512,7 +2705,17 @@ static bool gq_gemm(cu_ctx *c, int nw, const cu_weight *const *w, const float *x
     const dim3 grid((unsigned)set.blk0[nw], nblk(n, bn), (unsigned)nsplit);
     const size_t shm = (size_t)GQ_ST * (GQ_BM * 8 * 4 + (size_t)bn * GQ_XS * 2);
 #define GQ_ARGS (set, xb, (int)cols, n, gsh, kchunk, part)
-    if (w0->sdt == SDT_F16) {
+    if (wg) {
+#define WGL(B, NW, T) PL(c, k_gemm_wg<B, NW, T>, grid, 128 * NW, WG_SMEM(B, NW))GQ_ARGS
+        if (nwg == 4) {
+            if (w0->sdt == SDT_F16) { if (bn == 64) WGL(64, 4, __half); else WGL(128, 4, __half); }
+            else { if (bn == 64) WGL(64, 4, __nv_bfloat16); else WGL(128, 4, __nv_bfloat16); }
+        } else {
+            if (w0->sdt == SDT_F16) { if (bn == 64) WGL(64, 2, __half); else WGL(128, 2, __half); }
+            else { if (bn == 64) WGL(64, 2, __nv_bfloat16); else WGL(128, 2, __nv_bfloat16); }
+        }
+#undef WGL
+    } else if (w0->sdt == SDT_F16) {
         if (bn == 64) PL(c, k_gemm_gq<64, __half>, grid, 128, shm)GQ_ARGS;
         else PL(c, k_gemm_gq<128, __half>, grid, 256, shm)GQ_ARGS;
     } else {
@@ -2520,7 +2723,7 @@ static bool gq_gemm(cu_ctx *c, int nw, const cu_weight *const *w, const float *x
         else PL(c, k_gemm_gq<128, __nv_bfloat16>, grid, 256, shm)GQ_ARGS;
     }
 #undef GQ_ARGS
-    LAUNCHED(c, "gemm (q4, mma)");
+    LAUNCHED(c, wg ? "gemm (q4, wgmma)" : "gemm (q4, mma)");
     if (part) {
         PL(c, k_gq_sum, nblk((int64_t)n * set.rb[nw], 256), 256, 0)(set, part, nsplit, n);
         LAUNCHED(c, "gemm split-k sum");
@@ -3312,6 +3515,26 @@ extern "C" mx_status mx_backend_cuda_init(mx_backend *out) {
             }
         }
     }
+    if (c->gq_ok && c->prop.major == 9 && c->prop.minor == 0) {   /* k_gemm_wg: sm_90a code only */
+        const void *wgk[] = {(const void *)k_gemm_wg<64, 2, __nv_bfloat16>, (const void *)k_gemm_wg<128, 2, __nv_bfloat16>,
+                             (const void *)k_gemm_wg<64, 2, __half>, (const void *)k_gemm_wg<128, 2, __half>,
+                             (const void *)k_gemm_wg<64, 4, __nv_bfloat16>, (const void *)k_gemm_wg<128, 4, __nv_bfloat16>,
+                             (const void *)k_gemm_wg<64, 4, __half>, (const void *)k_gemm_wg<128, 4, __half>};
+        c->wg_ok = true;
+        for (int i = 0; i < 8 && c->wg_ok; i++) {
+            cudaFuncAttributes fa;
+            const int bn = i & 1 ? 128 : 64, nw4 = i >= 4 ? 4 : 2;
+            int *bps = &c->wg_bps[i >= 4][i & 1];
+            /* binaryVersion 90: the sm_90a cubin (not the compute_90 PTX, whose body traps) */
+            if (cudaFuncGetAttributes(&fa, wgk[i]) != cudaSuccess || fa.binaryVersion != 90 ||
+                cudaFuncSetAttribute(wgk[i], cudaFuncAttributeMaxDynamicSharedMemorySize, (int)WG_SMEM(bn, nw4)) != cudaSuccess ||
+                ((i & 2) == 0 && (cudaOccupancyMaxActiveBlocksPerMultiprocessor(bps, wgk[i], 128 * nw4, WG_SMEM(bn, nw4)) != cudaSuccess ||
+                           *bps < 1))) {
+                cudaGetLastError();
+                c->wg_ok = false;
+            }
+        }
+    }
     set_pdl_early_symbol(c);
     if (c->prof_on && (c->prof = (cu_prof *)calloc(1, sizeof *c->prof)))
         for (int i = 0; i < PROF_N; i++) cudaEventCreate(&c->prof->ev[i]);
@@ -3346,10 +3569,11 @@ extern "C" void mx_backend_cuda_set_pdl_early(mx_backend *b, bool on) {
     set_pdl_early_symbol(c);
 }
 extern "C" mx_status mx_backend_cuda_set_gemm(mx_backend *b, const char *mode) {
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < GM_NMODES; i++)
         if (mode && !strcmp(mode, k_gemm_modes[i])) { switch_ctx(b)->gemm_mode = i; return MX_OK; }
-    return mx_errorf(MX_ERR_INVALID_ARG, "GEMM mode %.40s: expected auto, cublas or mma", mode ? mode : "(null)");
+    return mx_errorf(MX_ERR_INVALID_ARG, "GEMM mode %.40s: expected auto, cublas, mma or wgmma", mode ? mode : "(null)");
 }
+extern "C" bool mx_backend_cuda_has_wgmma(mx_backend *b) { return switch_ctx(b)->wg_ok; }
 extern "C" void mx_backend_cuda_set_tiled_attention(mx_backend *b, bool on) { switch_ctx(b)->attn_tiled = on; }
 extern "C" void mx_backend_cuda_set_mma_attention(mx_backend *b, bool on) { switch_ctx(b)->attn_mma = on; }
 extern "C" void mx_backend_cuda_set_vec_attention(mx_backend *b, bool on) { switch_ctx(b)->attn_vec = on; }
