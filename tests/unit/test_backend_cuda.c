@@ -556,6 +556,41 @@ static void test_elementwise(void) {
  * (one launch for several weights) = separate matmuls; an add followed by the rmsnorm of its sum
  * (one kernel) = the CPU's add and rmsnorm; the int8 activations an rmsnorm or act_mul leaves for
  * the next matmul = quantizing a copy; an op that rewrites them in place (rope) drops them. */
+/* dense bf16 weights of a set sharing x (q/k/v, gate/up) in one matvec launch = one launch each,
+ * and = the CPU, for 1..8 rows of x */
+static void test_dense_sets(void) {
+    enum { D = 1032 };   /* not a multiple of the warps' vector stride: ragged last vectors */
+    static const int ns[] = {1, 2, 3, 5, 8};
+    const int rows[3] = {200, 64, 131};
+    tw t[3];
+    for (int i = 0; i < 3; i++) tw_make(&t[i], rows[i], D, 0, 0, MX_DTYPE_BF16, i == 1);
+    for (int i = 0; i < 3; i++) TREQUIRE(G.i->weight_prepare(G.ctx, &t[i].w) == MX_OK, "prepare");
+    const mx_weight *ws[3] = {&t[0].w, &t[1].w, &t[2].w};
+    for (size_t j = 0; j < sizeof ns / sizeof ns[0]; j++) {
+        const int n = ns[j];
+        float *x = malloc((size_t)n * D * 4);
+        fill(x, (int64_t)n * D, 2.f);
+        float *dx = gup(x, (int64_t)n * D), *ya[3], *yb[3];
+        for (int i = 0; i < 3; i++) { ya[i] = gnan((int64_t)n * rows[i]); yb[i] = gnan((int64_t)n * rows[i]); }
+        G.i->matmul_multi(G.ctx, 3, ws, dx, ya, n);
+        for (int i = 0; i < 3; i++) G.i->matmul(G.ctx, ws[i], dx, yb[i], n);
+        for (int i = 0; i < 3; i++) {
+            float *a = gdown(ya[i], (int64_t)n * rows[i]), *b = gdown(yb[i], (int64_t)n * rows[i]);
+            float *ref = malloc((size_t)n * rows[i] * 4);
+            C.i->matmul(C.ctx, ws[i], x, ref, n);
+            TCHECK(!memcmp(a, b, (size_t)n * rows[i] * 4), "n=%d: matmul_multi weight %d differs from matmul", n, i);
+            const double e = relerr(a, ref, (int64_t)n * rows[i]);
+            TCHECK(e < 2e-5, "n=%d weight %d: rel err %.3g against the CPU", n, i, e);
+            free(a); free(b); free(ref);
+            G.i->free(G.ctx, ya[i]); G.i->free(G.ctx, yb[i]);
+        }
+        G.i->free(G.ctx, dx);
+        free(x);
+    }
+    TCHECK(mx_backend_cuda_status(&G) == MX_OK, "status: %s", mx_last_error());
+    for (int i = 0; i < 3; i++) tw_free(&t[i]);
+}
+
 static void test_fusions(void) {
     enum { N = 3, D = 1024, R1 = 200, R2 = 64, R3 = 130 };
     tw t[3];
@@ -1100,6 +1135,7 @@ int main(int argc, char **argv) {
     TCHECK(mx_backend_cuda_set_gemm(&G, "fused") != MX_OK, "set_gemm takes an unknown mode");
     TCHECK(mx_backend_cuda_set_gemm(&G, "auto") == MX_OK, "set_gemm auto");
     RUN(test_fusions);
+    RUN(test_dense_sets);
     RUN(test_gq_forms);
     for (size_t i = 0; i < sizeof g_emb / sizeof g_emb[0]; i++) RUN_NAMED(g_emb[i].name, check_embed, &g_emb[i]);
     RUN(test_norms);
