@@ -193,6 +193,10 @@ if has bench && [ $full = 1 ]; then
   MLXCEL_CUDA_GEMM=mma bench llama8b-q4-mma-b32 --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 32 -r 2
   MLXCEL_CUDA_GEMM=mma bench qwen06-q4-mma-b32 --config $Q06 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 32 -r 2
   MLXCEL_CUDA_GEMM=mma bench qwen06-q4-mma-b128-d128 --config $Q06 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 128 -d 128 -r 2
+  # experimental: the wgmma form in thread block clusters sharing x tiles (not yet run on a GPU
+  # when written; see NOTES.md)
+  MLXCEL_CUDA_GEMM_CLUSTER=2 bench llama8b-q4-cluster2-b128-d128 --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 128 -d 128 -r 2
+  MLXCEL_CUDA_GEMM_CLUSTER=4 bench llama8b-q4-cluster4-b128-d128 --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 128 -d 128 -r 2
   MLXCEL_CUDA_GEMM=wgmma bench qwen06-q4-wgmma-b128-d128 --config $Q06 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 128 -d 128 -r 2
   for v in ${GPU_CHECK_EXTRA_BENCH:-}; do   # e.g. "llama8b-q4-f32mv" rows with MLXCEL_CUDA_MV=f32
     case $v in
