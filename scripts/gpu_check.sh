@@ -17,7 +17,8 @@
 #   server  mlxcel-server on the GPU (random Qwen3-0.6B q4 weights) under tools/loadtest at
 #           concurrency 1..128, and the server's shell tests with MLXCEL_DEVICE=gpu
 #   ncu     per-kernel times (Nsight Compute) of the forward passes in GPU_CHECK_NCU (default
-#           "qwen3-0.6b qwen3-0.6b:pp": q4 decode and prefill; NAME:bf16 for bf16 decode)
+#           "qwen3-0.6b qwen3-0.6b:pp": q4 decode and prefill; NAME:bf16 for bf16 decode, NAME:b128
+#           for 128 sequences)
 #   mv      the matvec table alone (test_backend_cuda --bench-mv)
 #   probe   tools/cuda_probe/wgmma_probe.cu: the register / shared-memory layouts of wgmma
 #   sweep   bench rows listed in the file GPU_CHECK_SWEEP ("LABEL [VAR=VALUE...] -- bench args" a line)
@@ -266,10 +267,11 @@ if has server && [ $full = 1 ]; then
 fi
 
 if has ncu && [ $full = 1 ] && command -v ncu >/dev/null; then
-  # NAME (q4 decode), NAME:pp (q4 prefill 512) or NAME:bf16 (bf16 decode), e.g. llama3.1-8b:bf16
+  # NAME (q4 decode), NAME:pp (q4 prefill 512), NAME:bf16 (bf16 decode) or NAME:b128 (q4 decode of
+  # 128 sequences after 128-token prompts; the table then covers the prompts too), e.g. llama3.1-8b:bf16
   for spec in ${GPU_CHECK_NCU:-qwen3-0.6b qwen3-0.6b:pp}; do
   cfgname=${spec%%:*} what="-p 0 -n 3" fmt="--q-bits 4"
-  case $spec in *:pp) what="-p 512 -n 0" ;; *:bf16) fmt="--dtype bf16" ;; esac
+  case $spec in *:pp) what="-p 512 -n 0" ;; *:bf16) fmt="--dtype bf16" ;; *:b128) what="-p 0 -n 2 -b 128 -d 128" ;; esac
   echo "== per-kernel times (ncu), $spec ($fmt $what)"
   # shellcheck disable=SC2086
   MLXCEL_DEVICE=gpu timeout 240 ncu --clock-control none --metrics gpu__time_duration.sum --csv --log-file "$OUTD/ncu-${spec/:/-}.csv" \
