@@ -552,10 +552,6 @@ static void test_elementwise(void) {
     free(gu); free(ref); free(b);
 }
 
-/* What the CUDA backend fuses behind the op interface gives the op-by-op results: matmul_multi
- * (one launch for several weights) = separate matmuls; an add followed by the rmsnorm of its sum
- * (one kernel) = the CPU's add and rmsnorm; the int8 activations an rmsnorm or act_mul leaves for
- * the next matmul = quantizing a copy; an op that rewrites them in place (rope) drops them. */
 /* dense bf16 weights of a set sharing x (q/k/v, gate/up) in one matvec launch = one launch each,
  * and = the CPU, for 1..8 rows of x */
 static void test_dense_sets(void) {
@@ -591,6 +587,10 @@ static void test_dense_sets(void) {
     for (int i = 0; i < 3; i++) tw_free(&t[i]);
 }
 
+/* What the CUDA backend fuses behind the op interface gives the op-by-op results: matmul_multi
+ * (one launch for several weights) = separate matmuls; an add followed by the rmsnorm of its sum
+ * (one kernel) = the CPU's add and rmsnorm; the int8 activations an rmsnorm or act_mul leaves for
+ * the next matmul = quantizing a copy; an op that rewrites them in place (rope) drops them. */
 static void test_fusions(void) {
     enum { N = 3, D = 1024, R1 = 200, R2 = 64, R3 = 130 };
     tw t[3];
