@@ -68,7 +68,9 @@ void mx_backend_cuda_set_gqa_attention(mx_backend *b, int mode);
  * weights in one launch; on an sm_90 GPU its wgmma form), the rest dequantized to bf16 for
  * cuBLAS; "cublas": always the latter; "mma": the GEMM on packed weights with mma.sync for every
  * 17..128 rows; "wgmma": the same with its wgmma form where the GPU runs it (else mma.sync).
- * Anything else is MX_ERR_INVALID_ARG. */
+ * The wgmma form reads a second copy of the scales (4 bytes a group), made as weights are
+ * prepared unless the mode at init (MLXCEL_CUDA_GEMM) is mma or cublas; weights prepared then keep
+ * the mma.sync form. Anything else is MX_ERR_INVALID_ARG. */
 mx_status mx_backend_cuda_set_gemm(mx_backend *b, const char *mode);
 /* Whether the wgmma form of the GEMM on packed weights runs on this GPU (sm_90 with the sm_90a
  * code loaded). */

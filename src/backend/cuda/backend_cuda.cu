@@ -2465,8 +2465,10 @@ static mx_status c_weight_prepare(void *ctx, mx_weight *w) {
             return mx_errorf(MX_ERR_INVALID_ARG, "cuda: quantized weight %lldx%lld: bad group size %d or scale dtype",
                              (long long)w->rows, (long long)w->cols, w->group_size);
         int64_t ns = w->rows * (w->cols / w->group_size);
-        /* the form k_gemm_wg reads its scales in (gq_gemm takes q4 with groups of >= 16) */
-        const bool pairs = c->wg_ok && b == 4 && w->group_size >= 16 && w->cols % GQ_BK == 0;
+        /* the form k_gemm_wg reads its scales in (gq_gemm takes q4 with groups of >= 16); not made
+         * when MLXCEL_CUDA_GEMM at init keeps k_gemm_wg out (mma, cublas: 4 bytes a group saved) */
+        const bool pairs = c->wg_ok && (c->gemm_mode == GM_AUTO || c->gemm_mode == GM_WG) && b == 4 &&
+                           w->group_size >= 16 && w->cols % GQ_BK == 0;
         cw->w = up_copy(c, w->w, (size_t)w->rows * (size_t)(w->cols * b / 32) * 4);
         if (w->scale_dtype == MX_DTYPE_F32) {
             /* f16 keeps more mantissa than bf16 when the values fit */
@@ -2752,8 +2754,10 @@ static bool gq_gemm(cu_ctx *c, int nw, const cu_weight *const *w, const float *x
         set.rb[k + 1] = set.rb[k] + (int)w[k]->rows;
     }
     const int bn = n <= 64 ? 64 : 128;
-    /* the wgmma form where its code runs (sm_90a) unless mma.sync is asked for */
-    const bool wg = c->wg_ok && (c->gemm_mode == GM_AUTO || c->gemm_mode == GM_WG);
+    /* the wgmma form where its code runs (sm_90a) unless mma.sync is asked for, and the weights
+     * have their scale pairs (not made when the mode at init kept the wgmma form out) */
+    bool wg = c->wg_ok && (c->gemm_mode == GM_AUTO || c->gemm_mode == GM_WG);
+    for (int k = 0; k < nw; k++) if (!w[k]->sbp) wg = false;
     /* 4 warpgroups (256 rows) a block for >= 4096 columns: each x tile serves twice the rows,
      * and x's L2 traffic is what limits it (Llama-8B, 128 rows: 11,563 tok/s against 10,164 with 2);
      * 2 for smaller weights, which then make enough blocks (Qwen3-0.6B, 32 rows: 17,459 / 16,849) */
@@ -2761,7 +2765,6 @@ static bool gq_gemm(cu_ctx *c, int nw, const cu_weight *const *w, const float *x
     for (int k = 0; k < nw; k++) {
         set.blk0[k + 1] = set.blk0[k] + (int)nblk(w[k]->rows, bm);
         set.SB[k] = w[k]->sbp;
-        if (wg && !w[k]->sbp) return false;   /* not prepared for it (cannot happen: wg_ok is set before weights) */
     }
     const int64_t tiles = (int64_t)set.blk0[nw] * nblk(n, bn), ksteps = cols / GQ_BK;
     /* the split of k: fewest waves of blocks per unit of work, each split costing 5% more (its
