@@ -34,42 +34,14 @@
  *    dequantized weights (s q + b rounded once), independent of the kernel's permutation.
  * Mutants (injected bugs) must be caught. Not a timing model. Transcribed from the kernel as of
  * 2026-11-29 18:25 UTC (GQ_WR 32, partial sums + k_gq_sum). Build: gcc -O2 -Wall -o /tmp/sim_gemm_gq tools/cuda_sim/sim_gemm_gq.c -lm */
-#include <stdio.h>
-#include <stdlib.h>
-#include <stdint.h>
-#include <string.h>
-#include <math.h>
-#include <assert.h>
-#include "mma_emul.h"
+#include "gq_emul.h"   /* (with mma_emul.h and the C headers) what sim_gemm_gq.c and sim_gemm_wg.c share */
 
 #define GQ_WR 32   /* weight rows a warp (two row tiles of 16) */
 #define GQ_BM (4 * GQ_WR)
 #define NR (GQ_WR / 8)   /* a lane's rows: g + 8 j, j = 2 m + h (row tile m, fragment half h) */
-#define GQ_BK 64
 #define GQ_ST 4
 #define GQ_XS 72
-#define GQ_NMAX 128
-#define MV_I8_MAX 16
-#define SM_COUNT 132
 #define SHM_ATTR (GQ_ST * (GQ_BM * 8 * 4 + GQ_NMAX * GQ_XS * 2))   /* the cudaFuncSetAttribute value */
-#define SHM_HW_MAX 232448                                          /* 227 KiB a block on sm_90 */
-
-static int imin(int a, int b) { return a < b ? a : b; }
-static int64_t nblk(int64_t n, int b) { return (n + b - 1) / b; }
-static float frand(void) { return (float)rand() / RAND_MAX * 2.f - 1.f; }
-
-static int fails = 0, quiet = 0, check_fails = 0;
-static char first_msg[3][200];   /* the first failures of 3 different checks while quiet (mutants) */
-static int first_line[3], nfirst;
-static int new_line(int line) {
-    for (int i = 0; i < nfirst; i++) if (first_line[i] == line) return 0;
-    if (nfirst == 3) return 0;
-    first_line[nfirst] = line;
-    return 1;
-}
-#define CHECK(c, ...) do { if (!(c)) { check_fails++; \
-    if (quiet && new_line(__LINE__)) snprintf(first_msg[nfirst++], sizeof first_msg[0], __VA_ARGS__); \
-    if (!quiet && fails++ < 20) { printf("FAIL: " __VA_ARGS__); printf("\n"); } } } while (0)
 
 enum { MUT_NONE, MUT_PERM, MUT_AORDER, MUT_LK, MUT_WAIT, MUT_NOSWAP, MUT_KCHUNK, MUT_EARLY_ISSUE, MUT_F16_NIB, MUT_NOPAD, MUT_LROW,
        MUT_PART_RB, MUT_N };
@@ -79,47 +51,8 @@ static const char *mut_name[MUT_N] = {"none", "gq_perm_swap_e_h", "a_regs_order"
                                       "ldmatrix_matrices_1_2_swapped", "partials_without_rb_offset"};
 static int mutant = MUT_NONE;
 
-/* ---- f16 and exact bf16 rounding of a double ---- */
-static float h2f(uint16_t h) {
-    const int s = h >> 15, e = (h >> 10) & 31, m = h & 1023;
-    float v = e == 0 ? ldexpf((float)m, -24) : e == 31 ? INFINITY : ldexpf((float)(m | 1024), e - 25);
-    return s ? -v : v;
-}
-static uint16_t f2h(float f) {   /* normal range only (the test values), round to nearest even */
-    uint32_t u; memcpy(&u, &f, 4);
-    const uint32_t s = (u >> 16) & 0x8000;
-    int e = (int)((u >> 23) & 255) - 127 + 15;
-    uint32_t m = u & 0x7fffff;
-    assert(e > 0 && e < 31);
-    uint32_t r = ((uint32_t)e << 10) | (m >> 13);
-    const uint32_t rem = m & 0x1fff;
-    if (rem > 0x1000 || (rem == 0x1000 && (r & 1))) r++;
-    return (uint16_t)(s | r);
-}
-static uint16_t d2bf(double x) {   /* one rounding (nearest even) of a double to bf16: normal range */
-    if (x == 0) return signbit(x) ? 0x8000 : 0;
-    int e;
-    frexp(x, &e);
-    assert(e > -120 && e < 120);
-    const float f = (float)ldexp(nearbyint(ldexp(x, 8 - e)), e - 8);
-    uint32_t u; memcpy(&u, &f, 4);
-    assert((u & 0xffff) == 0);
-    return (uint16_t)(u >> 16);
-}
-
-/* ---- "device" global arrays, with sizes ---- */
-typedef struct {
-    uint32_t *W; size_t nW;
-    uint16_t *S, *B; size_t nS;   /* bf16 or f16 bits */
-    float *bias, *y; size_t ny;
-    int rows;
-} wt_t;
-static wt_t wt[4];
-static int NW, blk0[5], rb[5], s_f16;
-static float *XF; static uint16_t *XB; static size_t nX;   /* x f32 and its k_cvt_gq form */
-static float *PART; static uint8_t *part_rd; static size_t nPart;   /* part (nsplit x n x rb[nw]), reads of each by k_gq_sum */
+/* ---- the "device" global arrays are gq_emul.h's; the occupancy the launcher is given ---- */
 static int bps[2] = {4, 2};   /* cudaOccupancyMaxActiveBlocksPerMultiprocessor for BN 64, 128 */
-static uint8_t *row_on[4];   /* rows of each weight whose blocks run (all unless sampled) */
 
 /* ---- shared memory of one block, per 4-byte word shadow ---- */
 #define SH_MAX (GQ_ST * (GQ_BM * 8 * 4 + GQ_NMAX * GQ_XS * 2))
@@ -142,7 +75,6 @@ static void sh_read(int tid, int off, int nb, void *dst, const char *what) {
 }
 
 /* ---- cp.async per thread ---- */
-typedef struct { int off; uint8_t data[16]; int group; } pend_t;
 typedef struct { uint16_t s, b; float fs, fb; int valid; } sc_t;   /* gq_sc<ST>: bf16 bits, or f16 as f32 */
 typedef struct {
     int committed, npend;
@@ -165,69 +97,25 @@ static void cp_async16(int tid, int off, const void *src) {   /* src NULL: src-s
         meta[i].ptid = (int16_t)tid;
     }
     thr_t *T = &th[tid];
-    assert(T->npend < 32);
-    pend_t *p = &T->pend[T->npend++];
-    p->off = off; p->group = T->committed;
-    if (src) memcpy(p->data, src, 16); else memset(p->data, 0, 16);
+    pend_push(T->pend, &T->npend, 32, T->committed, off, src);
 }
 static void cp_async_commit(int tid) { th[tid].committed++; }
-static void cp_async_wait(int tid, int N) {
-    thr_t *T = &th[tid];
-    int k = 0;
-    for (int j = 0; j < T->npend; j++) {
-        pend_t *p = &T->pend[j];
-        if (p->group < T->committed - N) {
-            for (int i = p->off / 4; i < p->off / 4 + 4; i++) {
-                CHECK(!(meta[i].rph == phase && meta[i].rtid != tid), "race: copy of thread %d lands in shared word %d read by %d in its phase",
-                      tid, i, meta[i].rtid);
-                meta[i].ptid = -1; meta[i].written = 1; meta[i].lph = phase; meta[i].ltid = (int16_t)tid;
-            }
-            memcpy(sh + p->off, p->data, 16);
-        } else T->pend[k++] = *p;
+static void cp_land(int tid, const pend_t *p) {   /* a copy of thread tid lands */
+    for (int i = p->off / 4; i < p->off / 4 + 4; i++) {
+        CHECK(!(meta[i].rph == phase && meta[i].rtid != tid), "race: copy of thread %d lands in shared word %d read by %d in its phase",
+              tid, i, meta[i].rtid);
+        meta[i].ptid = -1; meta[i].written = 1; meta[i].lph = phase; meta[i].ltid = (int16_t)tid;
     }
-    T->npend = k;
+    memcpy(sh + p->off, p->data, 16);
 }
+static void cp_async_wait(int tid, int N) { thr_t *T = &th[tid]; pend_wait(T->pend, &T->npend, T->committed, N, tid, cp_land); }
 
 /* ---- bank wavefronts of one warp instruction (128 bytes a wavefront) ---- */
 enum { BK_LDSM, BK_U2, BK_CPW, BK_CPX, BK_N };
 static const char *bk_name[BK_N] = {"ldmatrix.x4", "uint2 W", "cp.async W", "cp.async x"};
-static struct { long ins, wav, ideal, maxw; } bk[BK_N];
-static void bank_count(int kind, const int *off, int nb, int nl) {
-    int words[32][32], cnt[32] = {0}, total = 0;
-    for (int l = 0; l < nl; l++) {
-        if (off[l] < 0) continue;
-        for (int wd = off[l] / 4; wd < (off[l] + nb) / 4; wd++) {
-            const int b = wd % 32;
-            int seen = 0;
-            for (int j = 0; j < cnt[b]; j++) seen |= words[b][j] == wd;
-            if (!seen) { assert(cnt[b] < 32); words[b][cnt[b]++] = wd; total++; }
-        }
-    }
-    int w = 0;
-    for (int b = 0; b < 32; b++) if (cnt[b] > w) w = cnt[b];
-    bk[kind].ins++; bk[kind].wav += w; bk[kind].ideal += (total * 4 + 127) / 128;
-    if (w > bk[kind].maxw) bk[kind].maxw = w;
-}
+static bank_t bk[BK_N];
 
 /* ---- the kernel's device helpers, transcribed ---- */
-static int gq_perm(int P) {
-    const int cq = P >> 4, sh_ = (P >> 3) & 1, q = P & 7, e = q >> 2, p = q & 3;
-    if (mutant == MUT_PERM) return 16 * (2 * sh_ + (p >> 1)) + 8 * e + 2 * cq + (p & 1);   /* e and h swapped */
-    return 16 * (2 * sh_ + (p >> 1)) + 8 * (p & 1) + 2 * cq + e;
-}
-static void k_cvt_gq(int64_t total) {
-    uint8_t *seen = calloc((size_t)total, 1);
-    for (int64_t i = 0; i < total; i++) {
-        const int64_t d = (i & ~(int64_t)63) + gq_perm((int)(i & 63));
-        CHECK(d >= 0 && d < total, "k_cvt_gq store OOB");
-        if (d < 0 || d >= total) continue;
-        CHECK(!seen[d], "k_cvt_gq writes element %lld twice", (long long)d);
-        seen[d] = 1;
-        XB[d] = f2bf(XF[i]);
-    }
-    for (int64_t i = 0; i < total; i++) CHECK(seen[i], "k_cvt_gq leaves element %lld unwritten", (long long)i);
-    free(seen);
-}
 static void sc_load(sc_t *sc, int k, size_t i) {
     CHECK(i < wt[k].nS, "scale / bias read OOB (%zu of %zu, weight %d)", i, wt[k].nS, k);
     if (i >= wt[k].nS) { sc->valid = 0; return; }
@@ -237,20 +125,9 @@ static void sc_load(sc_t *sc, int k, size_t i) {
 }
 static uint32_t gq_deq(uint32_t w, int p, const sc_t *sc) {
     CHECK(sc->valid, "dequantization with scales never loaded");
-    if (s_f16) {   /* gq_deq(w, p, float2): f32 fma, then __floats2bfloat162_rn */
-        const int hs = mutant == MUT_F16_NIB ? 4 * p + 4 : 4 * p + 16;
-        const float f0 = fmaf(sc->fs, (float)((w >> (4 * p)) & 15u), sc->fb), f1 = fmaf(sc->fs, (float)((w >> hs) & 15u), sc->fb);
-        return (uint32_t)f2bf(f0) | ((uint32_t)f2bf(f1) << 16);
-    }
-    const uint32_t t = ((w >> (4 * p)) & 0x000F000Fu) | 0x43004300u;   /* (128 + q0, 128 + q1) */
-    const double s = bf2f(sc->s), b = bf2f(sc->b);
-    uint32_t u = 0;
-    for (int h = 0; h < 2; h++) {
-        const uint16_t v = (uint16_t)(t >> (16 * h));
-        const double q = bf2f(d2bf((double)bf2f(v) - (double)bf2f(f2bf(128.f))));   /* __hsub2, rn */
-        u |= (uint32_t)d2bf(fma(q, s, b)) << (16 * h);                                /* __hfma2: one rounding */
-    }
-    return u;
+    if (s_f16) return gq_deq_f16(w, p, mutant == MUT_F16_NIB ? 4 * p + 4 : 4 * p + 16, sc->fs, sc->fb);
+    const uint16_t s2[2] = {sc->s, sc->s}, b2[2] = {sc->b, sc->b};   /* gq_sc<bf16>::load: __halves2bfloat162(v, v) */
+    return gq_deq_bf16(w, p, s2, b2);
 }
 static void ldsm_x4(int w, const int *addr, uint32_t r[32][4]) {
     uint32_t row[32][4];
@@ -258,18 +135,10 @@ static void ldsm_x4(int w, const int *addr, uint32_t r[32][4]) {
         CHECK(addr[l] % 16 == 0, "ldmatrix row address not 16-byte aligned (%d)", addr[l]);
         sh_read(w * 32 + l, addr[l], 16, row[l], "ldmatrix");
     }
-    bank_count(BK_LDSM, addr, 16, 32);
+    bank_count(&bk[BK_LDSM], addr, 16, 32);
     for (int j = 0; j < 4; j++)
         for (int l = 0; l < 32; l++) r[l][j] = row[j * 8 + (l >> 2)][l & 3];
 }
-static void y_store(float *arr, size_t lo, size_t hi, size_t i, float v, const char *what) {
-    CHECK(i >= lo && i < hi, "%s store out of its range (%zu not in [%zu, %zu))", what, i, lo, hi);
-    if (i < lo || i >= hi) return;
-    CHECK(arr[i] != arr[i], "%s element %zu written twice", what, i);
-    CHECK(v == v, "%s element %zu stored as NaN", what, i);
-    arr[i] = v;
-}
-
 /* ---- k_gemm_gq<BN, ST>, one block ---- */
 static int kb_BN, kb_T, kb_k, kb_rows, kb_mb, kb_nb, kb_kbeg, kb_cols, kb_n, kb_wpr;
 static void issue_warp(int w, int it) {   /* the kernel's lambda, for the 32 lanes of warp w */
@@ -290,7 +159,7 @@ static void issue_warp(int w, int it) {   /* the kernel's lambda, for the 32 lan
             offs[l] = di * 4;
             if (wi + 4 <= wt[kb_k].nW) cp_async16(tid, di * 4, wt[kb_k].W + wi);
         }
-        if (any) bank_count(BK_CPW, offs, 16, 32);
+        if (any) bank_count(&bk[BK_CPW], offs, 16, 32);
     }
     assert(kb_BN * 8 % kb_T == 0);
     for (int u0 = 0; u0 < kb_BN * 8; u0 += kb_T) {   /* one instruction per pass */
@@ -303,34 +172,18 @@ static void issue_warp(int w, int it) {   /* the kernel's lambda, for the 32 lan
             offs[l] = xs_base + di * 2;
             if (xe + 8 <= nX) cp_async16(tid, xs_base + di * 2, tk < kb_n ? (const void *)(XB + xe) : NULL);
         }
-        bank_count(BK_CPX, offs, 16, 32);
+        bank_count(&bk[BK_CPX], offs, 16, 32);
     }
 }
 
 /* gm_store<8>: acc of thread tid to y (+ bias) or, with a split, to part[bz] + pk (no bias) */
 static void gm_store(int tid, const float (*acc)[4], int k, int rows, int n, int m0, int n0, int bz, int has_part) {
     const int lane = tid & 31, g = lane >> 2, c = 2 * (lane & 3);
-    const int r0 = m0 + g, r1 = m0 + g + 8;
-    const float *bias = has_part ? NULL : wt[k].bias;
-    const float b0 = bias && r0 < rows ? bias[r0] : 0.f, b1 = bias && r1 < rows ? bias[r1] : 0.f;
-    float *y; size_t lo, hi; const char *what;
-    if (has_part) {
-        const size_t ntot = rb[NW];
-        y = PART; lo = (size_t)bz * n * ntot + (mutant == MUT_PART_RB ? 0 : (size_t)n * rb[k]); hi = lo + (size_t)n * rows;
-        what = "partial";
+    if (has_part) {   /* this weight's slice of part[bz] (the mutant's: from part[bz] + 0, its range alike) */
+        const size_t ntot = rb[NW], lo = (size_t)bz * n * ntot + (mutant == MUT_PART_RB ? 0 : (size_t)n * rb[k]), hi = lo + (size_t)n * rows;
         assert(hi <= nPart);
-    } else { y = wt[k].y; lo = 0; hi = wt[k].ny; what = "y"; }
-    for (int t = 0; t < 8; t++) {
-        const int tk = n0 + t * 8 + c;
-        if (r0 < rows) {
-            if (tk < n) y_store(y, lo, hi, lo + (size_t)tk * rows + r0, acc[t][0] + b0, what);
-            if (tk + 1 < n) y_store(y, lo, hi, lo + (size_t)(tk + 1) * rows + r0, acc[t][1] + b0, what);
-        }
-        if (r1 < rows) {
-            if (tk < n) y_store(y, lo, hi, lo + (size_t)tk * rows + r1, acc[t][2] + b1, what);
-            if (tk + 1 < n) y_store(y, lo, hi, lo + (size_t)(tk + 1) * rows + r1, acc[t][3] + b1, what);
-        }
-    }
+        gm_store_nt(8, acc, NULL, PART, lo, lo, hi, "partial", rows, n, m0, n0, g, c);
+    } else gm_store_nt(8, acc, wt[k].bias, wt[k].y, 0, 0, wt[k].ny, "y", rows, n, m0, n0, g, c);
 }
 
 /* the block: its main loop, then gm_store to y (+ bias) or, with a split, to its partials */
@@ -394,7 +247,7 @@ static void k_gemm_gq(int BN, int bx, int by, int bz, int cols, int n, int gsh, 
                     offs[l] = wi * 4;
                     sh_read(tid, wi * 4, 8, th[tid].wv[j], "uint2 W");
                 }
-                bank_count(BK_U2, offs, 8, 32);
+                bank_count(&bk[BK_U2], offs, 8, 32);
             }
             for (int s = 0; s < 4; s++) {
                 static uint32_t a[NR / 2][32][4];
@@ -441,115 +294,20 @@ static void k_gemm_gq(int BN, int bx, int by, int bz, int cols, int n, int gsh, 
     }
 }
 
-/* ---- k_gq_sum: a launch of its own (one thread an element, nblk(total, 256) x 256) adding the
- * partials in split order + bias into y_k ---- */
-static void k_gq_sum(int nsplit, int n) {
-    const int64_t total = (int64_t)n * rb[NW];
-    const int64_t nthreads = nblk(total, 256) * 256;
-    for (int64_t i = 0; i < nthreads; i++) {
-        if (i >= total) continue;
-        int k = 0;
-        for (int j = 1; j < 4; j++) if (j < NW && i >= (int64_t)n * rb[j]) k = j;
-        const int64_t li = i - (int64_t)n * rb[k];
-        if (!row_on[k][li % wt[k].rows]) continue;   /* rows whose blocks ran (sampled cases) */
-        float a = 0.f;
-        for (int z = 0; z < nsplit; z++) {
-            const size_t pi = (size_t)z * total + i;
-            CHECK(pi < nPart, "k_gq_sum reads OOB");
-            if (pi >= nPart) continue;
-            CHECK(PART[pi] == PART[pi], "k_gq_sum reads an unwritten partial (split %d, elem %lld)", z, (long long)i);
-            part_rd[pi]++;
-            a += PART[pi];
-        }
-        y_store(wt[k].y, 0, wt[k].ny, (size_t)li, a + (wt[k].bias ? wt[k].bias[li % wt[k].rows] : 0.f), "y (k_gq_sum)");
-    }
-}
-/* k_gq_sum after k_gemm_gq's launch (all partials visible), and its checks */
-static void gq_sum(int n, int nsplit) {
-    k_gq_sum(nsplit, n);
-    const int64_t total = (int64_t)n * rb[NW];
-    long unread = 0, twice = 0, unwritten = 0, yun = 0;
-    for (int z = 0; z < nsplit; z++)
-        for (int64_t i = 0; i < total; i++) {
-            int k = 0;
-            for (int j = 1; j < 4; j++) if (j < NW && i >= (int64_t)n * rb[j]) k = j;
-            if (!row_on[k][(i - (int64_t)n * rb[k]) % wt[k].rows]) continue;
-            const size_t pi = (size_t)z * total + i;
-            unread += part_rd[pi] == 0; twice += part_rd[pi] > 1; unwritten += PART[pi] != PART[pi];
-        }
-    CHECK(!unread && !twice && !unwritten, "k_gq_sum: partials: %ld never read, %ld read twice, %ld never written", unread, twice, unwritten);
-    for (int k = 0; k < NW; k++)
-        for (size_t i = 0; i < wt[k].ny; i++) yun += row_on[k][i % wt[k].rows] && wt[k].y[i] != wt[k].y[i];
-    CHECK(!yun, "k_gq_sum: %ld y elements never written", yun);
-}
-
 /* ---- one case: gq_gemm's choice, the launches, the reference ---- */
-typedef struct { const char *name; int nw, rows[4], cols, n, gs, f16, bias_mask, sample; } case_t;
 static double last_rel;
 static char summary[64][128];   /* the table printed at the end */
 static int nsummary;
 
-/* y of the rows that ran against a double-precision reference: W = s q + b rounded once to bf16
- * (code j of a word at bits 4j), x in bf16 (the relative error) */
-static double ref_check(const case_t *cs) {
-    const int nw = cs->nw, cols = cs->cols, n = cs->n, gs = cs->gs;
-    double maxerr = 0, maxref = 0;
-    long unwritten = 0;
-    double *xr = malloc(nX * sizeof(double));
-    for (size_t i = 0; i < nX; i++) xr[i] = bf2f(f2bf(XF[i]));
-    double *wrow = malloc((size_t)cols * sizeof(double));
-    for (int k = 0; k < nw; k++) {
-        const wt_t *W = &wt[k];
-        for (int r = 0; r < W->rows; r++) {
-            if (!row_on[k][r]) continue;
-            for (int c = 0; c < cols; c++) {
-                const int q = (W->W[(size_t)r * (cols / 8) + c / 8] >> (4 * (c % 8))) & 15;
-                const size_t si = (size_t)r * (cols / gs) + c / gs;
-                const double s = cs->f16 ? h2f(W->S[si]) : bf2f(W->S[si]), b = cs->f16 ? h2f(W->B[si]) : bf2f(W->B[si]);
-                wrow[c] = bf2f(d2bf(s * q + b));
-            }
-            for (int t = 0; t < n; t++) {
-                double a = 0;
-                const double *xt = xr + (size_t)t * cols;
-                for (int c = 0; c < cols; c++) a += wrow[c] * xt[c];
-                if (W->bias) a += W->bias[r];
-                const float y = W->y[(size_t)t * W->rows + r];
-                if (fabs(a) > maxref) maxref = fabs(a);
-                if (y != y) { unwritten++; continue; }
-                if (fabs(y - a) > maxerr) maxerr = fabs(y - a);
-            }
-        }
-    }
-    free(xr); free(wrow);
-    CHECK(!unwritten, "%ld y elements never written", unwritten);
-    const double rel = maxerr / (maxref > 0 ? maxref : 1);
-    CHECK(rel < 1e-5, "relative error %.2e", rel);
-    return rel;
-}
-
 static int run_case(const case_t *cs) {
     const int nw = cs->nw, cols = cs->cols, n = cs->n, gs = cs->gs;
-    int gsh = 0;
-    while ((1 << gsh) < gs) gsh++;
-    /* gq_gemm's conditions */
-    assert((1 << gsh) == gs && gsh >= 4 && cols % GQ_BK == 0 && n > MV_I8_MAX && n <= GQ_NMAX && nw >= 1 && nw <= 4);
-    NW = nw; s_f16 = cs->f16;
-    blk0[0] = rb[0] = 0;
-    for (int k = 0; k < nw; k++) {
-        blk0[k + 1] = blk0[k] + (int)nblk(cs->rows[k], GQ_BM);
-        rb[k + 1] = rb[k] + cs->rows[k];
-    }
-    /* gq_gemm's split of k, transcribed */
+    const int gsh = gq_setup(cs, GQ_BM);   /* gq_gemm's conditions, blk0, rb */
+    /* gq_gemm's split of k */
     const int bn = n <= 64 ? 64 : 128;
-    const int64_t tiles = (int64_t)blk0[nw] * nblk(n, bn), ksteps = cols / GQ_BK;
+    const int64_t tiles = (int64_t)blk0[nw] * nblk(n, bn);
     const int64_t slots = (int64_t)bps[bn == 128] * SM_COUNT;
-    int ns = 1;
-    double best = 1e30;
-    for (int s = 1; s <= 16 && (s == 1 || s <= ksteps / 4); s++) {
-        const double cost = (double)((tiles * s + slots - 1) / slots) / s * (1.0 + 0.05 * (s - 1));
-        if (cost < best - 1e-9) { best = cost; ns = s; }
-    }
-    int kchunk = (int)((ksteps + ns - 1) / ns) * GQ_BK;
+    int kchunk;
+    const int ns = gq_split(tiles, cols, slots, &kchunk);
     if (mutant == MUT_KCHUNK) kchunk = (int)((cols + ns - 1) / ns);   /* in columns, not whole k steps */
     const int nsplit = (int)((cols + kchunk - 1) / kchunk);
     CHECK(nsplit >= 1 && nsplit <= ns && nsplit <= 16, "nsplit %d for ns %d", nsplit, ns);
@@ -561,44 +319,11 @@ static int run_case(const case_t *cs) {
     CHECK(nblk(n, bn) <= 65535 && nsplit <= 65535, "grid too large");
     shm_bytes = (int)shm;
     assert(shm_bytes <= SH_MAX);
-    /* the splits' k steps cover cols once */
-    {
-        uint8_t *cov = calloc(cols, 1);
-        for (int z = 0; z < nsplit; z++) {
-            const int kb = z * kchunk, ke = imin(cols, kb + kchunk), nk = (ke - kb) / GQ_BK;
-            for (int c = kb; c < kb + nk * GQ_BK && c < cols; c++) cov[c]++;
-        }
-        int bad = 0;
-        for (int c = 0; c < cols; c++) bad += cov[c] != 1;
-        CHECK(!bad, "the splits cover %d of %d columns other than once (kchunk %d)", bad, cols, kchunk);
-        free(cov);
-    }
+    check_cover(cols, nsplit, kchunk);
 
-    /* data */
-    nX = (size_t)n * cols;
-    XF = malloc(nX * 4); XB = malloc(nX * 2);
-    for (int k = 0; k < nw; k++) {
-        wt_t *W = &wt[k];
-        const int rows = cs->rows[k];
-        W->rows = rows;
-        W->nW = (size_t)rows * cols / 8; W->W = malloc(W->nW * 4);
-        W->nS = (size_t)rows * (cols / gs); W->S = malloc(W->nS * 2); W->B = malloc(W->nS * 2);
-        for (size_t i = 0; i < W->nW; i++) W->W[i] = ((uint32_t)rand() << 16) ^ (uint32_t)rand();
-        for (size_t i = 0; i < W->nS; i++) {
-            float s = frand() * 0.05f, b = frand() * 0.4f;
-            if (fabsf(s) < 1e-3f) s = 1e-3f;
-            if (fabsf(b) < 1e-3f) b = 1e-3f;
-            W->S[i] = cs->f16 ? f2h(s) : f2bf(s); W->B[i] = cs->f16 ? f2h(b) : f2bf(b);
-        }
-        W->bias = NULL;
-        if (cs->bias_mask >> k & 1) { W->bias = malloc(rows * 4); for (int i = 0; i < rows; i++) W->bias[i] = frand(); }
-        W->ny = (size_t)n * rows; W->y = malloc(W->ny * 4);
-        for (size_t i = 0; i < W->ny; i++) W->y[i] = NAN;
-        row_on[k] = calloc(rows, 1);
-    }
+    gen_data(cs);
     const int gx = blk0[nw], gy = (int)nblk(n, bn);
-    nPart = nsplit > 1 ? (size_t)nsplit * n * rb[nw] : 0;   /* gq_gemm's scratch for part */
-    PART = nPart ? malloc(nPart * 4) : NULL; part_rd = nPart ? calloc(nPart, 1) : NULL;
+    alloc_part(nsplit, n);
     memset(bk, 0, sizeof bk);
 
     /* blocks to run */
@@ -608,29 +333,21 @@ static int run_case(const case_t *cs) {
         for (int k = 0; k < nw; k++) { bx_on[blk0[k]] = bx_on[blk0[k + 1] - 1] = 1; bx_on[(blk0[k] + blk0[k + 1]) / 2] = 1; }
         for (int i = 0; i < cs->sample; i++) bx_on[(int)((int64_t)i * 7919 % gx)] = 1;
     }
-    for (int bx = 0; bx < gx; bx++) {
-        if (!bx_on[bx]) continue;
-        int k = 0;
-        for (int i = 1; i < nw; i++) if (bx >= blk0[i]) k = i;
-        for (int r = (bx - blk0[k]) * GQ_BM; r < (bx - blk0[k] + 1) * GQ_BM && r < cs->rows[k]; r++) row_on[k][r] = 1;
-    }
+    mark_rows(cs, bx_on, gx, GQ_BM);
 
     /* the launches: k_cvt_gq, k_gemm_gq (its partials poisoned first), with a split k_gq_sum */
     const int cf0 = check_fails;
-    for (size_t i = 0; i < nX; i++) XF[i] = frand();
-    k_cvt_gq((int64_t)n * cols);
-    for (size_t i = 0; i < nPart; i++) PART[i] = NAN;
+    launch_x(n, cols, mutant == MUT_PERM);
     for (int bz = 0; bz < nsplit; bz++)
         for (int by = 0; by < gy; by++)
             for (int bx = 0; bx < gx; bx++)
                 if (bx_on[bx]) k_gemm_gq(bn, bx, by, bz, cols, n, gsh, kchunk, nsplit > 1);
-    if (nsplit > 1) gq_sum(n, nsplit);
-    const double rel = ref_check(cs);
+    const double rel = launch_sum_check(cs, nsplit);
     last_rel = rel;
     const int ok = check_fails == cf0;
     if (!quiet) {
-        char rws[64] = "";
-        for (int k = 0; k < nw; k++) snprintf(rws + strlen(rws), sizeof rws - strlen(rws), "%s%d", k ? "," : "", cs->rows[k]);
+        char rws[64];
+        rows_str(cs, rws, sizeof rws);
         int nblocks = 0;
         for (int bx = 0; bx < gx; bx++) nblocks += bx_on[bx];
         printf("%-9s rows %-9s cols %5d n %3d gs %3d %s bias %x | bps %d/%d BN %3d ns %2d kchunk %4d nsplit %2d grid %d(%d run)x%dx%d"
@@ -648,22 +365,13 @@ static int run_case(const case_t *cs) {
         snprintf(summary[nsummary++], sizeof summary[0], "%-9s %d/%d %4d %3d %7d %7d %9.2e %s", cs->name, bps[0], bps[1], bn, ns, kchunk,
                  nsplit, rel, check_fails == cf0 ? "OK" : "FAILED");
     free(bx_on);
-    for (int k = 0; k < nw; k++) { free(wt[k].W); free(wt[k].S); free(wt[k].B); free(wt[k].bias); free(wt[k].y); free(row_on[k]); }
-    free(XF); free(XB); free(PART); free(part_rd);
+    free_data(nw);
     return check_fails == cf0;
 }
 
 int main(int argc, char **argv) {
     srand(1);
-    /* gq_perm: a bijection of 0..63 matching the A fragments (lane cq, mma step s, half h,
-     * element e hold code 16 cq + 8 (s >> 1) + 2 (s & 1) + h + 4 e) */
-    {
-        int seen[64] = {0};
-        for (int P = 0; P < 64; P++) seen[gq_perm(P)]++;
-        for (int L = 0; L < 64; L++) CHECK(seen[L] == 1, "gq_perm not a bijection at %d", L);
-        for (int cq = 0; cq < 4; cq++) for (int s = 0; s < 4; s++) for (int h = 0; h < 2; h++) for (int e = 0; e < 2; e++)
-            CHECK(gq_perm(16 * cq + 8 * (s >> 1) + 2 * (s & 1) + h + 4 * e) == 16 * s + 8 * h + 2 * cq + e, "gq_perm vs A fragment");
-    }
+    check_gq_perm(0);   /* gq_perm: a bijection matching the A fragments (mma step s) */
     const int sample_llama = argc > 1 ? atoi(argv[1]) : 0;   /* 0: every block (about 20 s); N: the edge blocks + N */
     const case_t cases[] = {
         {"c1", 1, {300}, 512, 17, 64, 0, 1, 0},
@@ -713,19 +421,12 @@ int main(int argc, char **argv) {
     };
     int missed = 0;
     for (int m = 1; m < MUT_N; m++) {
-        mutant = m; quiet = 1; nfirst = 0;
-        const int cf0 = check_fails, f0 = fails;
+        mutant = m;
+        const mut_run_t mr = mutant_begin();
         double worst = 0;
         for (size_t i = 0; i < sizeof mcases / sizeof mcases[0]; i++) { run_case(&mcases[i]); if (last_rel > worst) worst = last_rel; }
-        const int caught = check_fails > cf0, nf = check_fails - cf0;
-        fails = f0; check_fails = cf0;
-        mutant = MUT_NONE; quiet = 0;
-        printf("MUTANT %s: %s (%d check failures, worst rel err %.1e; first: %s%s%s%s%s)\n", mut_name[m], caught ? "caught" : "NOT caught",
-               nf, worst, nfirst ? first_msg[0] : "", nfirst > 1 ? "; then: " : "", nfirst > 1 ? first_msg[1] : "", nfirst > 2 ? "; then: " : "",
-               nfirst > 2 ? first_msg[2] : "");
-        if (!caught) missed++;
+        mutant = MUT_NONE;
+        if (!mutant_end(mut_name[m], mr, worst)) missed++;
     }
-    if (!nbad && !missed && !check_fails) printf("SIM: all OK\n");
-    else printf("SIM: %d failing cases, %d mutants not caught\n", nbad, missed);
-    return nbad || missed;
+    return sim_verdict(nbad, missed);
 }

@@ -77,42 +77,14 @@
  * the first that catches it). Transcribed from the kernel as of 2026-11-29 (commit 1f18cd2; the
  * cluster form from the working tree of that evening, never run on a GPU).
  *   gcc -O2 -Wall -o /tmp/sim_gemm_wg tools/cuda_sim/sim_gemm_wg.c -lm && /tmp/sim_gemm_wg */
-#include <stdio.h>
-#include <stdlib.h>
-#include <stdint.h>
-#include <string.h>
-#include <math.h>
-#include <assert.h>
-#include "mma_emul.h"
+#include "gq_emul.h"   /* (with mma_emul.h and the C headers) what sim_gemm_gq.c and sim_gemm_wg.c share */
 
-#define GQ_BK 64
-#define GQ_NMAX 128
-#define MV_I8_MAX 16
-#define SM_COUNT 132
-#define SHM_HW_MAX 232448   /* 227 KiB a block on sm_90 */
 #define WG_ST(nwg) ((nwg) == 4 ? 7 : 5)
 #define WG_XB(bn) ((bn) * GQ_BK * 2)   /* bytes of an x stage */
 #define WG_WB(nwg) ((nwg) * 64 * 32)   /* bytes of a weight stage */
 #define WG_SMEM(bn, nwg) ((size_t)WG_ST(nwg) * (WG_XB(bn) + WG_WB(nwg)))
 #define SH_MAX ((int)WG_SMEM(128, 4))
 #define TMAX 512
-
-static int imin(int a, int b) { return a < b ? a : b; }
-static int64_t nblk(int64_t n, int b) { return (n + b - 1) / b; }
-static float frand(void) { return (float)rand() / RAND_MAX * 2.f - 1.f; }
-
-static int fails = 0, quiet = 0, check_fails = 0;
-static char first_msg[3][200];   /* the first failures of 3 different checks while quiet (mutants) */
-static int first_line[3], nfirst;
-static int new_line(int line) {
-    for (int i = 0; i < nfirst; i++) if (first_line[i] == line) return 0;
-    if (nfirst == 3) return 0;
-    first_line[nfirst] = line;
-    return 1;
-}
-#define CHECK(c, ...) do { if (!(c)) { check_fails++; \
-    if (quiet && new_line(__LINE__)) snprintf(first_msg[nfirst++], sizeof first_msg[0], __VA_ARGS__); \
-    if (!quiet && fails++ < 20) { printf("FAIL: " __VA_ARGS__); printf("\n"); } } } while (0)
 
 enum { MUT_NONE, MUT_REFILL, MUT_WAIT2, MUT_LBO_SBO, MUT_XMAP, MUT_NOFENCE, MUT_FENCE_EARLY, MUT_PAIRS_RM, MUT_CQ_GROUP,
        MUT_NOZFILL, MUT_ONESET, MUT_EARLY_ISSUE, MUT_NOWAIT0, MUT_CPWAIT, MUT_DESC_STEP, MUT_AORDER, MUT_NOCLAMP,
@@ -135,33 +107,6 @@ static const char *mut_name[MUT_N] = {
     "CL:final_cluster_barrier_on_split_path_only"};
 static int mutant = MUT_NONE;
 
-/* ---- f16 and exact bf16 rounding of a double (as in sim_gemm_gq.c) ---- */
-static float h2f(uint16_t h) {
-    const int s = h >> 15, e = (h >> 10) & 31, m = h & 1023;
-    float v = e == 0 ? ldexpf((float)m, -24) : e == 31 ? INFINITY : ldexpf((float)(m | 1024), e - 25);
-    return s ? -v : v;
-}
-static uint16_t f2h(float f) {   /* normal range only (the test values), round to nearest even */
-    uint32_t u; memcpy(&u, &f, 4);
-    const uint32_t s = (u >> 16) & 0x8000;
-    int e = (int)((u >> 23) & 255) - 127 + 15;
-    uint32_t m = u & 0x7fffff;
-    assert(e > 0 && e < 31);
-    uint32_t r = ((uint32_t)e << 10) | (m >> 13);
-    const uint32_t rem = m & 0x1fff;
-    if (rem > 0x1000 || (rem == 0x1000 && (r & 1))) r++;
-    return (uint16_t)(s | r);
-}
-static uint16_t d2bf(double x) {   /* one rounding (nearest even) of a double to bf16: normal range */
-    if (x == 0) return signbit(x) ? 0x8000 : 0;
-    int e;
-    frexp(x, &e);
-    assert(e > -120 && e < 120);
-    const float f = (float)ldexp(nearbyint(ldexp(x, 8 - e)), e - 8);
-    uint32_t u; memcpy(&u, &f, 4);
-    assert((u & 0xffff) == 0);
-    return (uint16_t)(u >> 16);
-}
 static uint32_t byte_perm(uint32_t x, uint32_t y, uint32_t s) {   /* __byte_perm (default mode) */
     const uint64_t v = (uint64_t)y << 32 | x;
     uint32_t r = 0;
@@ -169,20 +114,8 @@ static uint32_t byte_perm(uint32_t x, uint32_t y, uint32_t s) {   /* __byte_perm
     return r;
 }
 
-/* ---- "device" global arrays, with sizes ---- */
-typedef struct {
-    uint32_t *W; size_t nW;
-    uint16_t *S, *B; size_t nS;   /* bf16 or f16 bits, [row][group] */
-    uint32_t *SB;                 /* up_pairs: [group][row], nS of them */
-    float *bias, *y; size_t ny;
-    int rows;
-} wt_t;
-static wt_t wt[4];
-static int NW, blk0[5], rb[5], s_f16;
-static float *XF; static uint16_t *XB; static size_t nX;   /* x f32 and its k_cvt_gq form */
-static float *PART; static uint8_t *part_rd; static size_t nPart;
+/* ---- the "device" global arrays are gq_emul.h's; the occupancy the launcher is given ---- */
 static int wg_bps[2][2];     /* blocks an SM holds, [nwg == 4][bn == 128] */
-static uint8_t *row_on[4];   /* rows of each weight whose blocks run (all unless sampled) */
 
 /* ---- shared memory of the blocks of a cluster (CL <= 4), a shadow per 4-byte word; sh, meta, th,
  * wgs, phase: those of the block being simulated (set_block) ---- */
@@ -201,7 +134,6 @@ static meta_t metab[CLMAX][SH_MAX / 4], *meta = metab[0];
 static int shm_bytes, phase;
 
 /* ---- per thread and per warpgroup state ---- */
-typedef struct { int off; uint8_t data[16]; int group; } pend_t;
 typedef struct { uint16_t s[2], b[2]; float fs, fb; int valid; } sc_t;   /* gq_sc<ST>: bf16 halves, or f16 as f32 */
 typedef struct {
     int committed, npend;
@@ -285,29 +217,20 @@ static void cp_async16(int tid, int off, const void *src) {
         m->ptid = (int16_t)tid;
     }
     thr_t *T = &th[tid];
-    assert(T->npend < 64);
-    pend_t *p = &T->pend[T->npend++];
-    p->off = off; p->group = T->committed;
-    if (src) memcpy(p->data, src, 16); else memset(p->data, 0, 16);
+    pend_push(T->pend, &T->npend, 64, T->committed, off, src);
 }
 static void cp_async_commit(int tid) { th[tid].committed++; }
-static void cp_async_wait(int tid, int N) {
+static void cp_land(int tid, const pend_t *p) {   /* a copy of thread tid lands: not yet fenced for the async proxy */
     thr_t *T = &th[tid];
-    int k = 0;
-    for (int j = 0; j < T->npend; j++) {
-        pend_t *p = &T->pend[j];
-        if (p->group < T->committed - N) {
-            for (int i = p->off / 4; i < p->off / 4 + 4; i++) {
-                meta_t *m = &meta[i];
-                CHECK(!(m->rph == phase && m->rtid != tid), "race: copy of thread %d lands in shared word %d read by %d in its phase", tid, i, m->rtid);
-                m->ptid = -1; m->written = 1; m->lph = phase; m->ltid = (int16_t)tid; m->fph = -1; m->lcph = blks[cur].cep;
-                if (T->nland < 128) T->land[T->nland++] = i;
-            }
-            memcpy(sh + p->off, p->data, 16);
-        } else T->pend[k++] = *p;
+    for (int i = p->off / 4; i < p->off / 4 + 4; i++) {
+        meta_t *m = &meta[i];
+        CHECK(!(m->rph == phase && m->rtid != tid), "race: copy of thread %d lands in shared word %d read by %d in its phase", tid, i, m->rtid);
+        m->ptid = -1; m->written = 1; m->lph = phase; m->ltid = (int16_t)tid; m->fph = -1; m->lcph = blks[cur].cep;
+        if (T->nland < 128) T->land[T->nland++] = i;
     }
-    T->npend = k;
+    memcpy(sh + p->off, p->data, 16);
 }
+static void cp_async_wait(int tid, int N) { thr_t *T = &th[tid]; pend_wait(T->pend, &T->npend, T->committed, N, tid, cp_land); }
 static void fence_proxy_async(int tid) {   /* fence.proxy.async.shared::cta: this thread's landed copies, to the async proxy */
     thr_t *T = &th[tid];
     for (int j = 0; j < T->nland; j++) meta[T->land[j]].fph = phase;
@@ -397,23 +320,7 @@ static void cl_barrier(void) {
 /* ---- bank wavefronts of one warp instruction (128 bytes a wavefront) ---- */
 enum { BK_CPX, BK_CPW, BK_U2, BK_N };
 static const char *bk_name[BK_N] = {"cp.async x", "cp.async W", "uint2 W"};
-static struct { long ins, wav, ideal, maxw; } bk[BK_N];
-static void bank_count(int kind, const int *off, int nb, int nl) {
-    int words[32][32], cnt[32] = {0}, total = 0;
-    for (int l = 0; l < nl; l++) {
-        if (off[l] < 0) continue;
-        for (int wd = off[l] / 4; wd < (off[l] + nb) / 4; wd++) {
-            const int b = wd % 32;
-            int seen = 0;
-            for (int j = 0; j < cnt[b]; j++) seen |= words[b][j] == wd;
-            if (!seen) { assert(cnt[b] < 32); words[b][cnt[b]++] = wd; total++; }
-        }
-    }
-    int w = 0;
-    for (int b = 0; b < 32; b++) if (cnt[b] > w) w = cnt[b];
-    bk[kind].ins++; bk[kind].wav += w; bk[kind].ideal += (total * 4 + 127) / 128;
-    if (w > bk[kind].maxw) bk[kind].maxw = w;
-}
+static bank_t bk[BK_N];
 
 /* ---- 32-byte global sectors of one warp instruction (the arrays 32-byte aligned, as cudaMalloc's) ---- */
 enum { SC_X, SC_W, SC_PAIRS, SC_N };
@@ -438,24 +345,6 @@ static void sector_count(int kind, const int64_t *byteoff, int nb, int nl) {
 }
 
 /* ---- the kernel's device helpers, transcribed ---- */
-static int gq_perm(int P) {
-    const int cq = P >> 4, sh_ = (P >> 3) & 1, q = P & 7, e = q >> 2, p = q & 3;
-    if (mutant == MUT_GQPERM) return 16 * (2 * sh_ + (p >> 1)) + 8 * e + 2 * cq + (p & 1);   /* e and h swapped */
-    return 16 * (2 * sh_ + (p >> 1)) + 8 * (p & 1) + 2 * cq + e;
-}
-static void k_cvt_gq(int64_t total) {   /* st_gq: xg[(i & ~63) + gq_perm(i & 63)] = bf16(x[i]) */
-    uint8_t *seen = calloc((size_t)total, 1);
-    for (int64_t i = 0; i < total; i++) {
-        const int64_t d = (i & ~(int64_t)63) + gq_perm((int)(i & 63));
-        CHECK(d >= 0 && d < total, "k_cvt_gq store OOB");
-        if (d < 0 || d >= total) continue;
-        CHECK(!seen[d], "k_cvt_gq writes element %lld twice", (long long)d);
-        seen[d] = 1;
-        XB[d] = f2bf(XF[i]);
-    }
-    for (int64_t i = 0; i < total; i++) CHECK(seen[i], "k_cvt_gq leaves element %lld unwritten", (long long)i);
-    free(seen);
-}
 /* up_pairs: t[gi * rows + r] = s[r * ngw + gi] | b[r * ngw + gi] << 16 */
 static void up_pairs(wt_t *W, int ngw) {
     for (int gi = 0; gi < ngw; gi++)
@@ -480,29 +369,8 @@ static void load_pair(sc_t *sc, uint32_t v) {   /* gq_sc<ST>::load_pair */
 }
 static uint32_t gq_deq(uint32_t w, int p, const sc_t *sc) {
     CHECK(sc->valid, "dequantization with scales never loaded");
-    if (s_f16) {   /* gq_deq(w, p, float2): f32 fma, then __floats2bfloat162_rn */
-        const float f0 = fmaf(sc->fs, (float)((w >> (4 * p)) & 15u), sc->fb), f1 = fmaf(sc->fs, (float)((w >> (4 * p + 16)) & 15u), sc->fb);
-        return (uint32_t)f2bf(f0) | ((uint32_t)f2bf(f1) << 16);
-    }
-    const uint32_t t = ((w >> (4 * p)) & 0x000F000Fu) | 0x43004300u;   /* (128 + q0, 128 + q1) */
-    uint32_t u = 0;
-    for (int h = 0; h < 2; h++) {   /* __hsub2 (rn), then __hfma2 (one rounding), lane h with s2 / b2's half h */
-        const uint16_t v = (uint16_t)(t >> (16 * h));
-        const double q = bf2f(d2bf((double)bf2f(v) - (double)bf2f(f2bf(128.f))));
-        u |= (uint32_t)d2bf(fma(q, bf2f(sc->s[h]), bf2f(sc->b[h]))) << (16 * h);
-    }
-    return u;
+    return s_f16 ? gq_deq_f16(w, p, 4 * p + 16, sc->fs, sc->fb) : gq_deq_bf16(w, p, sc->s, sc->b);
 }
-static long nstores;   /* y / partial stores of k_gemm_wg */
-static void y_store(float *arr, size_t lo, size_t hi, size_t i, float v, const char *what) {
-    nstores++;
-    CHECK(i >= lo && i < hi, "%s store out of its range (%zu not in [%zu, %zu))", what, i, lo, hi);
-    if (i < lo || i >= hi) return;
-    CHECK(arr[i] != arr[i], "%s element %zu written twice", what, i);
-    CHECK(v == v, "%s element %zu stored as NaN", what, i);
-    arr[i] = v;
-}
-
 
 /* ---- wgmma ---- */
 static uint64_t wg_desc(uint32_t saddr) {   /* no swizzle, LBO 128, SBO 1024 */
@@ -615,7 +483,7 @@ static void issue_warp(int w, int it) {
         offs[l] = di; src[l] = (int64_t)wi * 4;
         if (wi + 4 <= wt[kb_k].nW) cp_async16(tid, di, wt[kb_k].W + wi);
     }
-    bank_count(BK_CPW, offs, 16, 32);
+    bank_count(&bk[BK_CPW], offs, 16, 32);
     sector_count(SC_W, src, 16, 32);
     /* PT tokens (this block's part of the tile: BN / CL from token crank * PT) x 8 pieces of 16 bytes,
      * one instruction a pass (u = tid, tid + T, ... < PT * 8) */
@@ -635,7 +503,7 @@ static void issue_warp(int w, int it) {
             blks[cur].xpieces++;
             if (xe + 8 <= nX) cp_async16(tid, di, (tk < kb_n || mutant == MUT_NOZFILL) ? (const void *)(XB + xe) : NULL);
         }
-        bank_count(BK_CPX, offs, 16, 32);
+        bank_count(&bk[BK_CPX], offs, 16, 32);
         sector_count(SC_X, src, 16, 32);
     }
 }
@@ -645,41 +513,11 @@ static void gm_store(int tid, int k, int rows, int n, int m0, int n0, int bz, in
     const int lane = tid & 31, g = lane >> 2, c = (mutant == MUT_STORE_C ? 1 : 2) * (lane & 3);
     CHECK(wgs[tid >> 7].nq == 0, "thread %d reads its accumulators with %d wgmmas of its warpgroup pending", tid, wgs[tid >> 7].nq);
     const float (*acc)[4] = (const float (*)[4])th[tid].d;
-    const int r0 = m0 + g, r1 = m0 + g + 8;
-    const float *bias = has_part ? NULL : wt[k].bias;
-    const float b0 = bias && r0 < rows ? bias[r0] : 0.f, b1 = bias && r1 < rows ? bias[r1] : 0.f;
-    float *y; size_t lo, hi; const char *what;
-    if (has_part) {
-        const size_t ptot = (size_t)n * rb[NW], pk = (size_t)n * rb[k];
-        y = PART; lo = (size_t)bz * ptot + pk; hi = lo + (size_t)n * rows;   /* this weight's slice of part[bz] */
-        what = "partial";
+    if (has_part) {   /* checked against this weight's slice of part[bz]; the mutant's stores start at part[bz] + 0 */
+        const size_t ptot = (size_t)n * rb[NW], pk = (size_t)n * rb[k], lo = (size_t)bz * ptot + pk, hi = lo + (size_t)n * rows;
         assert(hi <= nPart);
-        const size_t base = (size_t)bz * ptot + (mutant == MUT_PART_RB ? 0 : pk);
-        for (int t = 0; t < kb_BN / 8; t++) {
-            const int tk = n0 + t * 8 + c;
-            if (r0 < rows) {
-                if (tk < n) y_store(y, lo, hi, base + (size_t)tk * rows + r0, acc[t][0], what);
-                if (tk + 1 < n) y_store(y, lo, hi, base + (size_t)(tk + 1) * rows + r0, acc[t][1], what);
-            }
-            if (r1 < rows) {
-                if (tk < n) y_store(y, lo, hi, base + (size_t)tk * rows + r1, acc[t][2], what);
-                if (tk + 1 < n) y_store(y, lo, hi, base + (size_t)(tk + 1) * rows + r1, acc[t][3], what);
-            }
-        }
-        return;
-    }
-    y = wt[k].y; lo = 0; hi = wt[k].ny; what = "y";
-    for (int t = 0; t < kb_BN / 8; t++) {
-        const int tk = n0 + t * 8 + c;
-        if (r0 < rows) {
-            if (tk < n) y_store(y, lo, hi, (size_t)tk * rows + r0, acc[t][0] + b0, what);
-            if (tk + 1 < n) y_store(y, lo, hi, (size_t)(tk + 1) * rows + r0, acc[t][1] + b0, what);
-        }
-        if (r1 < rows) {
-            if (tk < n) y_store(y, lo, hi, (size_t)tk * rows + r1, acc[t][2] + b1, what);
-            if (tk + 1 < n) y_store(y, lo, hi, (size_t)(tk + 1) * rows + r1, acc[t][3] + b1, what);
-        }
-    }
+        gm_store_nt(kb_BN / 8, acc, NULL, PART, (size_t)bz * ptot + (mutant == MUT_PART_RB ? 0 : pk), lo, hi, "partial", rows, n, m0, n0, g, c);
+    } else gm_store_nt(kb_BN / 8, acc, wt[k].bias, wt[k].y, 0, 0, wt[k].ny, "y", rows, n, m0, n0, g, c);
 }
 
 /* ---- k_gemm_wg<BN, NWG, ST, CL>: the CL blocks bx0 .. bx0 + CL - 1 of a thread block cluster (CL 1:
@@ -826,10 +664,10 @@ static void k_gemm_wg(int BN, int NWG, int CL, int bx0, int gx, int by, int bz, 
                         offh[l] = wbase + ((16 * wr + g + 8) * 8 + 2 * cq) * 4;
                         sh_read(tid, offl[l], 8, Tt->wl, "uint2 W (g)");
                     }
-                    bank_count(BK_U2, offl, 8, 32);
+                    bank_count(&bk[BK_U2], offl, 8, 32);
                     if (it + 1 < nk) { sector_count(SC_PAIRS, pi0, 4, 32); sector_count(SC_PAIRS, pi1, 4, 32); }
                     for (int l = 0; l < 32; l++) sh_read(w * 32 + l, offh[l], 8, th[w * 32 + l].wh, "uint2 W (g + 8)");
-                    bank_count(BK_U2, offh, 8, 32);
+                    bank_count(&bk[BK_U2], offh, 8, 32);
                 }
                 const uint64_t desc = wg_desc(xs0 + st * XB_);
                 for (int s = 0; s < 4; s++) {
@@ -882,48 +720,7 @@ static void k_gemm_wg(int BN, int NWG, int CL, int bx0, int gx, int by, int bz, 
     }
 }
 
-/* ---- k_gq_sum: one thread an element, adding the partials in split order + bias into y_k ---- */
-static void k_gq_sum(int nsplit, int n) {
-    const int64_t total = (int64_t)n * rb[NW];
-    const int64_t nthreads = nblk(total, 256) * 256;
-    for (int64_t i = 0; i < nthreads; i++) {
-        if (i >= total) continue;
-        int k = 0;
-        for (int j = 1; j < 4; j++) if (j < NW && i >= (int64_t)n * rb[j]) k = j;
-        const int64_t li = i - (int64_t)n * rb[k];
-        if (!row_on[k][li % wt[k].rows]) continue;   /* rows whose blocks ran (sampled cases) */
-        float a = 0.f;
-        for (int z = 0; z < nsplit; z++) {
-            const size_t pi = (size_t)z * total + i;
-            CHECK(pi < nPart, "k_gq_sum reads OOB");
-            if (pi >= nPart) continue;
-            CHECK(PART[pi] == PART[pi], "k_gq_sum reads an unwritten partial (split %d, elem %lld)", z, (long long)i);
-            part_rd[pi]++;
-            a += PART[pi];
-        }
-        y_store(wt[k].y, 0, wt[k].ny, (size_t)li, a + (wt[k].bias ? wt[k].bias[li % wt[k].rows] : 0.f), "y (k_gq_sum)");
-    }
-}
-static void gq_sum(int n, int nsplit) {
-    k_gq_sum(nsplit, n);
-    const int64_t total = (int64_t)n * rb[NW];
-    long unread = 0, twice = 0, unwritten = 0, yun = 0;
-    for (int z = 0; z < nsplit; z++)
-        for (int64_t i = 0; i < total; i++) {
-            int k = 0;
-            for (int j = 1; j < 4; j++) if (j < NW && i >= (int64_t)n * rb[j]) k = j;
-            if (!row_on[k][(i - (int64_t)n * rb[k]) % wt[k].rows]) continue;
-            const size_t pi = (size_t)z * total + i;
-            unread += part_rd[pi] == 0; twice += part_rd[pi] > 1; unwritten += PART[pi] != PART[pi];
-        }
-    CHECK(!unread && !twice && !unwritten, "k_gq_sum: partials: %ld never read, %ld read twice, %ld never written", unread, twice, unwritten);
-    for (int k = 0; k < NW; k++)
-        for (size_t i = 0; i < wt[k].ny; i++) yun += row_on[k][i % wt[k].rows] && wt[k].y[i] != wt[k].y[i];
-    CHECK(!yun, "k_gq_sum: %ld y elements never written", yun);
-}
-
 /* ---- one case: gq_gemm's choice, the launches, the reference ---- */
-typedef struct { const char *name; int nw, rows[4], cols, n, gs, f16, bias_mask, sample; } case_t;
 static double last_rel, worst_rel;
 static int inst_ran[2][2][2];   /* k_gemm_wg instantiations run: [bn == 128][nwg == 4][f16] */
 static int inst_cl_ran[2][2];   /* k_gemm_wg<128, 4, ST, CL> run: [CL == 4][f16] */
@@ -931,68 +728,16 @@ static int gq_cluster = 1;      /* c->gq_cluster (MLXCEL_CUDA_GEMM_CLUSTER) */
 static char summary[128][160];
 static int nsummary;
 
-/* y of the rows that ran against a double-precision reference: W = s q + b rounded once to bf16
- * (code j of a word at bits 4j, scales from the [row][group] arrays), x in bf16 */
-static double ref_check(const case_t *cs) {
-    const int nw = cs->nw, cols = cs->cols, n = cs->n, gs = cs->gs;
-    double maxerr = 0, maxref = 0;
-    long unwritten = 0;
-    double *xr = malloc(nX * sizeof(double));
-    for (size_t i = 0; i < nX; i++) xr[i] = bf2f(f2bf(XF[i]));
-    double *wrow = malloc((size_t)cols * sizeof(double));
-    for (int k = 0; k < nw; k++) {
-        const wt_t *W = &wt[k];
-        for (int r = 0; r < W->rows; r++) {
-            if (!row_on[k][r]) continue;
-            for (int c = 0; c < cols; c++) {
-                const int q = (W->W[(size_t)r * (cols / 8) + c / 8] >> (4 * (c % 8))) & 15;
-                const size_t si = (size_t)r * (cols / gs) + c / gs;
-                const double s = cs->f16 ? h2f(W->S[si]) : bf2f(W->S[si]), b = cs->f16 ? h2f(W->B[si]) : bf2f(W->B[si]);
-                wrow[c] = bf2f(d2bf(s * q + b));
-            }
-            for (int t = 0; t < n; t++) {
-                double a = 0;
-                const double *xt = xr + (size_t)t * cols;
-                for (int c = 0; c < cols; c++) a += wrow[c] * xt[c];
-                if (W->bias) a += W->bias[r];
-                const float y = W->y[(size_t)t * W->rows + r];
-                if (fabs(a) > maxref) maxref = fabs(a);
-                if (y != y) { unwritten++; continue; }
-                if (fabs(y - a) > maxerr) maxerr = fabs(y - a);
-            }
-        }
-    }
-    free(xr); free(wrow);
-    CHECK(!unwritten, "%ld y elements never written", unwritten);
-    const double rel = maxerr / (maxref > 0 ? maxref : 1);
-    CHECK(rel < 1e-5, "relative error %.2e", rel);
-    return rel;
-}
-
 static int run_case(const case_t *cs) {
     const int nw = cs->nw, cols = cs->cols, n = cs->n, gs = cs->gs;
-    int gsh = 0;
-    while ((1 << gsh) < gs) gsh++;
-    /* gq_rows / gq_gemm's conditions (q4, groups >= 16, 64-multiple cols, 16 < n <= 128, a set of <= 4) */
-    assert((1 << gsh) == gs && gsh >= 4 && cols % GQ_BK == 0 && n > MV_I8_MAX && n <= GQ_NMAX && nw >= 1 && nw <= 4);
-    NW = nw; s_f16 = cs->f16;
     /* gq_gemm's choice for the wgmma form, transcribed */
     const int bn = n <= 64 ? 64 : 128;
     const int nwg = cols >= 4096 ? 4 : 2, bm = 64 * nwg;
-    blk0[0] = rb[0] = 0;
-    for (int k = 0; k < nw; k++) {
-        blk0[k + 1] = blk0[k] + (int)nblk(cs->rows[k], bm);
-        rb[k + 1] = rb[k] + cs->rows[k];
-    }
-    const int64_t tiles = (int64_t)blk0[nw] * nblk(n, bn), ksteps = cols / GQ_BK;
+    const int gsh = gq_setup(cs, bm);   /* gq_rows / gq_gemm's conditions, blk0, rb */
+    const int64_t tiles = (int64_t)blk0[nw] * nblk(n, bn);
     const int64_t slots = (int64_t)wg_bps[nwg == 4][bn == 128] * SM_COUNT;
-    int ns = 1;
-    double best = 1e30;
-    for (int s = 1; s <= 16 && (s == 1 || s <= ksteps / 4); s++) {
-        const double cost = (double)((tiles * s + slots - 1) / slots) / s * (1.0 + 0.05 * (s - 1));
-        if (cost < best - 1e-9) { best = cost; ns = s; }
-    }
-    const int kchunk = (int)((ksteps + ns - 1) / ns) * GQ_BK, nsplit = (int)((cols + kchunk - 1) / kchunk);
+    int kchunk;
+    const int ns = gq_split(tiles, cols, slots, &kchunk), nsplit = (int)((cols + kchunk - 1) / kchunk);
     CHECK(nsplit >= 1 && nsplit <= ns && nsplit <= 16, "nsplit %d for ns %d", nsplit, ns);
     CHECK(kchunk % GQ_BK == 0, "kchunk %d not a multiple of 64", kchunk);
     const size_t shm = WG_SMEM(bn, nwg);   /* the launch's dynamic shared memory = the cudaFuncSetAttribute value */
@@ -1002,48 +747,19 @@ static int run_case(const case_t *cs) {
     CHECK(nblk(n, bn) <= 65535 && nsplit <= 65535, "grid too large");
     shm_bytes = (int)shm;
     assert(shm_bytes <= SH_MAX);
-    {   /* the splits' k steps cover cols once */
-        uint8_t *cov = calloc(cols, 1);
-        for (int z = 0; z < nsplit; z++) {
-            const int kb = z * kchunk, ke = imin(cols, kb + kchunk), nk = (ke - kb) / GQ_BK;
-            for (int c = kb; c < kb + nk * GQ_BK && c < cols; c++) cov[c]++;
-        }
-        int bad = 0;
-        for (int c = 0; c < cols; c++) bad += cov[c] != 1;
-        CHECK(!bad, "the splits cover %d of %d columns other than once (kchunk %d)", bad, cols, kchunk);
-        free(cov);
-    }
+    check_cover(cols, nsplit, kchunk);
 
-    /* data */
-    nX = (size_t)n * cols;
-    XF = malloc(nX * 4); XB = malloc(nX * 2);
-    for (int k = 0; k < nw; k++) {
-        wt_t *W = &wt[k];
-        const int rows = cs->rows[k];
-        W->rows = rows;
-        W->nW = (size_t)rows * cols / 8; W->W = malloc(W->nW * 4);
-        W->nS = (size_t)rows * (cols / gs); W->S = malloc(W->nS * 2); W->B = malloc(W->nS * 2); W->SB = malloc(W->nS * 4);
-        for (size_t i = 0; i < W->nW; i++) W->W[i] = ((uint32_t)rand() << 16) ^ (uint32_t)rand();
-        for (size_t i = 0; i < W->nS; i++) {
-            float s = frand() * 0.05f, b = frand() * 0.4f;
-            if (fabsf(s) < 1e-3f) s = 1e-3f;
-            if (fabsf(b) < 1e-3f) b = 1e-3f;
-            W->S[i] = cs->f16 ? f2h(s) : f2bf(s); W->B[i] = cs->f16 ? f2h(b) : f2bf(b);
-        }
-        up_pairs(W, cols / gs);
-        W->bias = NULL;
-        if (cs->bias_mask >> k & 1) { W->bias = malloc(rows * 4); for (int i = 0; i < rows; i++) W->bias[i] = frand(); }
-        W->ny = (size_t)n * rows; W->y = malloc(W->ny * 4);
-        for (size_t i = 0; i < W->ny; i++) W->y[i] = NAN;
-        row_on[k] = calloc(rows, 1);
+    gen_data(cs);
+    for (int k = 0; k < nw; k++) {   /* up_pairs (no rand(): the draws as gen_data made them) */
+        wt[k].SB = malloc(wt[k].nS * 4);
+        up_pairs(&wt[k], cols / gs);
     }
     /* clusters (c->gq_cluster, wg_cl_ok assumed): <128, 4> only, the grid padded to whole clusters */
     const int cl = nwg == 4 && bn == 128 ? gq_cluster : 1;
     const int gx = mutant == MUT_CL_NOPAD ? blk0[nw] : (blk0[nw] + cl - 1) / cl * cl, gy = (int)nblk(n, bn);
     CHECK(gx % cl == 0, "grid x %d not a multiple of the cluster size %d (the launch fails)", gx, cl);
     if (!quiet) { if (cl == 1) inst_ran[bn == 128][nwg == 4][cs->f16] = 1; else inst_cl_ran[cl == 4][cs->f16] = 1; }
-    nPart = nsplit > 1 ? (size_t)nsplit * n * rb[nw] : 0;   /* gq_gemm's scratch for part */
-    PART = nPart ? malloc(nPart * 4) : NULL; part_rd = nPart ? calloc(nPart, 1) : NULL;
+    alloc_part(nsplit, n);
     memset(bk, 0, sizeof bk);
     memset(sc_st, 0, sizeof sc_st);
 
@@ -1062,18 +778,11 @@ static int run_case(const case_t *cs) {
             for (int bx = c0; bx < c0 + cl && bx < gx; bx++) bx_on[bx] = (uint8_t)any;
         }
     }
-    for (int bx = 0; bx < gx; bx++) {
-        if (!bx_on[bx]) continue;
-        int k = 0;
-        for (int i = 1; i < nw; i++) if (bx >= blk0[i]) k = i;
-        for (int r = (bx - blk0[k]) * bm; r < (bx - blk0[k] + 1) * bm && r < cs->rows[k]; r++) row_on[k][r] = 1;
-    }
+    mark_rows(cs, bx_on, gx, bm);
 
     /* the launches: k_cvt_gq, k_gemm_wg (its partials poisoned first), with a split k_gq_sum */
     const int cf0 = check_fails;
-    for (size_t i = 0; i < nX; i++) XF[i] = frand();
-    k_cvt_gq((int64_t)n * cols);
-    for (size_t i = 0; i < nPart; i++) PART[i] = NAN;
+    launch_x(n, cols, mutant == MUT_GQPERM);
     for (int bz = 0; bz < nsplit; bz++)
         for (int by = 0; by < gy; by++)
             for (int bx0 = 0; bx0 < gx; bx0 += cl) {   /* a cluster of cl blocks (cl 1: a block) */
@@ -1081,14 +790,13 @@ static int run_case(const case_t *cs) {
                 for (int bx = bx0; bx < bx0 + cl && bx < gx; bx++) any |= bx_on[bx];
                 if (any) k_gemm_wg(bn, nwg, cl, bx0, gx, by, bz, cols, n, gsh, kchunk, nsplit > 1);
             }
-    if (nsplit > 1) gq_sum(n, nsplit);
-    const double rel = ref_check(cs);
+    const double rel = launch_sum_check(cs, nsplit);
     last_rel = rel;
     const int ok = check_fails == cf0;
     if (!quiet) {
         if (rel > worst_rel) worst_rel = rel;
-        char rws[64] = "";
-        for (int k = 0; k < nw; k++) snprintf(rws + strlen(rws), sizeof rws - strlen(rws), "%s%d", k ? "," : "", cs->rows[k]);
+        char rws[64];
+        rows_str(cs, rws, sizeof rws);
         int nblocks = 0;
         for (int bx = 0; bx < gx; bx++) nblocks += bx_on[bx];
         printf("%-8s rows %-14s cols %5d n %3d gs %3d %s bias %x | k_gemm_wg<%3d, %d, %s, %d> bps %d ns %2d kchunk %4d nsplit %2d"
@@ -1111,25 +819,15 @@ static int run_case(const case_t *cs) {
         snprintf(summary[nsummary++], sizeof summary[0], "%-8s %d  <%3d,%d,%s,%d> %3d %7d %7d %9.2e %s", cs->name,
                  wg_bps[nwg == 4][bn == 128], bn, nwg, cs->f16 ? "half" : "bf16", cl, ns, kchunk, nsplit, rel, check_fails == cf0 ? "OK" : "FAILED");
     free(bx_on);
-    for (int k = 0; k < nw; k++) {
-        free(wt[k].W); free(wt[k].S); free(wt[k].B); free(wt[k].SB); free(wt[k].bias); free(wt[k].y); free(row_on[k]);
-    }
-    free(XF); free(XB); free(PART); free(part_rd);
+    free_data(nw);
     return check_fails == cf0;
 }
 
 int main(void) {
     srand(1);
-    {   /* gq_perm: a bijection of 0..63 matching the A fragments (lane cq, k16 step s, half h,
-         * element e hold code 16 cq + 8 (s >> 1) + 2 (s & 1) + h + 4 e) */
-        int seen[64] = {0};
-        for (int P = 0; P < 64; P++) seen[gq_perm(P)]++;
-        for (int L = 0; L < 64; L++) CHECK(seen[L] == 1, "gq_perm not a bijection at %d", L);
-        for (int cq = 0; cq < 4; cq++) for (int s = 0; s < 4; s++) for (int h = 0; h < 2; h++) for (int e = 0; e < 2; e++)
-            CHECK(gq_perm(16 * cq + 8 * (s >> 1) + 2 * (s & 1) + h + 4 * e) == 16 * s + 8 * h + 2 * cq + e, "gq_perm vs A fragment");
-        /* the descriptor's start field must not carry out of its 14 bits on desc + 16 s over the whole shared memory */
-        CHECK(((SH_MAX >> 4) + 48) <= 0x3FFF, "descriptor start field overflows");
-    }
+    check_gq_perm(0);   /* gq_perm: a bijection matching the A fragments (k16 step s) */
+    /* the descriptor's start field must not carry out of its 14 bits on desc + 16 s over the whole shared memory */
+    CHECK(((SH_MAX >> 4) + 48) <= 0x3FFF, "descriptor start field overflows");
     const case_t cases[] = {
         /* NWG 2 (cols < 4096) */
         {"c1", 1, {300}, 512, 17, 64, 0, 1, 0},              /* BN 64, a partial row block (44 rows), bias */
@@ -1208,27 +906,20 @@ int main(void) {
     for (int i = 0; i < 2; i++) for (int j = 0; j < 2; j++) wg_bps[i][j] = 1;
     int missed = 0;
     for (int m = 1; m < MUT_N; m++) {
-        mutant = m; quiet = 1; nfirst = 0;
-        const int cf0 = check_fails, f0 = fails;
+        mutant = m;
+        const mut_run_t mr = mutant_begin();
         double worst = 0;
         if (m < MUT_CL_FIRST)
             for (size_t i = 0; i < sizeof mcases / sizeof mcases[0]; i++) { run_case(&mcases[i]); if (last_rel > worst) worst = last_rel; }
         else   /* cheapest first, up to the first that catches it (time) */
-            for (size_t i = 0; i < sizeof cmcases / sizeof cmcases[0] && check_fails == cf0; i++) {
+            for (size_t i = 0; i < sizeof cmcases / sizeof cmcases[0] && check_fails == mr.cf0; i++) {
                 gq_cluster = cmcases[i].cl;
                 run_case(&cmcases[i].c);
                 if (last_rel > worst) worst = last_rel;
                 gq_cluster = 1;
             }
-        const int caught = check_fails > cf0, nf = check_fails - cf0;
-        fails = f0; check_fails = cf0;
-        mutant = MUT_NONE; quiet = 0;
-        printf("MUTANT %s: %s (%d check failures, worst rel err %.1e; first: %s%s%s%s%s)\n", mut_name[m], caught ? "caught" : "NOT caught",
-               nf, worst, nfirst ? first_msg[0] : "", nfirst > 1 ? "; then: " : "", nfirst > 1 ? first_msg[1] : "", nfirst > 2 ? "; then: " : "",
-               nfirst > 2 ? first_msg[2] : "");
-        if (!caught) missed++;
+        mutant = MUT_NONE;
+        if (!mutant_end(mut_name[m], mr, worst)) missed++;
     }
-    if (!nbad && !missed && !check_fails) printf("SIM: all OK\n");
-    else printf("SIM: %d failing cases, %d mutants not caught\n", nbad, missed);
-    return nbad || missed;
+    return sim_verdict(nbad, missed);
 }
