@@ -120,7 +120,9 @@ status=0
 
 if has ops; then
   echo "== op tests"
-  MLXCEL_LOG=info $T 2>&1 | tee "$OUTD/test.log"
+  # a time limit: a kernel that deadlocks (e.g. a cluster barrier) must fail the stage, not the call
+  timeout "${GPU_CHECK_OPS_TIMEOUT:-300}" env MLXCEL_LOG=info $T 2>&1 | tee "$OUTD/test.log"
+  [ "${PIPESTATUS[0]}" = 124 ] && { echo "FAIL op tests: timed out after ${GPU_CHECK_OPS_TIMEOUT:-300} s" >>"$OUTD/test.log"; }
   pass=$(grep -c '^PASS ' "$OUTD/test.log"); fail=$(grep -c '^FAIL ' "$OUTD/test.log")
   if [ -x $B/tests/test_cuda_topk ]; then
     $B/tests/test_cuda_topk 2>&1 | tee -a "$OUTD/test.log" | grep -E '^(PASS|FAIL)'
@@ -153,7 +155,8 @@ fi
 bench() {   # label args...: one `mlxcel bench` run on the GPU, its table rows into the summary
   local label=$1; shift
   echo "== bench $label: mlxcel bench $*"
-  MLXCEL_DEVICE=gpu $M bench "$@" 2>&1 | tee -a "$OUTD/bench.log" | tee "$OUTD/last.txt"
+  MLXCEL_DEVICE=gpu timeout "${GPU_CHECK_BENCH_TIMEOUT:-180}" $M bench "$@" 2>&1 | tee -a "$OUTD/bench.log" | tee "$OUTD/last.txt"
+  [ "${PIPESTATUS[0]}" = 124 ] && say "$label: timed out"
   grep -E '^\| ' "$OUTD/last.txt" | grep -v -E 'model|---' | sed "s/^/$label /" >>"$SUMMARY"
   grep -E '^cuda profile:' "$OUTD/last.txt" | head -24 | sed "s/^cuda profile:/$label prof/" >>"$SUMMARY"   # MLXCEL_CUDA_PROFILE=1
   grep -E '^bandwidth ' "$OUTD/last.txt" | sed "s/^/$label /" >>"$SUMMARY"   # --bandwidth
