@@ -1081,6 +1081,14 @@ static int run_bench(bool mv_only) {
 }
 #endif /* MLXCEL_HAVE_CUDA */
 
+/* every short attention case under the current switches, named NAME + sfx */
+static void run_att_cases(const char *sfx) {
+    for (size_t i = 0; i < sizeof g_att / sizeof g_att[0]; i++) {
+        char nm[96]; snprintf(nm, sizeof nm, "%s%s", g_att[i].name, sfx);
+        RUN_NAMED(nm, check_attention, &g_att[i]);
+    }
+}
+
 int main(int argc, char **argv) {
     (void)argc; (void)argv;
 #ifdef MLXCEL_HAVE_CUDA
@@ -1152,21 +1160,15 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < sizeof g_emb / sizeof g_emb[0]; i++) RUN_NAMED(g_emb[i].name, check_embed, &g_emb[i]);
     RUN(test_norms);
     RUN(test_rope);
-    for (size_t i = 0; i < sizeof g_att / sizeof g_att[0]; i++) RUN_NAMED(g_att[i].name, check_attention, &g_att[i]);
+    run_att_cases("");
     /* the same with the CUDA-core tiled kernel for prompts instead of the tensor-core one (default
      * where it applies: bf16 cache, head size 32/64/128), then the per-(token, head) kernel */
     mx_backend_cuda_set_mma_attention(&G, false);
-    for (size_t i = 0; i < sizeof g_att / sizeof g_att[0]; i++) {
-        char nm[96]; snprintf(nm, sizeof nm, "%s_tiled", g_att[i].name);
-        RUN_NAMED(nm, check_attention, &g_att[i]);
-    }
+    run_att_cases("_tiled");
     mx_backend_cuda_set_mma_attention(&G, true);
     /* decode steps with the query heads of a KV head in one block, forced for the small batches */
     mx_backend_cuda_set_gqa_attention(&G, 2);
-    for (size_t i = 0; i < sizeof g_att / sizeof g_att[0]; i++) {
-        char nm[96]; snprintf(nm, sizeof nm, "%s_gqa", g_att[i].name);
-        RUN_NAMED(nm, check_attention, &g_att[i]);
-    }
+    run_att_cases("_gqa");
     mx_backend_cuda_set_gqa_attention(&G, 1);
     /* long contexts through each decode kernel: k_attn_vec (default) and k_attn, each with few
      * blocks (16 warps a head) and with the query heads of a KV head in one block */
@@ -1184,17 +1186,11 @@ int main(int argc, char **argv) {
     /* the short cases through k_attn (lanes split a head's values), forced to group heads */
     mx_backend_cuda_set_vec_attention(&G, false);
     mx_backend_cuda_set_gqa_attention(&G, 2);
-    for (size_t i = 0; i < sizeof g_att / sizeof g_att[0]; i++) {
-        char nm[96]; snprintf(nm, sizeof nm, "%s_lanes_gqa", g_att[i].name);
-        RUN_NAMED(nm, check_attention, &g_att[i]);
-    }
+    run_att_cases("_lanes_gqa");
     mx_backend_cuda_set_gqa_attention(&G, 1);
     mx_backend_cuda_set_vec_attention(&G, true);
     mx_backend_cuda_set_tiled_attention(&G, false);
-    for (size_t i = 0; i < sizeof g_att / sizeof g_att[0]; i++) {
-        char nm[96]; snprintf(nm, sizeof nm, "%s_pertoken", g_att[i].name);
-        RUN_NAMED(nm, check_attention, &g_att[i]);
-    }
+    run_att_cases("_pertoken");
     mx_backend_cuda_set_tiled_attention(&G, true);
     RUN(test_elementwise);
     RUN(test_graph_steps);
