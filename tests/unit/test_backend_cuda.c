@@ -1079,7 +1079,6 @@ static int run_bench(bool mv_only) {
     bench_model(SH_LLAMA8B, 0, copy);
     return mx_backend_cuda_status(&G) == MX_OK ? 0 : 1;
 }
-#endif /* MLXCEL_HAVE_CUDA */
 
 /* every short attention case under the current switches, named NAME + sfx */
 static void run_att_cases(const char *sfx) {
@@ -1088,6 +1087,7 @@ static void run_att_cases(const char *sfx) {
         RUN_NAMED(nm, check_attention, &g_att[i]);
     }
 }
+#endif /* MLXCEL_HAVE_CUDA */
 
 int main(int argc, char **argv) {
     (void)argc; (void)argv;
