@@ -197,10 +197,11 @@ if has bench && [ $full = 1 ]; then
   MLXCEL_CUDA_GEMM=mma bench llama8b-q4-mma-b32 --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 32 -r 2
   MLXCEL_CUDA_GEMM=mma bench qwen06-q4-mma-b32 --config $Q06 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 32 -r 2
   MLXCEL_CUDA_GEMM=mma bench qwen06-q4-mma-b128-d128 --config $Q06 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 128 -d 128 -r 2
-  # experimental: the wgmma form in thread block clusters sharing x tiles (not yet run on a GPU
-  # when written; see NOTES.md)
-  MLXCEL_CUDA_GEMM_CLUSTER=2 bench llama8b-q4-cluster2-b128-d128 --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 128 -d 128 -r 2
-  MLXCEL_CUDA_GEMM_CLUSTER=4 bench llama8b-q4-cluster4-b128-d128 --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 128 -d 128 -r 2
+  # the wgmma form's split-k sums through memory and k_gq_sum instead of in clusters, and its k loop
+  # not rotated by block
+  MLXCEL_CUDA_GEMM_CLUSTER=0 bench llama8b-q4-nocluster-b128-d128 --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 128 -d 128 -r 2
+  MLXCEL_CUDA_GEMM_CLUSTER=0 bench llama8b-q4-nocluster-b32 --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 32 -r 2
+  MLXCEL_CUDA_GEMM_ROT=0 bench llama8b-q4-norot-b128-d128 --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 128 -d 128 -r 2
   MLXCEL_CUDA_GEMM=wgmma bench qwen06-q4-wgmma-b128-d128 --config $Q06 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 128 -d 128 -r 2
   for v in ${GPU_CHECK_EXTRA_BENCH:-}; do   # e.g. "llama8b-q4-f32mv" rows with MLXCEL_CUDA_MV=f32
     case $v in
@@ -271,10 +272,11 @@ fi
 
 if has ncu && [ $full = 1 ] && command -v ncu >/dev/null; then
   # NAME (q4 decode), NAME:pp (q4 prefill 512), NAME:bf16 (bf16 decode) or NAME:b128 (q4 decode of
-  # 128 sequences after 128-token prompts; the table then covers the prompts too), e.g. llama3.1-8b:bf16
+  # 128 sequences from empty contexts: the 128 prompts of -d 128 made ncu run past its time limit,
+  # and the GEMMs, which are most of the step, do not depend on the depth), e.g. llama3.1-8b:bf16
   for spec in ${GPU_CHECK_NCU:-qwen3-0.6b qwen3-0.6b:pp}; do
   cfgname=${spec%%:*} what="-p 0 -n 3" fmt="--q-bits 4"
-  case $spec in *:pp) what="-p 512 -n 0" ;; *:bf16) fmt="--dtype bf16" ;; *:b128) what="-p 0 -n 2 -b 128 -d 128" ;; esac
+  case $spec in *:pp) what="-p 512 -n 0" ;; *:bf16) fmt="--dtype bf16" ;; *:b128) what="-p 0 -n 2 -b 128 -d 0" ;; esac
   echo "== per-kernel times (ncu), $spec ($fmt $what)"
   # shellcheck disable=SC2086
   MLXCEL_DEVICE=gpu timeout 240 ncu --clock-control none --metrics gpu__time_duration.sum --csv --log-file "$OUTD/ncu-${spec/:/-}.csv" \

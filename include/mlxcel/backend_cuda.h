@@ -75,10 +75,6 @@ mx_status mx_backend_cuda_set_gemm(mx_backend *b, const char *mode);
 /* Whether the wgmma form of the GEMM on packed weights runs on this GPU (sm_90 with the sm_90a
  * code loaded). */
 bool mx_backend_cuda_has_wgmma(mx_backend *b);
-/* Experimental (MLXCEL_CUDA_GEMM_CLUSTER at init takes the same values): the wgmma GEMM's
- * 256-row, 128-token form in thread block clusters of 2 or 4 blocks that share each x tile through
- * distributed shared memory; 1 (default) off. Other values are MX_ERR_INVALID_ARG. */
-mx_status mx_backend_cuda_set_gemm_cluster(mx_backend *b, int blocks);
 /* Programmatic dependent launch for the backend's kernels: each may start while the previous
  * kernel finishes and waits for it on the device. On by default; MLXCEL_CUDA_PDL=0 at init turns
  * it off. */

@@ -46,7 +46,7 @@ static void test_select(void) {
                                          {"MLXCEL_CUDA_GEMM", "fast"}, {"MLXCEL_CUDA_DQ_MB", "0"},
                                          {"MLXCEL_CUDA_DQ_MB", "12x"}, {"MLXCEL_CUDA_KV", "fp8"},
                                          {"MLXCEL_CUDA_GRAPHS", "off"}, {"MLXCEL_CUDA_ATTN_GQA", "yes"},
-                                         {"MLXCEL_CUDA_ATTN_DEC", "flash"}, {"MLXCEL_CUDA_GEMM_CLUSTER", "3"}};
+                                         {"MLXCEL_CUDA_ATTN_DEC", "flash"}, {"MLXCEL_CUDA_GEMM_ROT", "on"}};
     unsetenv("MLXCEL_DEVICE");
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         setenv(bad[i][0], bad[i][1], 1);
@@ -56,9 +56,9 @@ static void test_select(void) {
         unsetenv(bad[i][0]);
     }
     setenv("MLXCEL_CUDA_ATTN", "tiled", 1); setenv("MLXCEL_CUDA_PDL", "2", 1); setenv("MLXCEL_CUDA_DQ_MB", "8", 1);
-    setenv("MLXCEL_CUDA_ATTN_DEC", "lanes", 1); setenv("MLXCEL_CUDA_GEMM", "wgmma", 1); setenv("MLXCEL_CUDA_GEMM_CLUSTER", "2", 1);
+    setenv("MLXCEL_CUDA_ATTN_DEC", "lanes", 1); setenv("MLXCEL_CUDA_GEMM", "wgmma", 1); setenv("MLXCEL_CUDA_GEMM_ROT", "0", 1);
     TCHECK(mx_backend_cuda_check_env() == MX_OK, "good switches refused: %s", mx_last_error());
-    unsetenv("MLXCEL_CUDA_ATTN_DEC"); unsetenv("MLXCEL_CUDA_GEMM"); unsetenv("MLXCEL_CUDA_GEMM_CLUSTER");
+    unsetenv("MLXCEL_CUDA_ATTN_DEC"); unsetenv("MLXCEL_CUDA_GEMM"); unsetenv("MLXCEL_CUDA_GEMM_ROT");
     setenv("MLXCEL_CUDA_ATTN", "", 1);   /* empty: the default */
     TCHECK(mx_backend_cuda_check_env() == MX_OK, "empty switch refused: %s", mx_last_error());
     unsetenv("MLXCEL_CUDA_ATTN"); unsetenv("MLXCEL_CUDA_PDL"); unsetenv("MLXCEL_CUDA_DQ_MB");
@@ -1142,18 +1142,6 @@ int main(int argc, char **argv) {
     }
     TCHECK(mx_backend_cuda_set_gemm(&G, "fused") != MX_OK, "set_gemm takes an unknown mode");
     TCHECK(mx_backend_cuda_set_gemm(&G, "auto") == MX_OK, "set_gemm auto");
-    /* the experimental clusters of the wgmma form (256 rows, 128 tokens: >= 4096 columns and
-     * 65..128 rows of x) */
-    TCHECK(mx_backend_cuda_set_gemm_cluster(&G, 3) != MX_OK, "set_gemm_cluster takes 3");
-    for (int cl = 2; cl <= 4; cl *= 2) {
-        TCHECK(mx_backend_cuda_set_gemm_cluster(&G, cl) == MX_OK, "set_gemm_cluster %d", cl);
-        for (size_t i = 0; i < sizeof g_mm / sizeof g_mm[0]; i++) {
-            if (g_mm[i].bits != 4 || g_mm[i].n <= 64 || g_mm[i].cols < 4096) continue;
-            char nm[96]; snprintf(nm, sizeof nm, "%s_cluster%d", g_mm[i].name, cl);
-            RUN_NAMED(nm, check_matmul, &g_mm[i]);
-        }
-    }
-    TCHECK(mx_backend_cuda_set_gemm_cluster(&G, 1) == MX_OK, "set_gemm_cluster 1");
     RUN(test_fusions);
     RUN(test_dense_sets);
     RUN(test_gq_forms);

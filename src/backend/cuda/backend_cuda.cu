@@ -122,9 +122,7 @@ struct cu_ctx {
     bool gq_ok;                            /* k_gemm_gq's shared memory limit could be raised */
     int gq_bps[2];                         /* k_gemm_gq<64>, <128>: blocks a multiprocessor holds */
     bool wg_ok;                            /* k_gemm_wg runs here: its sm_90a code was loaded */
-    int gq_cluster;                        /* k_gemm_wg<128, 4> in clusters of 1, 2 or 4 blocks sharing x
-                                            * tiles (MLXCEL_CUDA_GEMM_CLUSTER, experimental) */
-    bool wg_cl_ok;                         /* those cluster kernels could be set up */
+    int gq_rot;                            /* k_gemm_wg's k loop rotated by block (MLXCEL_CUDA_GEMM_ROT) */
     int wg_bps[2][2];                      /* k_gemm_wg<64 | 128, 2 | 4 warpgroups>: blocks a multiprocessor
                                             * holds, [nwg == 4][bn == 128] */
     void *xq; size_t xq_cap;               /* activations quantized to int8 (k_quant_x) */
@@ -159,35 +157,21 @@ struct pdl_launch {
     void (*k)(KArgs...);
     dim3 g, b;
     size_t shm;
-    unsigned cl;   /* > 1: thread block clusters of cl blocks along x */
     template <typename... Args> void operator()(Args &&...args) const {
-        if (!c->pdl && cl <= 1) { k<<<g, b, shm, c->st>>>(static_cast<KArgs>(args)...); return; }
+        if (!c->pdl) { k<<<g, b, shm, c->st>>>(static_cast<KArgs>(args)...); return; }
         cudaLaunchConfig_t cfg = {};
-        cudaLaunchAttribute at[2] = {};
-        unsigned na = 0;
-        if (c->pdl) {
-            at[na].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-            at[na++].val.programmaticStreamSerializationAllowed = 1;
-        }
-        if (cl > 1) {
-            at[na].id = cudaLaunchAttributeClusterDimension;
-            at[na].val.clusterDim.x = cl; at[na].val.clusterDim.y = 1; at[na++].val.clusterDim.z = 1;
-        }
+        cudaLaunchAttribute at[1] = {};
+        at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        at[0].val.programmaticStreamSerializationAllowed = 1;
         cfg.gridDim = g; cfg.blockDim = b; cfg.dynamicSmemBytes = shm; cfg.stream = c->st;
-        cfg.attrs = at; cfg.numAttrs = na;
+        cfg.attrs = at; cfg.numAttrs = 1;
         cudaLaunchKernelEx(&cfg, k, static_cast<KArgs>(args)...);
     }
 };
 template <typename... KArgs>
 static pdl_launch<KArgs...> PL(cu_ctx *c, void (*k)(KArgs...), dim3 g, dim3 b, size_t shm) {
     pdl_launch<KArgs...> l;
-    l.c = c; l.k = k; l.g = g; l.b = b; l.shm = shm; l.cl = 1;
-    return l;
-}
-template <typename... KArgs>   /* the same in clusters of cl blocks along x (gridDim.x a multiple of cl) */
-static pdl_launch<KArgs...> PLC(cu_ctx *c, void (*k)(KArgs...), dim3 g, dim3 b, size_t shm, unsigned cl) {
-    pdl_launch<KArgs...> l = PL(c, k, g, b, shm);
-    l.cl = cl;
+    l.c = c; l.k = k; l.g = g; l.b = b; l.shm = shm;
     return l;
 }
 
@@ -195,7 +179,7 @@ static pdl_launch<KArgs...> PLC(cu_ctx *c, void (*k)(KArgs...), dim3 g, dim3 b, 
  * the default; anything else is an error naming the variable and what it takes. */
 enum { GM_AUTO, GM_CUBLAS, GM_MMA, GM_WG, GM_NMODES };   /* MLXCEL_CUDA_GEMM, in k_gemm_modes' order */
 static const char *const k_gemm_modes[] = {"auto", "cublas", "mma", "wgmma"};
-struct cu_switches { int attn, attn_dec, gqa, gemm, gemm_cl, pdl, mv, profile, kv, graphs; long dq_mb; };   /* kv: checked here, read by kv_init */
+struct cu_switches { int attn, attn_dec, gqa, gemm, gemm_rot, pdl, mv, profile, kv, graphs; long dq_mb; };   /* kv: checked here, read by kv_init */
 static mx_status env_choice(const char *name, const char *const *vals, int n, int def, int *out) {
     const char *e = getenv(name);
     *out = def;
@@ -210,14 +194,14 @@ static mx_status env_choice(const char *name, const char *const *vals, int n, in
 static mx_status read_switches(cu_switches *sw) {
     static const char *const attn[] = {"mma", "tiled", "pertoken"}, *const attn_dec[] = {"vec", "lanes"},
                              *const onoff[] = {"0", "1"},
-                             *const pdl[] = {"0", "1", "2"}, *const gemm_cl[] = {"1", "2", "4"},
+                             *const pdl[] = {"0", "1", "2"},
                              *const mv[] = {"i8", "f32"}, *const kv[] = {"bf16", "f32"};
     mx_status st;
     if ((st = env_choice("MLXCEL_CUDA_ATTN", attn, 3, 0, &sw->attn)) ||
         (st = env_choice("MLXCEL_CUDA_ATTN_DEC", attn_dec, 2, 0, &sw->attn_dec)) ||
         (st = env_choice("MLXCEL_CUDA_ATTN_GQA", onoff, 2, 1, &sw->gqa)) ||
         (st = env_choice("MLXCEL_CUDA_GEMM", k_gemm_modes, GM_NMODES, GM_AUTO, &sw->gemm)) ||
-        (st = env_choice("MLXCEL_CUDA_GEMM_CLUSTER", gemm_cl, 3, 0, &sw->gemm_cl)) ||
+        (st = env_choice("MLXCEL_CUDA_GEMM_ROT", onoff, 2, 1, &sw->gemm_rot)) ||
         (st = env_choice("MLXCEL_CUDA_PDL", pdl, 3, 2, &sw->pdl)) ||
         (st = env_choice("MLXCEL_CUDA_MV", mv, 2, 0, &sw->mv)) ||
         (st = env_choice("MLXCEL_CUDA_PROFILE", onoff, 2, 0, &sw->profile)) ||
@@ -956,6 +940,7 @@ struct gq_set {   /* blocks [blk0[k], blk0[k + 1]) along x do weight k; rb[k]: r
     const float *bias[4];
     float *y[4];
     int rows[4], blk0[5], rb[5], nw;
+    int rot;                 /* k_gemm_wg: block b starts its k loop at step b mod steps (MLXCEL_CUDA_GEMM_ROT) */
 };
 
 __device__ __forceinline__ int gq_perm(int P) {   /* code P of a 64-wide step -> its logical k */
@@ -1173,7 +1158,10 @@ __global__ void k_gq_sum(const gq_set set, const float *__restrict__ part, int n
  * Scales and biases come from cu_weight.sbp, (scale, bias) pairs group-major, so that a warp's 8
  * rows of a group are one 32-byte sector (the [row][group] arrays cost a sector a row and stage).
  * What limits it (ncu, Llama-8B at 128 rows): L2 traffic of the x tiles (16 KB a stage for 8 KB of
- * weights); without any copies the same loop runs at ~485 TFLOP/s, with them ~240. */
+ * weights); without any copies the same loop runs at ~485 TFLOP/s, with them ~240. Each block
+ * starts its k loop at its own step (set.rot), so that the blocks do not all copy the same x tile
+ * at once: gate/up 126.5 -> 103.4 us, 290 TFLOP/s. (Sharing x tiles among the blocks of a thread
+ * block cluster through distributed shared memory was slower: NOTES.md.) */
 #define WG_ST(nwg) ((nwg) == 4 ? 7 : 5)
 #define WG_XB(bn) ((bn) * GQ_BK * 2)   /* bytes of an x stage */
 #define WG_WB(nwg) ((nwg) * 64 * 32)   /* bytes of a weight stage */
@@ -1209,26 +1197,7 @@ __device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.s
 template <int N> __device__ __forceinline__ void wg_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory"); }
 #endif
 
-/* CL > 1 (MLXCEL_CUDA_GEMM_CLUSTER, experimental, see NOTES.md): the CL blocks of a thread block
- * cluster (consecutive along x, so the same x tile) each copy 1 / CL of a stage's x tile from
- * global memory and the rest from the other blocks' shared memory (ld.shared::cluster), so that the
- * L2 traffic of x drops CL times. A cluster barrier per stage: after it every part of stage it has
- * landed; a part is refilled two iterations later, after the next cluster barrier, which every
- * block passes only after its copies of the stage before. */
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-__device__ __forceinline__ void cluster_sync() {
-    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
-__device__ __forceinline__ uint4 ld_cluster16(const void *local, unsigned rank) {   /* the same offset in block rank's shared memory */
-    unsigned a = (unsigned)__cvta_generic_to_shared(local), ra;
-    uint4 v;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(a), "r"(rank));
-    asm volatile("ld.shared::cluster.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(ra) : "memory");
-    return v;
-}
-#endif
-
-template <int BN, int NWG, typename ST, int CL = 1>
+template <int BN, int NWG, typename ST>
 __global__ void __launch_bounds__(128 * NWG, NWG == 2 ? 2 : 1)
 k_gemm_wg(const gq_set set, const __nv_bfloat16 *__restrict__ x, int cols, int n, int gs_shift, int kchunk,
           float *__restrict__ part) {
@@ -1247,18 +1216,19 @@ k_gemm_wg(const gq_set set, const __nv_bfloat16 *__restrict__ x, int cols, int n
     const uint32_t *W = set.W[k];
     const int wpr = cols / 8;
     const int kbeg = blockIdx.z * kchunk, kend = min(cols, kbeg + kchunk), nk = (kend - kbeg) / GQ_BK;
-    constexpr int PT = BN / CL;   /* tokens of the x tile this block copies from global memory */
-    unsigned crank = 0;           /* the block's rank in its cluster */
-    if constexpr (CL > 1) asm("mov.u32 %0, %%cluster_ctarank;" : "=r"(crank));
+    /* the k step of iteration it: rotated by the block's index (set.rot), so that the blocks do not
+     * all read the same x tile from L2 at the same time */
+    const int r0it = set.rot && nk > 0 ? (int)(blockIdx.x % (unsigned)nk) : 0;
+    auto kstep = [&](int it) { const int s = it + r0it; return kbeg + (s >= nk ? s - nk : s) * GQ_BK; };
     auto issue = [&](int it) {
-        const int st = it % NST, k0 = kbeg + it * GQ_BK;
+        const int st = it % NST, k0 = kstep(it);
         {   /* BM rows x 2 halves of 16 bytes: one a thread */
             const int r = tid >> 1, h = tid & 1;
             cp_async16(&wsm[st * (WWB / 4) + r * 8 + h * 4], W + (size_t)min(mb + r, rows - 1) * wpr + k0 / 8 + h * 4);
         }
 #pragma unroll
-        for (int u = tid; u < PT * 8; u += T) {   /* PT tokens x 8 pieces of 16 bytes; lane pairs read 32 bytes */
-            const int t = (int)crank * PT + (u >> 1) % PT, c8 = 2 * (u / (2 * PT)) + (u & 1), tk = nb + t;
+        for (int u = tid; u < BN * 8; u += T) {   /* BN tokens x 8 pieces of 16 bytes; lane pairs read 32 bytes */
+            const int t = (u >> 1) % BN, c8 = 2 * (u / (2 * BN)) + (u & 1), tk = nb + t;
             cp_async16z(xsm + st * WG_XB(BN) + (t >> 3) * 1024 + c8 * 128 + (t & 7) * 16,
                         x + (size_t)min(tk, n - 1) * cols + k0 + c8 * 8, tk < n ? 16 : 0);
         }
@@ -1276,7 +1246,7 @@ k_gemm_wg(const gq_set set, const __nv_bfloat16 *__restrict__ x, int cols, int n
     gq_sc<ST> s0, s1;
     uint32_t p0 = 0, p1 = 0;
     {
-        const size_t gi = (size_t)((kbeg + 16 * cq) >> gs_shift) * rows;
+        const size_t gi = (size_t)((kstep(0) + 16 * cq) >> gs_shift) * rows;
         s0.load_pair(SB[gi + r0]); s1.load_pair(SB[gi + r1]);
     }
     float d[BN / 2];
@@ -1287,22 +1257,11 @@ k_gemm_wg(const gq_set set, const __nv_bfloat16 *__restrict__ x, int cols, int n
     for (int it = 0; it < nk; it++) {
         cp_async_wait<WG_D - 1>();
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");   /* this thread's copies, seen by wgmma */
-        if constexpr (CL > 1) {
-            cluster_sync();   /* every block's part of stage it landed; every block done copying stage it - 1 */
-            const int st = it % NST;
-#pragma unroll
-            for (int u = tid; u < (CL - 1) * PT * 8; u += T) {   /* the other parts: PT * 128 bytes each */
-                const unsigned q = (crank + 1 + (unsigned)(u / (PT * 8))) % CL;
-                unsigned char *dst = xsm + st * WG_XB(BN) + q * PT * 128 + (u % (PT * 8)) * 16;
-                *(uint4 *)dst = ld_cluster16(dst, q);
-            }
-            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-        }
         __syncthreads();   /* stage it landed for all; stage it - 2 no longer read (its wgmmas completed) */
         if (it + WG_D < nk) issue(it + WG_D);
         cp_async_commit();
         if (it + 1 < nk) {
-            const size_t gi = (size_t)((kbeg + (it + 1) * GQ_BK + 16 * cq) >> gs_shift) * rows;
+            const size_t gi = (size_t)((kstep(it + 1) + 16 * cq) >> gs_shift) * rows;
             p0 = SB[gi + r0]; p1 = SB[gi + r1];
         }
         const int st = it % NST;
@@ -1322,7 +1281,6 @@ k_gemm_wg(const gq_set set, const __nv_bfloat16 *__restrict__ x, int cols, int n
         }
         if (it + 1 < nk) { s0.load_pair(p0); s1.load_pair(p1); }
     }
-    if constexpr (CL > 1) cluster_sync();   /* no block leaves while another may read its shared memory */
     wg_wait<0>();
     cp_async_wait<0>();
     const float(*acc)[4] = (const float(*)[4])d;
@@ -2746,6 +2704,7 @@ static bool gq_gemm(cu_ctx *c, int nw, const cu_weight *const *w, const float *x
     gq_set set;
     memset(&set, 0, sizeof set);
     set.nw = nw;
+    set.rot = c->gq_rot;
     for (int k = 0; k < nw; k++) {
         if (w[k]->bits != 4 || w[k]->gs != w0->gs || w[k]->sdt != w0->sdt || w[k]->cols != cols) return false;
         if (ys[k] < x + (size_t)n * cols && x < ys[k] + (size_t)n * w[k]->rows) return false;
@@ -2787,18 +2746,12 @@ static bool gq_gemm(cu_ctx *c, int nw, const cu_weight *const *w, const float *x
         LAUNCHED(c, "convert activations (gq order)");
         c->xg_src = x; c->xg_count = (int64_t)n * cols;
     }
-    /* clusters (experimental): the 4-warpgroup, 128-token form only; the grid padded to whole
-     * clusters (the extra blocks' rows lie past the last weight's: nothing stored) */
-    const unsigned cl = wg && nwg == 4 && bn == 128 && c->wg_cl_ok ? (unsigned)c->gq_cluster : 1;
-    const dim3 grid(((unsigned)set.blk0[nw] + cl - 1) / cl * cl, nblk(n, bn), (unsigned)nsplit);
+    const dim3 grid((unsigned)set.blk0[nw], nblk(n, bn), (unsigned)nsplit);
     const size_t shm = (size_t)GQ_ST * (GQ_BM * 8 * 4 + (size_t)bn * GQ_XS * 2);
 #define GQ_ARGS (set, xb, (int)cols, n, gsh, kchunk, part)
     if (wg) {
 #define WGL(B, NW, T) PL(c, k_gemm_wg<B, NW, T>, grid, 128 * NW, WG_SMEM(B, NW))GQ_ARGS
-#define WGLC(T, CL) PLC(c, k_gemm_wg<128, 4, T, CL>, grid, 512, WG_SMEM(128, 4), CL)GQ_ARGS
-        if (cl == 2) { if (w0->sdt == SDT_F16) WGLC(__half, 2); else WGLC(__nv_bfloat16, 2); }
-        else if (cl == 4) { if (w0->sdt == SDT_F16) WGLC(__half, 4); else WGLC(__nv_bfloat16, 4); }
-        else if (nwg == 4) {
+        if (nwg == 4) {
             if (w0->sdt == SDT_F16) { if (bn == 64) WGL(64, 4, __half); else WGL(128, 4, __half); }
             else { if (bn == 64) WGL(64, 4, __nv_bfloat16); else WGL(128, 4, __nv_bfloat16); }
         } else {
@@ -2806,7 +2759,6 @@ static bool gq_gemm(cu_ctx *c, int nw, const cu_weight *const *w, const float *x
             else { if (bn == 64) WGL(64, 2, __nv_bfloat16); else WGL(128, 2, __nv_bfloat16); }
         }
 #undef WGL
-#undef WGLC
     } else if (w0->sdt == SDT_F16) {
         if (bn == 64) PL(c, k_gemm_gq<64, __half>, grid, 128, shm)GQ_ARGS;
         else PL(c, k_gemm_gq<128, __half>, grid, 256, shm)GQ_ARGS;
@@ -3563,7 +3515,7 @@ extern "C" mx_status mx_backend_cuda_init(mx_backend *out) {
         c->attn_gqa = sw.gqa;
         c->attn_vec = sw.attn_dec == 0;
         c->gemm_mode = sw.gemm;
-        c->gq_cluster = 1 << sw.gemm_cl;
+        c->gq_rot = sw.gemm_rot;
         c->pdl = sw.pdl != 0;
         c->pdl_early = sw.pdl == 2;
         c->pdl_dev = -1;
@@ -3627,14 +3579,6 @@ extern "C" mx_status mx_backend_cuda_init(mx_backend *out) {
                 c->wg_ok = false;
             }
         }
-        const void *wgc[] = {(const void *)k_gemm_wg<128, 4, __nv_bfloat16, 2>, (const void *)k_gemm_wg<128, 4, __half, 2>,
-                             (const void *)k_gemm_wg<128, 4, __nv_bfloat16, 4>, (const void *)k_gemm_wg<128, 4, __half, 4>};
-        c->wg_cl_ok = c->wg_ok;
-        for (int i = 0; i < 4 && c->wg_cl_ok; i++)
-            if (cudaFuncSetAttribute(wgc[i], cudaFuncAttributeMaxDynamicSharedMemorySize, (int)WG_SMEM(128, 4)) != cudaSuccess) {
-                cudaGetLastError();
-                c->wg_cl_ok = false;
-            }
     }
     set_pdl_early_symbol(c);
     if (c->prof_on && (c->prof = (cu_prof *)calloc(1, sizeof *c->prof)))
@@ -3675,12 +3619,6 @@ extern "C" mx_status mx_backend_cuda_set_gemm(mx_backend *b, const char *mode) {
     return mx_errorf(MX_ERR_INVALID_ARG, "GEMM mode %.40s: expected auto, cublas, mma or wgmma", mode ? mode : "(null)");
 }
 extern "C" bool mx_backend_cuda_has_wgmma(mx_backend *b) { return switch_ctx(b)->wg_ok; }
-extern "C" mx_status mx_backend_cuda_set_gemm_cluster(mx_backend *b, int blocks) {
-    if (blocks != 1 && blocks != 2 && blocks != 4)
-        return mx_errorf(MX_ERR_INVALID_ARG, "GEMM cluster of %d blocks: expected 1, 2 or 4", blocks);
-    switch_ctx(b)->gq_cluster = blocks;
-    return MX_OK;
-}
 extern "C" void mx_backend_cuda_set_tiled_attention(mx_backend *b, bool on) { switch_ctx(b)->attn_tiled = on; }
 extern "C" void mx_backend_cuda_set_mma_attention(mx_backend *b, bool on) { switch_ctx(b)->attn_mma = on; }
 extern "C" void mx_backend_cuda_set_vec_attention(mx_backend *b, bool on) { switch_ctx(b)->attn_vec = on; }
