@@ -75,6 +75,15 @@ mx_status mx_backend_cuda_set_gemm(mx_backend *b, const char *mode);
 /* Whether the wgmma form of the GEMM on packed weights runs on this GPU (sm_90 with the sm_90a
  * code loaded). */
 bool mx_backend_cuda_has_wgmma(mx_backend *b);
+/* Experimental, off by default (MLXCEL_CUDA_GEMM_PAIR=1 at init turns it on): a gate/up product
+ * (matmul_multi of two q4 weights of equal rows, 17..128 rows of x, the wgmma form without a split
+ * of k) followed by act_mul in place on its outputs runs as one launch, the activation in the
+ * GEMM's epilogue. The memory then holds what the two ops leave (up in its buffer, act(gate) * up
+ * in gate's). Correct on the H200, but slower there so far (Llama-8B, 128 sequences: 11,760
+ * against 13,305 tok/s); see src/backend/cuda/NOTES.md. */
+void mx_backend_cuda_set_gemm_pair(mx_backend *b, bool on);
+/* How many gate/up products ran in that fused form so far (tests). */
+int mx_backend_cuda_pair_launches(mx_backend *b);
 /* Programmatic dependent launch for the backend's kernels: each may start while the previous
  * kernel finishes and waits for it on the device. On by default; MLXCEL_CUDA_PDL=0 at init turns
  * it off. */

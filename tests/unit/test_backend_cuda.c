@@ -46,7 +46,8 @@ static void test_select(void) {
                                          {"MLXCEL_CUDA_GEMM", "fast"}, {"MLXCEL_CUDA_DQ_MB", "0"},
                                          {"MLXCEL_CUDA_DQ_MB", "12x"}, {"MLXCEL_CUDA_KV", "fp8"},
                                          {"MLXCEL_CUDA_GRAPHS", "off"}, {"MLXCEL_CUDA_ATTN_GQA", "yes"},
-                                         {"MLXCEL_CUDA_ATTN_DEC", "flash"}, {"MLXCEL_CUDA_GEMM_ROT", "on"}};
+                                         {"MLXCEL_CUDA_ATTN_DEC", "flash"}, {"MLXCEL_CUDA_GEMM_ROT", "on"},
+                                         {"MLXCEL_CUDA_GEMM_PAIR", "yes"}};
     unsetenv("MLXCEL_DEVICE");
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         setenv(bad[i][0], bad[i][1], 1);
@@ -56,9 +57,9 @@ static void test_select(void) {
         unsetenv(bad[i][0]);
     }
     setenv("MLXCEL_CUDA_ATTN", "tiled", 1); setenv("MLXCEL_CUDA_PDL", "2", 1); setenv("MLXCEL_CUDA_DQ_MB", "8", 1);
-    setenv("MLXCEL_CUDA_ATTN_DEC", "lanes", 1); setenv("MLXCEL_CUDA_GEMM", "wgmma", 1); setenv("MLXCEL_CUDA_GEMM_ROT", "0", 1);
+    setenv("MLXCEL_CUDA_ATTN_DEC", "lanes", 1); setenv("MLXCEL_CUDA_GEMM", "wgmma", 1); setenv("MLXCEL_CUDA_GEMM_ROT", "0", 1); setenv("MLXCEL_CUDA_GEMM_PAIR", "0", 1);
     TCHECK(mx_backend_cuda_check_env() == MX_OK, "good switches refused: %s", mx_last_error());
-    unsetenv("MLXCEL_CUDA_ATTN_DEC"); unsetenv("MLXCEL_CUDA_GEMM"); unsetenv("MLXCEL_CUDA_GEMM_ROT");
+    unsetenv("MLXCEL_CUDA_ATTN_DEC"); unsetenv("MLXCEL_CUDA_GEMM"); unsetenv("MLXCEL_CUDA_GEMM_ROT"); unsetenv("MLXCEL_CUDA_GEMM_PAIR");
     setenv("MLXCEL_CUDA_ATTN", "", 1);   /* empty: the default */
     TCHECK(mx_backend_cuda_check_env() == MX_OK, "empty switch refused: %s", mx_last_error());
     unsetenv("MLXCEL_CUDA_ATTN"); unsetenv("MLXCEL_CUDA_PDL"); unsetenv("MLXCEL_CUDA_DQ_MB");
@@ -516,6 +517,14 @@ static void test_elementwise(void) {
         float *y = gdown(dy, (int64_t)n * d);
         TCHECK(relerr(y, ref, (int64_t)n * d) < 1e-5, "act_mul %d: %.3g", act, relerr(y, ref, (int64_t)n * d));
         free(y); G.i->free(G.ctx, dy);
+        /* 999 wide: the up half not 16-byte aligned (the scalar kernel; 1000: four values a thread) */
+        const int d2 = d - 1;
+        dy = gnan((int64_t)n * d2);
+        G.i->act_mul(G.ctx, (mx_act)act, dgu, dgu + d2, 2 * d, dy, n, d2);
+        C.i->act_mul(C.ctx, (mx_act)act, gu, gu + d2, 2 * d, ref, n, d2);
+        y = gdown(dy, (int64_t)n * d2);
+        TCHECK(relerr(y, ref, (int64_t)n * d2) < 1e-5, "act_mul %d, %d wide: %.3g", act, d2, relerr(y, ref, (int64_t)n * d2));
+        free(y); G.i->free(G.ctx, dy);
         dy = gnan(cnt);
         G.i->act(G.ctx, (mx_act)act, dgu, dy, cnt);
         C.i->act(C.ctx, (mx_act)act, gu, ref, cnt);
@@ -746,6 +755,65 @@ static void test_gq_forms(void) {
     free(x); free(ref); free(gb);
     tw_free(&t); tw_free(&t8);
 }
+
+/* gate/up (matmul_multi of two q4 weights) then act_mul in place on the gate output: on an sm_90
+ * GPU one k_gemm_wg launch with the activation in its epilogue (counted); the memory afterwards
+ * holds what the two ops leave (up, and act(gate) * up over gate) as on the CPU, and a following
+ * q4 product of the result (which reads the epilogue's gq-order form) equals the product of a copy.
+ * The same with the fusion off; and an act_mul that is not in place on those outputs (or another
+ * op between) runs the product as it is. */
+typedef struct { const char *name; int rows, cols, n; bool bias; int act; } pair_case;
+static void check_pair(const pair_case *pc) {
+    tw tg, tu, td;
+    tw_make(&tg, pc->rows, pc->cols, 4, 64, MX_DTYPE_BF16, pc->bias);
+    tw_make(&tu, pc->rows, pc->cols, 4, 64, MX_DTYPE_BF16, pc->bias);
+    tw_make(&td, 96, pc->rows, 4, 64, MX_DTYPE_BF16, false);   /* the "down" product of the result */
+    TREQUIRE(G.i->weight_prepare(G.ctx, &tg.w) == MX_OK && G.i->weight_prepare(G.ctx, &tu.w) == MX_OK &&
+             G.i->weight_prepare(G.ctx, &td.w) == MX_OK, "prepare");
+    const int n = pc->n, R = pc->rows, K = pc->cols;
+    float *x = malloc((size_t)n * K * 4), *rg = malloc((size_t)n * R * 4), *ru = malloc((size_t)n * R * 4);
+    fill(x, (int64_t)n * K, 2.f);
+    const mx_weight *ws[2] = {&tg.w, &tu.w};
+    float *cy[2] = {rg, ru};
+    C.i->matmul_multi(C.ctx, 2, ws, x, cy, n);
+    C.i->act_mul(C.ctx, (mx_act)pc->act, rg, ru, R, rg, n, R);
+    float *dx = gup(x, (int64_t)n * K);
+    for (int mode = 0; mode < 3; mode++) {   /* 0: fused (where it applies), 1: fusion off, 2: an op between */
+        mx_backend_cuda_set_gemm_pair(&G, mode != 1);
+        float *dg = gnan((int64_t)n * R), *du = gnan((int64_t)n * R), *dd = gnan((int64_t)n * 96), *dd2 = gnan((int64_t)n * 96);
+        float *dcopy = gnan((int64_t)n * R);
+        float *gy[2] = {dg, du};
+        const int before = mx_backend_cuda_pair_launches(&G);
+        G.i->matmul_multi(G.ctx, 2, ws, dx, gy, n);
+        if (mode == 2) G.i->scale(G.ctx, du, 1.f, dd, 1);   /* any other op launches the product first */
+        G.i->act_mul(G.ctx, (mx_act)pc->act, dg, du, R, dg, n, R);
+        G.i->matmul(G.ctx, &td.w, dg, dd, n);
+        const int fused = mx_backend_cuda_pair_launches(&G) - before;
+        float *g = gdown(dg, (int64_t)n * R), *u = gdown(du, (int64_t)n * R);
+        G.i->write(G.ctx, dcopy, g, (size_t)n * R * 4);
+        G.i->matmul(G.ctx, &td.w, dcopy, dd2, n);
+        float *a = gdown(dd, (int64_t)n * 96), *b = gdown(dd2, (int64_t)n * 96);
+        const double eg = relerr(g, rg, (int64_t)n * R), eu = relerr(u, ru, (int64_t)n * R);
+        TCHECK(eg < 1.5e-2 && eu < 1.5e-2, "mode %d: rel err act %.3g, up %.3g against the CPU", mode, eg, eu);
+        TCHECK(!memcmp(a, b, (size_t)n * 96 * 4), "mode %d: product of the result differs from the product of a copy", mode);
+        TCHECK(fused == (mode == 0 && mx_backend_cuda_has_wgmma(&G) ? 1 : 0), "mode %d: %d fused launches", mode, fused);
+        TCHECK(mx_backend_cuda_status(&G) == MX_OK, "status: %s", mx_last_error());
+        free(g); free(u); free(a); free(b);
+        G.i->free(G.ctx, dg); G.i->free(G.ctx, du); G.i->free(G.ctx, dd); G.i->free(G.ctx, dd2); G.i->free(G.ctx, dcopy);
+    }
+    mx_backend_cuda_set_gemm_pair(&G, false);   /* the default */
+    G.i->free(G.ctx, dx);
+    free(x); free(rg); free(ru);
+    tw_free(&tg); tw_free(&tu); tw_free(&td);
+}
+/* shapes the GEMM does not split along k (the fused form's condition): 256 columns (4 steps of
+ * k), or >= 132 blocks of 4 warpgroups at 4096 columns */
+static const pair_case g_pair[] = {
+    {"cuda_gate_up_act_silu_n40_256", 192, 256, 40, false, MX_ACT_SILU},          /* 2 warpgroups, 64 tokens */
+    {"cuda_gate_up_act_gelu_n64_256_bias", 320, 256, 64, true, MX_ACT_GELU_TANH},
+    {"cuda_gate_up_act_silu_n128_4096", 16896, 4096, 128, false, MX_ACT_SILU},    /* 4 warpgroups: 128 + 128 rows a block */
+    {"cuda_gate_up_act_relu_n33_4096_ragged", 16832, 4096, 33, true, MX_ACT_RELU}, /* the last block half full */
+};
 
 /* Decode steps through step_begin/step_end (warm-up, capture, replays) give the same results
  * as the same steps op by op, with new token ids and positions every step; a step whose op
@@ -1145,6 +1213,7 @@ int main(int argc, char **argv) {
     RUN(test_fusions);
     RUN(test_dense_sets);
     RUN(test_gq_forms);
+    for (size_t i = 0; i < sizeof g_pair / sizeof g_pair[0]; i++) RUN_NAMED(g_pair[i].name, check_pair, &g_pair[i]);
     for (size_t i = 0; i < sizeof g_emb / sizeof g_emb[0]; i++) RUN_NAMED(g_emb[i].name, check_embed, &g_emb[i]);
     RUN(test_norms);
     RUN(test_rope);

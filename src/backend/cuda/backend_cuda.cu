@@ -123,6 +123,8 @@ struct cu_ctx {
     int gq_bps[2];                         /* k_gemm_gq<64>, <128>: blocks a multiprocessor holds */
     bool wg_ok;                            /* k_gemm_wg runs here: its sm_90a code was loaded */
     int gq_rot;                            /* k_gemm_wg's k loop rotated by block (MLXCEL_CUDA_GEMM_ROT) */
+    bool pair_on;                          /* gate/up + act_mul in one k_gemm_wg (MLXCEL_CUDA_GEMM_PAIR) */
+    int n_pair;                            /* launches of that form (tests) */
     int wg_bps[2][2];                      /* k_gemm_wg<64 | 128, 2 | 4 warpgroups>: blocks a multiprocessor
                                             * holds, [nwg == 4][bn == 128] */
     void *xq; size_t xq_cap;               /* activations quantized to int8 (k_quant_x) */
@@ -136,6 +138,10 @@ struct cu_ctx {
     const float *xg_src; int64_t xg_count; /* the activations whose bf16 form in gq order xg holds
                                             * (rmsnorm, act_mul, or k_gemm_gq's own conversion) */
     void *xg; size_t xg_cap;
+    void *xg2; size_t xg2_cap;             /* k_gemm_wg<.., PAIR>'s output in gq order, then swapped with xg */
+    struct { const cu_weight *w[2]; const float *x; float *y[2]; int n; bool on; } pg;   /* a gate/up
+                                            * product not yet launched: a following act_mul of its
+                                            * outputs runs in its epilogue */
     struct { const float *a, *b; float *y; int64_t count; bool on; } pend;   /* an add not yet
                                             * launched: the next rmsnorm of its sum fuses it */
     struct hop {                           /* per-head ops on q/k deferred until the attention */
@@ -179,7 +185,7 @@ static pdl_launch<KArgs...> PL(cu_ctx *c, void (*k)(KArgs...), dim3 g, dim3 b, s
  * the default; anything else is an error naming the variable and what it takes. */
 enum { GM_AUTO, GM_CUBLAS, GM_MMA, GM_WG, GM_NMODES };   /* MLXCEL_CUDA_GEMM, in k_gemm_modes' order */
 static const char *const k_gemm_modes[] = {"auto", "cublas", "mma", "wgmma"};
-struct cu_switches { int attn, attn_dec, gqa, gemm, gemm_rot, pdl, mv, profile, kv, graphs; long dq_mb; };   /* kv: checked here, read by kv_init */
+struct cu_switches { int attn, attn_dec, gqa, gemm, gemm_rot, gemm_pair, pdl, mv, profile, kv, graphs; long dq_mb; };   /* kv: checked here, read by kv_init */
 static mx_status env_choice(const char *name, const char *const *vals, int n, int def, int *out) {
     const char *e = getenv(name);
     *out = def;
@@ -202,6 +208,7 @@ static mx_status read_switches(cu_switches *sw) {
         (st = env_choice("MLXCEL_CUDA_ATTN_GQA", onoff, 2, 1, &sw->gqa)) ||
         (st = env_choice("MLXCEL_CUDA_GEMM", k_gemm_modes, GM_NMODES, GM_AUTO, &sw->gemm)) ||
         (st = env_choice("MLXCEL_CUDA_GEMM_ROT", onoff, 2, 1, &sw->gemm_rot)) ||
+        (st = env_choice("MLXCEL_CUDA_GEMM_PAIR", onoff, 2, 0, &sw->gemm_pair)) ||
         (st = env_choice("MLXCEL_CUDA_PDL", pdl, 3, 2, &sw->pdl)) ||
         (st = env_choice("MLXCEL_CUDA_MV", mv, 2, 0, &sw->mv)) ||
         (st = env_choice("MLXCEL_CUDA_PROFILE", onoff, 2, 0, &sw->profile)) ||
@@ -941,6 +948,8 @@ struct gq_set {   /* blocks [blk0[k], blk0[k + 1]) along x do weight k; rb[k]: r
     float *y[4];
     int rows[4], blk0[5], rb[5], nw;
     int rot;                 /* k_gemm_wg: block b starts its k loop at step b mod steps (MLXCEL_CUDA_GEMM_ROT) */
+    int act;                 /* k_gemm_wg<.., PAIR>: y[0] = act(gate) * up (an mx_act) */
+    __nv_bfloat16 *xg;       /*   and that in gq order for the next GEMM (null: not) */
 };
 
 __device__ __forceinline__ int gq_perm(int P) {   /* code P of a 64-wide step -> its logical k */
@@ -951,6 +960,16 @@ __device__ __forceinline__ int gq_perm(int P) {   /* code P of a 64-wide step ->
 /* element i of row-major activations (rows of a multiple of 64) into their bf16 gq-order copy */
 __device__ __forceinline__ void st_gq(__nv_bfloat16 *xg, size_t i, float v) {
     xg[(i & ~(size_t)63) + gq_perm((int)(i & 63))] = __float2bfloat16(v);
+}
+
+/* the activation of act_mul (an mx_act), also k_gemm_wg's fused gate/up epilogue */
+__device__ __forceinline__ float act_f(int act, float g) {
+    switch (act) {
+    case MX_ACT_SILU: return g / (1.f + expf(-g));
+    case MX_ACT_GELU_TANH: return g / (1.f + expf(-1.5957691216057308f * (g + 0.044715f * g * g * g)));
+    case MX_ACT_GELU: return 0.5f * g * erfcf(g * -0.7071067811865476f);
+    default: return g > 0.f ? g : 0.f;
+    }
 }
 
 /* x [n, cols] f32 -> bf16 with each 64-wide step in gq_perm order */
@@ -1135,6 +1154,29 @@ __global__ void k_gq_sum(const gq_set set, const float *__restrict__ part, int n
     for (int z = 0; z < nsplit; z++) a += part[(size_t)z * total + i];
     set.y[k][li] = a + (set.bias[k] ? set.bias[k][li % set.rows[k]] : 0.f);
 }
+/* k_gq_sum four values a thread (every weight's rows a multiple of 4, outputs 16-byte aligned):
+ * the same sums in the same order (Llama-8B o projection at 128 rows: 7.2 us in scalar form) */
+__global__ void k_gq_sum4(const gq_set set, const float *__restrict__ part, int nsplit, int n) {
+    pdl_entry();
+    const int64_t total = (int64_t)n * set.rb[set.nw], i = 4 * ((int64_t)blockIdx.x * blockDim.x + threadIdx.x);
+    if (i >= total) return;
+    int k = 0;
+#pragma unroll
+    for (int j = 1; j < 4; j++) if (j < set.nw && i >= (int64_t)n * set.rb[j]) k = j;
+    const int64_t li = i - (int64_t)n * set.rb[k];
+    float4 a = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int z = 0; z < nsplit; z++) {
+        const float4 p = __ldcs((const float4 *)(part + (size_t)z * total + i));   /* read once */
+        a.x += p.x; a.y += p.y; a.z += p.z; a.w += p.w;
+    }
+    if (set.bias[k]) {
+        const float *b = set.bias[k] + li % set.rows[k];
+        a.x += b[0]; a.y += b[1]; a.z += b[2]; a.w += b[3];
+    } else {
+        a.x += 0.f; a.y += 0.f; a.z += 0.f; a.w += 0.f;   /* as k_gq_sum: -0 sums become +0 */
+    }
+    *(float4 *)(set.y[k] + li) = a;
+}
 
 /* The same product as k_gemm_gq (q4 weights read packed, dequantized in registers in the gq k
  * order; x in gq order), with Hopper's warpgroup MMA (wgmma, sm_90a) instead of mma.sync; the
@@ -1197,7 +1239,7 @@ __device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.s
 template <int N> __device__ __forceinline__ void wg_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory"); }
 #endif
 
-template <int BN, int NWG, typename ST>
+template <int BN, int NWG, typename ST, bool PAIR = false>
 __global__ void __launch_bounds__(128 * NWG, NWG == 2 ? 2 : 1)
 k_gemm_wg(const gq_set set, const __nv_bfloat16 *__restrict__ x, int cols, int n, int gs_shift, int kchunk,
           float *__restrict__ part) {
@@ -1207,13 +1249,20 @@ k_gemm_wg(const gq_set set, const __nv_bfloat16 *__restrict__ x, int cols, int n
     constexpr int NST = WG_ST(NWG), WG_D = NST - 2, T = 128 * NWG, BM = 64 * NWG, WWB = WG_WB(NWG);
     unsigned char *xsm = wg_smem;                                    /* NST x tiles */
     uint32_t *wsm = (uint32_t *)(wg_smem + NST * WG_XB(BN));         /* NST weight stages, BM rows x 8 words */
+    /* PAIR (gate/up with the activation fused, nw = 2, equal rows; experimental, off by default:
+     * slower so far, NOTES.md): block b takes rows [b BM / 2, (b + 1) BM / 2) of both weights, gate
+     * in the first half of its warpgroups, up in the second, and multiplies them in its epilogue
+     * (k_act_mul's arithmetic) */
+    constexpr int HB = PAIR ? BM / 2 : BM;   /* rows of a weight in a block */
     int k = 0;
 #pragma unroll
-    for (int i = 1; i < 4; i++) if (i < set.nw && (int)blockIdx.x >= set.blk0[i]) k = i;
+    for (int i = 1; i < 4; i++) if (!PAIR && i < set.nw && (int)blockIdx.x >= set.blk0[i]) k = i;
     const int rows = set.rows[k], tid = threadIdx.x, lane = tid & 31, wr = tid >> 5;   /* wr: 16-row slice of the block */
     const int g = lane >> 2, cq = lane & 3;
-    const int mb = ((int)blockIdx.x - set.blk0[k]) * BM, nb = blockIdx.y * BN;
+    const int mb = ((int)blockIdx.x - set.blk0[k]) * HB, nb = blockIdx.y * BN;
     const uint32_t *W = set.W[k];
+    const int kw = PAIR && 16 * wr >= HB ? 1 : k;                  /* the warp's weight (PAIR: rows alike) */
+    const int wrow = PAIR ? mb + 16 * wr - kw * HB : mb + 16 * wr; /* the warp's first row in its weight */
     const int wpr = cols / 8;
     const int kbeg = blockIdx.z * kchunk, kend = min(cols, kbeg + kchunk), nk = (kend - kbeg) / GQ_BK;
     /* the k step of iteration it: rotated by the block's index (set.rot), so that the blocks do not
@@ -1222,7 +1271,10 @@ k_gemm_wg(const gq_set set, const __nv_bfloat16 *__restrict__ x, int cols, int n
     auto kstep = [&](int it) { const int s = it + r0it; return kbeg + (s >= nk ? s - nk : s) * GQ_BK; };
     auto issue = [&](int it) {
         const int st = it % NST, k0 = kstep(it);
-        {   /* BM rows x 2 halves of 16 bytes: one a thread */
+        if constexpr (PAIR) {   /* BM rows (gate's HB, then up's) x 2 halves of 16 bytes: one a thread */
+            const int r = tid >> 1, h = tid & 1, kr = r >= HB ? 1 : 0;
+            cp_async16(&wsm[st * (WWB / 4) + r * 8 + h * 4], set.W[kr] + (size_t)min(mb + r - kr * HB, rows - 1) * wpr + k0 / 8 + h * 4);
+        } else {   /* BM rows x 2 halves of 16 bytes: one a thread */
             const int r = tid >> 1, h = tid & 1;
             cp_async16(&wsm[st * (WWB / 4) + r * 8 + h * 4], W + (size_t)min(mb + r, rows - 1) * wpr + k0 / 8 + h * 4);
         }
@@ -1241,8 +1293,8 @@ k_gemm_wg(const gq_set set, const __nv_bfloat16 *__restrict__ x, int cols, int n
     /* this lane's rows: g and g + 8 of its warp's 16; their (scale, bias) pairs of group gi at
      * SB[gi * rows + row] (the original [row][group] arrays cost a 32-byte sector a row a stage,
      * as much L2 traffic as the x tiles, which L1 could not hold beside the stages) */
-    const uint32_t *SB = set.SB[k];
-    const int r0 = min(mb + 16 * wr + g, rows - 1), r1 = min(mb + 16 * wr + g + 8, rows - 1);
+    const uint32_t *SB = PAIR ? set.SB[kw] : set.SB[k];
+    const int r0 = min(wrow + g, rows - 1), r1 = min(wrow + g + 8, rows - 1);
     gq_sc<ST> s0, s1;
     uint32_t p0 = 0, p1 = 0;
     {
@@ -1284,12 +1336,45 @@ k_gemm_wg(const gq_set set, const __nv_bfloat16 *__restrict__ x, int cols, int n
     wg_wait<0>();
     cp_async_wait<0>();
     const float(*acc)[4] = (const float(*)[4])d;
+    if constexpr (PAIR) {   /* (never split along k) */
+        __syncthreads();   /* every warpgroup's wgmmas completed: the stages are free */
+        constexpr int RS = HB + 4;   /* no bank conflicts */
+        static_assert((size_t)BN * RS * 4 <= WG_SMEM(BN, NWG), "the up tile fits in the stages' shared memory");
+        float *red = (float *)wg_smem;   /* [BN tokens][RS]: up + bias of the block's rows */
+        const int lr = 16 * wr - kw * HB + g;   /* the lane's rows lr, lr + 8 among the block's of its weight */
+        const float *bias = set.bias[kw];
+        const float b0 = bias && wrow + g < rows ? bias[wrow + g] : 0.f, b1 = bias && wrow + g + 8 < rows ? bias[wrow + g + 8] : 0.f;
+        if (kw == 1) {
+#pragma unroll
+            for (int t = 0; t < BN / 8; t++) {
+                const int tk = 8 * t + 2 * cq;
+                red[tk * RS + lr] = acc[t][0] + b0; red[(tk + 1) * RS + lr] = acc[t][1] + b0;
+                red[tk * RS + lr + 8] = acc[t][2] + b1; red[(tk + 1) * RS + lr + 8] = acc[t][3] + b1;
+            }
+            gm_store<BN / 8>(acc, bias, set.y[1], rows, n, wrow, nb, g, 2 * cq);
+        }
+        __syncthreads();
+        if (kw == 0) {
+            float *y = set.y[0];
+#pragma unroll
+            for (int t = 0; t < BN / 8; t++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int tl = 8 * t + 2 * cq + (e & 1), rl = lr + (e >> 1) * 8, row = wrow + g + (e >> 1) * 8, tk = nb + tl;
+                    if (row >= rows || tk >= n) continue;
+                    const float v = act_f(set.act, acc[t][e] + (e >> 1 ? b1 : b0)) * red[tl * RS + rl];
+                    y[(size_t)tk * rows + row] = v;
+                    if (set.xg) st_gq(set.xg, (size_t)tk * rows + row, v);
+                }
+        }
+        return;
+    }
     if (gridDim.z == 1) {
-        gm_store<BN / 8>(acc, set.bias[k], set.y[k], rows, n, mb + 16 * wr, nb, g, 2 * cq);
+        gm_store<BN / 8>(acc, set.bias[k], set.y[k], rows, n, wrow, nb, g, 2 * cq);
         return;
     }
     const size_t ptot = (size_t)n * set.rb[set.nw], pk = (size_t)n * set.rb[k];
-    gm_store<BN / 8>(acc, nullptr, part + blockIdx.z * ptot + pk, rows, n, mb + 16 * wr, nb, g, 2 * cq);
+    gm_store<BN / 8>(acc, nullptr, part + blockIdx.z * ptot + pk, rows, n, wrow, nb, g, 2 * cq);
 #else
     __trap();   /* launched only where the sm_90a code was loaded (wg_ok) */
 #endif
@@ -1530,15 +1615,6 @@ __global__ void k_rope(float *x, int n_heads, int head_dim, int half, const floa
     }
 }
 
-__device__ __forceinline__ float act_f(int act, float g) {
-    switch (act) {
-    case MX_ACT_SILU: return g / (1.f + expf(-g));
-    case MX_ACT_GELU_TANH: return g / (1.f + expf(-1.5957691216057308f * (g + 0.044715f * g * g * g)));
-    case MX_ACT_GELU: return 0.5f * g * erfcf(g * -0.7071067811865476f);
-    default: return g > 0.f ? g : 0.f;
-    }
-}
-
 __global__ void k_act_mul(int act, const float *gate, const float *up, int64_t stride, float *y, int n, int d,
                           int8_t *xq, float2 *xds, __nv_bfloat16 *xg) {
     pdl_entry();
@@ -1549,6 +1625,20 @@ __global__ void k_act_mul(int act, const float *gate, const float *up, int64_t s
     y[i] = v;
     if (xq) quant_group(v, xq, xds, (size_t)i);   /* d % 32 == 0: whole warps are in range */
     if (xg) st_gq(xg, (size_t)i, v);
+}
+/* k_act_mul four values a thread, without the int8 form (n > MV_I8_MAX) and with 32-bit indices
+ * (n d < 2^31, d, stride multiples of 4, 16-byte aligned rows): the same values (Llama-8B at 128
+ * rows, 14,336 wide: 12.5 us in the scalar form, its 64-bit divisions a value) */
+__global__ void k_act_mul4(int act, const float *gate, const float *up, int stride, float *y, int n, int d,
+                           __nv_bfloat16 *xg) {
+    pdl_entry();
+    const int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= n * (d / 4)) return;
+    const int i = 4 * j, r = i / d, c = i - r * d;
+    const float4 g = *(const float4 *)(gate + (size_t)r * stride + c), u = *(const float4 *)(up + (size_t)r * stride + c);
+    const float4 v = make_float4(act_f(act, g.x) * u.x, act_f(act, g.y) * u.y, act_f(act, g.z) * u.z, act_f(act, g.w) * u.w);
+    *(float4 *)(y + i) = v;
+    if (xg) { st_gq(xg, (size_t)i, v.x); st_gq(xg, (size_t)i + 1, v.y); st_gq(xg, (size_t)i + 2, v.z); st_gq(xg, (size_t)i + 3, v.w); }
 }
 __global__ void k_act(int act, const float *x, float *y, int64_t n) {
     pdl_entry();
@@ -2327,7 +2417,9 @@ static bool xq_buf(cu_ctx *c, int64_t count, int8_t **q, float2 **ds) {
     *q = (int8_t *)buf; *ds = (float2 *)(buf + qb);
     return true;
 }
+static void pg_flush(cu_ctx *c);
 static void pend_flush(cu_ctx *c) {
+    pg_flush(c);
     if (!c->pend.on) return;
     c->pend.on = false;
     PL(c, k_add, nblk(c->pend.count, 256), 256, 0)(c->pend.a, c->pend.b, c->pend.y, c->pend.count);
@@ -2646,7 +2738,9 @@ static bool mv_i8(cu_ctx *c, int nw, const cu_weight *const *w, const float *x, 
 
 static void mm_impl(cu_ctx *c, const cu_weight *w, const float *x, float *y, int n, int *xb_have);
 static bool mm_set_gemm(cu_ctx *c, int nw, const cu_weight *const *w, const float *x, float *const *ys, int n);
-static bool gq_gemm(cu_ctx *c, int nw, const cu_weight *const *w, const float *x, float *const *ys, int n);
+struct gq_pair { int act; bool dry; };
+static bool gq_gemm(cu_ctx *c, int nw, const cu_weight *const *w, const float *x, float *const *ys, int n,
+                    const gq_pair *pair = NULL);
 static bool gq_rows(const cu_ctx *c, int n, int64_t cols);
 static void pdl_mode(cu_ctx *c, bool small);
 static void c_matmul(void *ctx, const mx_weight *wt, const float *x, float *y, int n) {
@@ -2671,6 +2765,15 @@ static void c_matmul_multi(void *ctx, int nw, const mx_weight *const *ws, const 
     if (nw < 1 || nw > 4 || n <= 0) return;
     const cu_weight *w[4];
     for (int k = 0; k < nw; k++) if (!(w[k] = get_w(c, ws[k]))) return;
+    /* a gate/up pair the fused form takes (MLXCEL_CUDA_GEMM_PAIR=1): deferred, so that a
+     * following act_mul of its outputs runs in the GEMM's epilogue (any other op launches it as it
+     * is first) */
+    static const gq_pair dry = {0, true};
+    if (nw == 2 && c->pair_on && gq_gemm(c, 2, w, x, ys, n, &dry)) {
+        c->pg.w[0] = w[0]; c->pg.w[1] = w[1]; c->pg.x = x; c->pg.y[0] = ys[0]; c->pg.y[1] = ys[1]; c->pg.n = n;
+        c->pg.on = true;
+        return;
+    }
     if (!mv_i8(c, nw, w, x, ys, n) && !mv_dense_set(c, nw, w, x, ys, n) && !gq_gemm(c, nw, w, x, ys, n) &&
         !mm_set_gemm(c, nw, w, x, ys, n)) {
         int xb_have = 0;   /* x converted for cuBLAS once for the weights of the set */
@@ -2695,8 +2798,14 @@ static bool gq_rows(const cu_ctx *c, int n, int64_t cols) {   /* x of n rows x c
      * faster for Llama-3.1-8B's; at 32-64 rows k_gemm_gq was 33-69% faster for both) */
     return c->gemm_mode == GM_MMA || c->gemm_mode == GM_WG || (c->gemm_mode == GM_AUTO && (n <= 64 || cols >= 4096));
 }
-static bool gq_gemm(cu_ctx *c, int nw, const cu_weight *const *w, const float *x, float *const *ys, int n) {
+/* pair (gate/up, nw = 2, equal rows, the wgmma form, no split of k): ys[0] = act(gate) * up and
+ * ys[1] = up in one launch (k_gemm_wg<.., PAIR>), with ys[0]'s gq-order form for the next GEMM;
+ * false (nothing done) where that form does not apply; pair->dry: only whether it does. */
+static bool gq_gemm(cu_ctx *c, int nw, const cu_weight *const *w, const float *x, float *const *ys, int n,
+                    const gq_pair *pair) {
     if (!gq_rows(c, n, w[0]->cols)) return false;
+    if (pair && (nw != 2 || w[0]->rows != w[1]->rows || (ys[0] < ys[1] + (size_t)n * w[1]->rows && ys[1] < ys[0] + (size_t)n * w[0]->rows)))
+        return false;
     const cu_weight *w0 = w[0];
     const int gsh = log2_exact(w0->gs);
     const int64_t cols = w0->cols;
@@ -2717,12 +2826,13 @@ static bool gq_gemm(cu_ctx *c, int nw, const cu_weight *const *w, const float *x
      * have their scale pairs (not made when the mode at init kept the wgmma form out) */
     bool wg = c->wg_ok && (c->gemm_mode == GM_AUTO || c->gemm_mode == GM_WG);
     for (int k = 0; k < nw; k++) if (!w[k]->sbp) wg = false;
+    if (pair && !wg) return false;
     /* 4 warpgroups (256 rows) a block for >= 4096 columns: each x tile serves twice the rows,
      * and x's L2 traffic is what limits it (Llama-8B, 128 rows: 11,563 tok/s against 10,164 with 2);
      * 2 for smaller weights, which then make enough blocks (Qwen3-0.6B, 32 rows: 17,459 / 16,849) */
     const int nwg = cols >= 4096 ? 4 : 2, bm = wg ? 64 * nwg : GQ_BM;
     for (int k = 0; k < nw; k++) {
-        set.blk0[k + 1] = set.blk0[k] + (int)nblk(w[k]->rows, bm);
+        set.blk0[k + 1] = pair ? (int)nblk(w[0]->rows, bm / 2) : set.blk0[k] + (int)nblk(w[k]->rows, bm);
         set.SB[k] = w[k]->sbp;
     }
     const int64_t tiles = (int64_t)set.blk0[nw] * nblk(n, bn), ksteps = cols / GQ_BK;
@@ -2737,6 +2847,12 @@ static bool gq_gemm(cu_ctx *c, int nw, const cu_weight *const *w, const float *x
         if (cost < best - 1e-9) { best = cost; ns = s; }
     }
     const int kchunk = (int)((ksteps + ns - 1) / ns) * GQ_BK, nsplit = (int)((cols + kchunk - 1) / kchunk);
+    if (pair && (nsplit > 1 || pair->dry)) return nsplit == 1;
+    if (pair) {   /* the output's gq form in the second buffer, which then becomes the first */
+        set.act = pair->act;
+        if (gq_rows(c, n, w[0]->rows) &&
+            !(set.xg = (__nv_bfloat16 *)scratch(c, &c->xg2, &c->xg2_cap, (size_t)n * w[0]->rows * 2))) return true;
+    }
     float *part = NULL;
     if (nsplit > 1 && !(part = (float *)scratch(c, &c->gpart, &c->gpart_cap, (size_t)nsplit * n * set.rb[nw] * 4))) return true;
     __nv_bfloat16 *xb = (__nv_bfloat16 *)scratch(c, &c->xg, &c->xg_cap, (size_t)n * cols * 2);
@@ -2751,7 +2867,16 @@ static bool gq_gemm(cu_ctx *c, int nw, const cu_weight *const *w, const float *x
 #define GQ_ARGS (set, xb, (int)cols, n, gsh, kchunk, part)
     if (wg) {
 #define WGL(B, NW, T) PL(c, k_gemm_wg<B, NW, T>, grid, 128 * NW, WG_SMEM(B, NW))GQ_ARGS
-        if (nwg == 4) {
+#define WGP(B, NW, T) PL(c, k_gemm_wg<B, NW, T, true>, grid, 128 * NW, WG_SMEM(B, NW))GQ_ARGS
+        if (pair) {
+            if (nwg == 4) {
+                if (w0->sdt == SDT_F16) { if (bn == 64) WGP(64, 4, __half); else WGP(128, 4, __half); }
+                else { if (bn == 64) WGP(64, 4, __nv_bfloat16); else WGP(128, 4, __nv_bfloat16); }
+            } else {
+                if (w0->sdt == SDT_F16) { if (bn == 64) WGP(64, 2, __half); else WGP(128, 2, __half); }
+                else { if (bn == 64) WGP(64, 2, __nv_bfloat16); else WGP(128, 2, __nv_bfloat16); }
+            }
+        } else if (nwg == 4) {
             if (w0->sdt == SDT_F16) { if (bn == 64) WGL(64, 4, __half); else WGL(128, 4, __half); }
             else { if (bn == 64) WGL(64, 4, __nv_bfloat16); else WGL(128, 4, __nv_bfloat16); }
         } else {
@@ -2759,6 +2884,7 @@ static bool gq_gemm(cu_ctx *c, int nw, const cu_weight *const *w, const float *x
             else { if (bn == 64) WGL(64, 2, __nv_bfloat16); else WGL(128, 2, __nv_bfloat16); }
         }
 #undef WGL
+#undef WGP
     } else if (w0->sdt == SDT_F16) {
         if (bn == 64) PL(c, k_gemm_gq<64, __half>, grid, 128, shm)GQ_ARGS;
         else PL(c, k_gemm_gq<128, __half>, grid, 256, shm)GQ_ARGS;
@@ -2767,12 +2893,34 @@ static bool gq_gemm(cu_ctx *c, int nw, const cu_weight *const *w, const float *x
         else PL(c, k_gemm_gq<128, __nv_bfloat16>, grid, 256, shm)GQ_ARGS;
     }
 #undef GQ_ARGS
-    LAUNCHED(c, wg ? "gemm (q4, wgmma)" : "gemm (q4, mma)");
+    LAUNCHED(c, pair ? "gemm (q4, wgmma, gate/up with the activation)" : wg ? "gemm (q4, wgmma)" : "gemm (q4, mma)");
+    if (pair) {   /* x's gq form was read from c->xg: the new one (if made) takes its place */
+        c->n_pair++;
+        if (set.xg) {
+            void *t = c->xg; c->xg = c->xg2; c->xg2 = t;
+            size_t tc = c->xg_cap; c->xg_cap = c->xg2_cap; c->xg2_cap = tc;
+        }
+        forget_overlap(c, ys[0], (int64_t)n * w[0]->rows);
+        forget_overlap(c, ys[1], (int64_t)n * w[1]->rows);
+        xq_forget(c);
+        if (set.xg) { c->xg_src = ys[0]; c->xg_count = (int64_t)n * w[0]->rows; }
+    }
     if (part) {
-        PL(c, k_gq_sum, nblk((int64_t)n * set.rb[nw], 256), 256, 0)(set, part, nsplit, n);
+        bool v4 = true;
+        for (int k = 0; k < nw; k++) v4 = v4 && set.rows[k] % 4 == 0 && ((uintptr_t)set.y[k] & 15) == 0;
+        if (v4) PL(c, k_gq_sum4, nblk((int64_t)n * set.rb[nw] / 4, 256), 256, 0)(set, part, nsplit, n);
+        else PL(c, k_gq_sum, nblk((int64_t)n * set.rb[nw], 256), 256, 0)(set, part, nsplit, n);
         LAUNCHED(c, "gemm split-k sum");
     }
     return true;
+}
+
+/* the deferred gate/up product (c_matmul_multi) as it is */
+static void pg_flush(cu_ctx *c) {
+    if (!c->pg.on) return;
+    c->pg.on = false;
+    if (!gq_gemm(c, 2, c->pg.w, c->pg.x, c->pg.y, c->pg.n)) { cu_fail(c, MX_ERR_INTERNAL, "deferred gate/up product", cudaSuccess); return; }
+    for (int k = 0; k < 2; k++) forget_overlap(c, c->pg.y[k], (int64_t)c->pg.n * c->pg.w[k]->rows);
 }
 
 /* Above the matvecs, the q4/q8 weights of a set (q/k/v, gate/up) in few launches: x converted
@@ -3324,13 +3472,26 @@ static void c_attention(void *ctx, int layer, const float *q, const float *k, co
 static void c_act_mul(void *ctx, mx_act act, const float *gate, const float *up, int64_t stride, float *y, int n, int d) {
     cu_ctx *c = (cu_ctx *)ctx;
     GOP_PURE(c, 7, (uint64_t)act, PU(gate), PU(up), (uint64_t)stride, PU(y), (uint64_t)n, (uint64_t)d);
+    /* in place on the outputs of the deferred gate/up product: one launch for both (the memory
+     * then holds what the two ops would have left) */
+    if (c->pg.on && gate == c->pg.y[0] && up == c->pg.y[1] && y == gate && n == c->pg.n && n > 0 &&
+        d == (int)c->pg.w[0]->rows && stride == d) {
+        hq_flush(c);
+        c->pg.on = false;
+        const gq_pair pr = {(int)act, false};
+        if (gq_gemm(c, 2, c->pg.w, c->pg.x, c->pg.y, n, &pr)) return;
+        c->pg.on = true;   /* (not expected: the dry run said it applies) the two ops as they are */
+    }
     OP_ENTER(c);
     if (n <= 0 || d <= 0) return;
     int8_t *xq = NULL; float2 *xds = NULL;
     if (!c->mv_f32 && n <= MV_I8_MAX && d % 32 == 0 && !xq_buf(c, (int64_t)n * d, &xq, &xds)) return;
     __nv_bfloat16 *xg = NULL;
     if (gq_rows(c, n, d) && !(xg = (__nv_bfloat16 *)scratch(c, &c->xg, &c->xg_cap, (size_t)n * d * 2))) return;
-    PL(c, k_act_mul, nblk((int64_t)n * d, 256), 256, 0)((int)act, gate, up, stride, y, n, d, xq, xds, xg);
+    const bool v4 = !xq && (int64_t)n * d < ((int64_t)1 << 31) && d % 4 == 0 && stride % 4 == 0 && stride < ((int64_t)1 << 31) &&
+                    (((uintptr_t)gate | (uintptr_t)up | (uintptr_t)y) & 15) == 0;
+    if (v4) PL(c, k_act_mul4, nblk((int64_t)n * d / 4, 256), 256, 0)((int)act, gate, up, (int)stride, y, n, d, xg);
+    else PL(c, k_act_mul, nblk((int64_t)n * d, 256), 256, 0)((int)act, gate, up, stride, y, n, d, xq, xds, xg);
     LAUNCHED(c, "act_mul");
     if (xq) { c->xq_src = y; c->xq_count = (int64_t)n * d; }
     if (xg) { c->xg_src = y; c->xg_count = (int64_t)n * d; }
@@ -3516,6 +3677,7 @@ extern "C" mx_status mx_backend_cuda_init(mx_backend *out) {
         c->attn_vec = sw.attn_dec == 0;
         c->gemm_mode = sw.gemm;
         c->gq_rot = sw.gemm_rot;
+        c->pair_on = sw.gemm_pair;
         c->pdl = sw.pdl != 0;
         c->pdl_early = sw.pdl == 2;
         c->pdl_dev = -1;
@@ -3565,6 +3727,10 @@ extern "C" mx_status mx_backend_cuda_init(mx_backend *out) {
                              (const void *)k_gemm_wg<64, 2, __half>, (const void *)k_gemm_wg<128, 2, __half>,
                              (const void *)k_gemm_wg<64, 4, __nv_bfloat16>, (const void *)k_gemm_wg<128, 4, __nv_bfloat16>,
                              (const void *)k_gemm_wg<64, 4, __half>, (const void *)k_gemm_wg<128, 4, __half>};
+        const void *wgp[] = {(const void *)k_gemm_wg<64, 2, __nv_bfloat16, true>, (const void *)k_gemm_wg<128, 2, __nv_bfloat16, true>,
+                             (const void *)k_gemm_wg<64, 2, __half, true>, (const void *)k_gemm_wg<128, 2, __half, true>,
+                             (const void *)k_gemm_wg<64, 4, __nv_bfloat16, true>, (const void *)k_gemm_wg<128, 4, __nv_bfloat16, true>,
+                             (const void *)k_gemm_wg<64, 4, __half, true>, (const void *)k_gemm_wg<128, 4, __half, true>};
         c->wg_ok = true;
         for (int i = 0; i < 8 && c->wg_ok; i++) {
             cudaFuncAttributes fa;
@@ -3573,6 +3739,7 @@ extern "C" mx_status mx_backend_cuda_init(mx_backend *out) {
             /* binaryVersion 90: the sm_90a cubin (not the compute_90 PTX, whose body traps) */
             if (cudaFuncGetAttributes(&fa, wgk[i]) != cudaSuccess || fa.binaryVersion != 90 ||
                 cudaFuncSetAttribute(wgk[i], cudaFuncAttributeMaxDynamicSharedMemorySize, (int)WG_SMEM(bn, nw4)) != cudaSuccess ||
+                cudaFuncSetAttribute(wgp[i], cudaFuncAttributeMaxDynamicSharedMemorySize, (int)WG_SMEM(bn, nw4)) != cudaSuccess ||
                 ((i & 2) == 0 && (cudaOccupancyMaxActiveBlocksPerMultiprocessor(bps, wgk[i], 128 * nw4, WG_SMEM(bn, nw4)) != cudaSuccess ||
                            *bps < 1))) {
                 cudaGetLastError();
@@ -3619,6 +3786,8 @@ extern "C" mx_status mx_backend_cuda_set_gemm(mx_backend *b, const char *mode) {
     return mx_errorf(MX_ERR_INVALID_ARG, "GEMM mode %.40s: expected auto, cublas, mma or wgmma", mode ? mode : "(null)");
 }
 extern "C" bool mx_backend_cuda_has_wgmma(mx_backend *b) { return switch_ctx(b)->wg_ok; }
+extern "C" void mx_backend_cuda_set_gemm_pair(mx_backend *b, bool on) { switch_ctx(b)->pair_on = on; }
+extern "C" int mx_backend_cuda_pair_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_pair; }
 extern "C" void mx_backend_cuda_set_tiled_attention(mx_backend *b, bool on) { switch_ctx(b)->attn_tiled = on; }
 extern "C" void mx_backend_cuda_set_mma_attention(mx_backend *b, bool on) { switch_ctx(b)->attn_mma = on; }
 extern "C" void mx_backend_cuda_set_vec_attention(mx_backend *b, bool on) { switch_ctx(b)->attn_vec = on; }
@@ -3767,6 +3936,7 @@ extern "C" void mx_backend_cuda_free(mx_backend *b) {
     if (c->gpart) cudaFree(c->gpart);
     if (c->xq) cudaFree(c->xq);
     if (c->xg) cudaFree(c->xg);
+    if (c->xg2) cudaFree(c->xg2);
     if (c->tk) cudaFree(c->tk);
     if (c->tkh) cudaFreeHost(c->tkh);
     if (c->pdl_host) cudaFreeHost(c->pdl_host);
