@@ -156,7 +156,11 @@ bench() {   # label args...: one `mlxcel bench` run on the GPU, its table rows i
   local label=$1; shift
   echo "== bench $label: mlxcel bench $*"
   MLXCEL_DEVICE=gpu timeout "${GPU_CHECK_BENCH_TIMEOUT:-180}" $M bench "$@" 2>&1 | tee -a "$OUTD/bench.log" | tee "$OUTD/last.txt"
-  [ "${PIPESTATUS[0]}" = 124 ] && say "$label: timed out"
+  local rc=${PIPESTATUS[0]}
+  # a failed run says so in the summary (its rows would otherwise just be missing)
+  if [ "$rc" = 124 ]; then say "$label: timed out"
+  elif [ "$rc" != 0 ]; then say "$label: FAILED (exit $rc): $(grep -m1 -iE 'error|fail' "$OUTD/last.txt" | cut -c1-200)"
+  fi
   grep -E '^\| ' "$OUTD/last.txt" | grep -v -E 'model|---' | sed "s/^/$label /" >>"$SUMMARY"
   grep -E '^cuda profile:' "$OUTD/last.txt" | head -24 | sed "s/^cuda profile:/$label prof/" >>"$SUMMARY"   # MLXCEL_CUDA_PROFILE=1
   grep -E '^bandwidth ' "$OUTD/last.txt" | sed "s/^/$label /" >>"$SUMMARY"   # --bandwidth
