@@ -84,6 +84,14 @@ bool mx_backend_cuda_has_wgmma(mx_backend *b);
 void mx_backend_cuda_set_gemm_pair(mx_backend *b, bool on);
 /* How many gate/up products ran in that fused form so far (tests). */
 int mx_backend_cuda_pair_launches(mx_backend *b);
+/* Experimental, off by default (MLXCEL_CUDA_SUM_NORM=1 at init turns it on; not yet run on a GPU
+ * when written): a product split along k by the GEMM on packed q4 weights (one weight, no bias,
+ * 17..128 rows of x), then an add of its output, then an rmsnorm of that sum: the rmsnorm reads
+ * the split's partial sums itself (the same sums, in the same order), and the separate sum
+ * kernel is not launched. The memory then holds what the three ops leave. */
+void mx_backend_cuda_set_sum_norm(mx_backend *b, bool on);
+/* How many rmsnorms read partial sums that way so far (tests). */
+int mx_backend_cuda_sum_norm_launches(mx_backend *b);
 /* Programmatic dependent launch for the backend's kernels: each may start while the previous
  * kernel finishes and waits for it on the device. On by default; MLXCEL_CUDA_PDL=0 at init turns
  * it off. */

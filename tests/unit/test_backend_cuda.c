@@ -47,7 +47,7 @@ static void test_select(void) {
                                          {"MLXCEL_CUDA_DQ_MB", "12x"}, {"MLXCEL_CUDA_KV", "fp8"},
                                          {"MLXCEL_CUDA_GRAPHS", "off"}, {"MLXCEL_CUDA_ATTN_GQA", "yes"},
                                          {"MLXCEL_CUDA_ATTN_DEC", "flash"}, {"MLXCEL_CUDA_GEMM_ROT", "on"},
-                                         {"MLXCEL_CUDA_GEMM_PAIR", "yes"}};
+                                         {"MLXCEL_CUDA_GEMM_PAIR", "yes"}, {"MLXCEL_CUDA_SUM_NORM", "2"}};
     unsetenv("MLXCEL_DEVICE");
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         setenv(bad[i][0], bad[i][1], 1);
@@ -57,9 +57,9 @@ static void test_select(void) {
         unsetenv(bad[i][0]);
     }
     setenv("MLXCEL_CUDA_ATTN", "tiled", 1); setenv("MLXCEL_CUDA_PDL", "2", 1); setenv("MLXCEL_CUDA_DQ_MB", "8", 1);
-    setenv("MLXCEL_CUDA_ATTN_DEC", "lanes", 1); setenv("MLXCEL_CUDA_GEMM", "wgmma", 1); setenv("MLXCEL_CUDA_GEMM_ROT", "0", 1); setenv("MLXCEL_CUDA_GEMM_PAIR", "0", 1);
+    setenv("MLXCEL_CUDA_ATTN_DEC", "lanes", 1); setenv("MLXCEL_CUDA_GEMM", "wgmma", 1); setenv("MLXCEL_CUDA_GEMM_ROT", "0", 1); setenv("MLXCEL_CUDA_GEMM_PAIR", "0", 1); setenv("MLXCEL_CUDA_SUM_NORM", "1", 1);
     TCHECK(mx_backend_cuda_check_env() == MX_OK, "good switches refused: %s", mx_last_error());
-    unsetenv("MLXCEL_CUDA_ATTN_DEC"); unsetenv("MLXCEL_CUDA_GEMM"); unsetenv("MLXCEL_CUDA_GEMM_ROT"); unsetenv("MLXCEL_CUDA_GEMM_PAIR");
+    unsetenv("MLXCEL_CUDA_ATTN_DEC"); unsetenv("MLXCEL_CUDA_GEMM"); unsetenv("MLXCEL_CUDA_GEMM_ROT"); unsetenv("MLXCEL_CUDA_GEMM_PAIR"); unsetenv("MLXCEL_CUDA_SUM_NORM");
     setenv("MLXCEL_CUDA_ATTN", "", 1);   /* empty: the default */
     TCHECK(mx_backend_cuda_check_env() == MX_OK, "empty switch refused: %s", mx_last_error());
     unsetenv("MLXCEL_CUDA_ATTN"); unsetenv("MLXCEL_CUDA_PDL"); unsetenv("MLXCEL_CUDA_DQ_MB");
@@ -815,6 +815,59 @@ static const pair_case g_pair[] = {
     {"cuda_gate_up_act_relu_n33_4096_ragged", 16832, 4096, 33, true, MX_ACT_RELU}, /* the last block half full */
 };
 
+/* A q4 product split along k, an add of its output, an rmsnorm of the sum (a residual stream):
+ * with MLXCEL_CUDA_SUM_NORM the rmsnorm reads the split's partial sums (counted); the normed rows,
+ * the sum and the product's output are bit for bit those of the three ops without it, with the
+ * product's output as either operand of the add, and with a read of the output between the add
+ * and the norm (which launches the waiting sum). */
+typedef struct { const char *name; int rows, cols, n; bool swap, read_between, norm_over; } sn_case;
+static void check_sum_norm(const sn_case *sc) {
+    tw t;
+    tw_make(&t, sc->rows, sc->cols, 4, 64, MX_DTYPE_BF16, false);
+    TREQUIRE(G.i->weight_prepare(G.ctx, &t.w) == MX_OK, "prepare");
+    const int n = sc->n, D = sc->rows;
+    mx_vec g; void *gb;
+    vec_make(&g, &gb, D, MX_DTYPE_BF16, 1.f);
+    TREQUIRE(G.i->vec_prepare(G.ctx, &g) == MX_OK, "vec prepare");
+    float *x = malloc((size_t)n * sc->cols * 4), *h = malloc((size_t)n * D * 4);
+    fill(x, (int64_t)n * sc->cols, 2.f);
+    fill(h, (int64_t)n * D, 3.f);
+    float *dx = gup(x, (int64_t)n * sc->cols), *out[2][3];
+    for (int mode = 0; mode < 2; mode++) {   /* 0: the three ops as they are, 1: MLXCEL_CUDA_SUM_NORM */
+        mx_backend_cuda_set_sum_norm(&G, mode == 1);
+        float *dh = gup(h, (int64_t)n * D), *dout = gnan((int64_t)n * D), *dy = gnan((int64_t)n * D);
+        const int before = mx_backend_cuda_sum_norm_launches(&G);
+        G.i->matmul(G.ctx, &t.w, dx, dout, n);
+        if (sc->swap) G.i->add(G.ctx, dout, dh, dh, (int64_t)n * D);
+        else G.i->add(G.ctx, dh, dout, dh, (int64_t)n * D);
+        if (sc->read_between) { float *o = gdown(dout, (int64_t)n * D); free(o); }
+        /* norm_over: the norm written over the product's output, as the decoder does (h = norm(x + h)) */
+        float *dn = sc->norm_over ? dout : dy;
+        G.i->rmsnorm(G.ctx, dh, &g, 1e-5f, 0.f, dn, n, D);
+        const int fused = mx_backend_cuda_sum_norm_launches(&G) - before;
+        out[mode][0] = gdown(dn, (int64_t)n * D); out[mode][1] = gdown(dh, (int64_t)n * D); out[mode][2] = gdown(dout, (int64_t)n * D);
+        TCHECK(fused == (mode == 1 && !sc->read_between ? 1 : 0), "mode %d: %d fused norms", mode, fused);
+        TCHECK(mx_backend_cuda_status(&G) == MX_OK, "status: %s", mx_last_error());
+        G.i->free(G.ctx, dh); G.i->free(G.ctx, dout); G.i->free(G.ctx, dy);
+    }
+    mx_backend_cuda_set_sum_norm(&G, false);   /* the default */
+    static const char *const what[3] = {"normed rows", "sum", "product"};
+    for (int k = 0; k < 3; k++) {
+        TCHECK(!memcmp(out[0][k], out[1][k], (size_t)n * D * 4), "%s differ with the parts read by the norm", what[k]);
+        free(out[0][k]); free(out[1][k]);
+    }
+    G.i->free(G.ctx, dx);
+    free(x); free(h); free(gb);
+    tw_free(&t);
+}
+/* 256 / 512 rows of 4096 columns: 1-2 blocks of 4 warpgroups, so k is split */
+static const sn_case g_sn[] = {
+    {"cuda_sum_norm_n128", 512, 4096, 128, false, false, false},
+    {"cuda_sum_norm_n128_norm_over", 512, 4096, 128, false, false, true},
+    {"cuda_sum_norm_n40_swapped", 256, 4096, 40, true, false, false},
+    {"cuda_sum_norm_n64_read_between", 512, 4096, 64, false, true, true},
+};
+
 /* Decode steps through step_begin/step_end (warm-up, capture, replays) give the same results
  * as the same steps op by op, with new token ids and positions every step; a step whose op
  * sequence differs from its key's is refused. */
@@ -1214,6 +1267,7 @@ int main(int argc, char **argv) {
     RUN(test_dense_sets);
     RUN(test_gq_forms);
     for (size_t i = 0; i < sizeof g_pair / sizeof g_pair[0]; i++) RUN_NAMED(g_pair[i].name, check_pair, &g_pair[i]);
+    for (size_t i = 0; i < sizeof g_sn / sizeof g_sn[0]; i++) RUN_NAMED(g_sn[i].name, check_sum_norm, &g_sn[i]);
     for (size_t i = 0; i < sizeof g_emb / sizeof g_emb[0]; i++) RUN_NAMED(g_emb[i].name, check_embed, &g_emb[i]);
     RUN(test_norms);
     RUN(test_rope);

@@ -142,7 +142,13 @@ struct cu_ctx {
     struct { const cu_weight *w[2]; const float *x; float *y[2]; int n; bool on; } pg;   /* a gate/up
                                             * product not yet launched: a following act_mul of its
                                             * outputs runs in its epilogue */
-    struct { const float *a, *b; float *y; int64_t count; bool on; } pend;   /* an add not yet
+    struct cu_psum { const float *part; int nsplit, n, rows; float *y; };   /* split-k partial sums of
+                                            * one weight's product into y [n][rows] (k_gq_sum) */
+    struct { cu_psum p; bool on; } ps;     /* such a sum not yet launched (MLXCEL_CUDA_SUM_NORM): an add
+                                            * of y followed by an rmsnorm of the sum reads the parts */
+    bool sum_norm, ps_allow;               /* MLXCEL_CUDA_SUM_NORM; c_matmul's product may defer its sum */
+    int n_sum_norm;                        /* rmsnorms that read the parts (tests) */
+    struct { const float *a, *b; float *y; int64_t count; bool on; bool has_ps; cu_psum ps; } pend;   /* an add not yet
                                             * launched: the next rmsnorm of its sum fuses it */
     struct hop {                           /* per-head ops on q/k deferred until the attention */
         int kind;                          /* 1: rmsnorm in place, 2: rope (rot_dim == head_dim) */
@@ -185,7 +191,7 @@ static pdl_launch<KArgs...> PL(cu_ctx *c, void (*k)(KArgs...), dim3 g, dim3 b, s
  * the default; anything else is an error naming the variable and what it takes. */
 enum { GM_AUTO, GM_CUBLAS, GM_MMA, GM_WG, GM_NMODES };   /* MLXCEL_CUDA_GEMM, in k_gemm_modes' order */
 static const char *const k_gemm_modes[] = {"auto", "cublas", "mma", "wgmma"};
-struct cu_switches { int attn, attn_dec, gqa, gemm, gemm_rot, gemm_pair, pdl, mv, profile, kv, graphs; long dq_mb; };   /* kv: checked here, read by kv_init */
+struct cu_switches { int attn, attn_dec, gqa, gemm, gemm_rot, gemm_pair, sum_norm, pdl, mv, profile, kv, graphs; long dq_mb; };   /* kv: checked here, read by kv_init */
 static mx_status env_choice(const char *name, const char *const *vals, int n, int def, int *out) {
     const char *e = getenv(name);
     *out = def;
@@ -209,6 +215,7 @@ static mx_status read_switches(cu_switches *sw) {
         (st = env_choice("MLXCEL_CUDA_GEMM", k_gemm_modes, GM_NMODES, GM_AUTO, &sw->gemm)) ||
         (st = env_choice("MLXCEL_CUDA_GEMM_ROT", onoff, 2, 1, &sw->gemm_rot)) ||
         (st = env_choice("MLXCEL_CUDA_GEMM_PAIR", onoff, 2, 0, &sw->gemm_pair)) ||
+        (st = env_choice("MLXCEL_CUDA_SUM_NORM", onoff, 2, 0, &sw->sum_norm)) ||
         (st = env_choice("MLXCEL_CUDA_PDL", pdl, 3, 2, &sw->pdl)) ||
         (st = env_choice("MLXCEL_CUDA_MV", mv, 2, 0, &sw->mv)) ||
         (st = env_choice("MLXCEL_CUDA_PROFILE", onoff, 2, 0, &sw->profile)) ||
@@ -1524,16 +1531,21 @@ __global__ void k_rmsnorm(const float *x, const float *x2, float *xsum, const fl
     }
 }
 
+/* x2 as the split-k partial sums of a product (MLXCEL_CUDA_SUM_NORM): x2[i] = the sum over z of
+ * p[z stride + i] in split order (k_gq_sum's arithmetic), also stored to sum (the product's output;
+ * null where the norm's output replaces it) */
+struct rn_part { const float *p; int nsplit; int64_t stride; float *sum; };
+
 /* k_rmsnorm with the row in registers (VPT values a thread, d <= VPT * blockDim): every load is
  * issued before the first store, so the loads of a row are not serialized behind stores that
  * might alias them (in-place norms), and the gamma load overlaps the reduction. */
-template <int VPT>
+template <int VPT, bool PARTS = false>
 __global__ void k_rmsnorm_r(const float *x, const float *x2, float *xsum, const float *g, float eps, float add_one,
-                            float *y, int d, int8_t *xq, float2 *xds, __nv_bfloat16 *xg) {
+                            float *y, int d, int8_t *xq, float2 *xds, __nv_bfloat16 *xg, const rn_part pp) {
     pdl_entry();
     __shared__ float sh[32];
     const size_t base = (size_t)blockIdx.x * d;
-    float v[VPT], gv[VPT];
+    float v[VPT], gv[VPT], ps[VPT];
     float ss = 0.f;
 #pragma unroll
     for (int j = 0; j < VPT; j++) {
@@ -1541,13 +1553,26 @@ __global__ void k_rmsnorm_r(const float *x, const float *x2, float *xsum, const 
         const bool ok = i < d;
         v[j] = ok ? x[base + i] : 0.f;
         if (x2) v[j] += ok ? x2[base + i] : 0.f;
+        if constexpr (PARTS) {
+            float a = 0.f;
+            if (ok) for (int z = 0; z < pp.nsplit; z++) a += pp.p[(size_t)z * pp.stride + base + i];
+            a += 0.f;   /* as k_gq_sum (no bias): -0 sums become +0 */
+            ps[j] = a;
+            v[j] += a;
+        }
         gv[j] = g ? (ok ? g[i] + add_one : 0.f) : 1.f;
     }
 #pragma unroll
     for (int j = 0; j < VPT; j++) ss = fmaf(v[j], v[j], ss);
-    if (x2) {
+    if (PARTS || x2) {
 #pragma unroll
-        for (int j = 0; j < VPT; j++) { const int i = threadIdx.x + j * blockDim.x; if (i < d) xsum[base + i] = v[j]; }
+        for (int j = 0; j < VPT; j++) {
+            const int i = threadIdx.x + j * blockDim.x;
+            if (i < d) {
+                xsum[base + i] = v[j];
+                if (PARTS && pp.sum) pp.sum[base + i] = ps[j];   /* the product's output (apart from the rest: host) */
+            }
+        }
     }
     ss = block_sum(ss, sh);
     const float inv = rsqrtf(ss / d + eps);
@@ -2418,16 +2443,20 @@ static bool xq_buf(cu_ctx *c, int64_t count, int8_t **q, float2 **ds) {
     return true;
 }
 static void pg_flush(cu_ctx *c);
+static void psum_launch(cu_ctx *c, const cu_ctx::cu_psum *p);
 static void pend_flush(cu_ctx *c) {
     pg_flush(c);
+    if (c->ps.on) { c->ps.on = false; psum_launch(c, &c->ps.p); }
     if (!c->pend.on) return;
     c->pend.on = false;
+    if (c->pend.has_ps) { c->pend.has_ps = false; psum_launch(c, &c->pend.ps); }   /* b, the product's output */
     PL(c, k_add, nblk(c->pend.count, 256), 256, 0)(c->pend.a, c->pend.b, c->pend.y, c->pend.count);
     LAUNCHED(c, "add");
 }
 static void hq_flush(cu_ctx *c);
 static void launch_rmsnorm(cu_ctx *c, const float *x, const float *x2, float *xsum, const float *gd, float eps,
-                           float add_one, float *y, int n, int d, int8_t *xq, float2 *xds, __nv_bfloat16 *xg);
+                           float add_one, float *y, int n, int d, int8_t *xq, float2 *xds, __nv_bfloat16 *xg,
+                           const rn_part *pp = NULL);
 /* an op other than the ones that use them: launch the deferred ops, forget the int8 form */
 #define OP_ENTER(c) do { hq_flush(c); pend_flush(c); xq_forget(c); } while (0)
 #define FLUSH_ALL(c) do { hq_flush(c); pend_flush(c); } while (0)
@@ -2751,7 +2780,9 @@ static void c_matmul(void *ctx, const mx_weight *wt, const float *x, float *y, i
     const cu_weight *w = get_w(c, wt);
     if (!w || n <= 0) return;
     int xb_have = 0;
+    c->ps_allow = true;   /* a split-k sum may wait for the add that reads y (MLXCEL_CUDA_SUM_NORM) */
     mm_impl(c, w, x, y, n, &xb_have);
+    c->ps_allow = false;
     forget_overlap(c, y, (int64_t)n * w->rows);
 }
 
@@ -2906,6 +2937,11 @@ static bool gq_gemm(cu_ctx *c, int nw, const cu_weight *const *w, const float *x
         if (set.xg) { c->xg_src = ys[0]; c->xg_count = (int64_t)n * w[0]->rows; }
     }
     if (part) {
+        if (nw == 1 && !set.bias[0] && c->ps_allow && c->sum_norm) {   /* c_matmul's: the sum deferred */
+            c->ps.p.part = part; c->ps.p.nsplit = nsplit; c->ps.p.n = n; c->ps.p.rows = set.rows[0]; c->ps.p.y = set.y[0];
+            c->ps.on = true;
+            return true;
+        }
         bool v4 = true;
         for (int k = 0; k < nw; k++) v4 = v4 && set.rows[k] % 4 == 0 && ((uintptr_t)set.y[k] & 15) == 0;
         if (v4) PL(c, k_gq_sum4, nblk((int64_t)n * set.rb[nw] / 4, 256), 256, 0)(set, part, nsplit, n);
@@ -2913,6 +2949,17 @@ static bool gq_gemm(cu_ctx *c, int nw, const cu_weight *const *w, const float *x
         LAUNCHED(c, "gemm split-k sum");
     }
     return true;
+}
+
+/* a deferred split-k sum (one weight, no bias) launched as gq_gemm would have */
+static void psum_launch(cu_ctx *c, const cu_ctx::cu_psum *p) {
+    gq_set set;
+    memset(&set, 0, sizeof set);
+    set.nw = 1; set.rows[0] = p->rows; set.rb[1] = p->rows; set.y[0] = p->y;
+    if (p->rows % 4 == 0 && ((uintptr_t)p->y & 15) == 0)
+        PL(c, k_gq_sum4, nblk((int64_t)p->n * p->rows / 4, 256), 256, 0)(set, p->part, p->nsplit, p->n);
+    else PL(c, k_gq_sum, nblk((int64_t)p->n * p->rows, 256), 256, 0)(set, p->part, p->nsplit, p->n);
+    LAUNCHED(c, "gemm split-k sum");
 }
 
 /* the deferred gate/up product (c_matmul_multi) as it is */
@@ -3095,14 +3142,28 @@ static void c_rmsnorm(void *ctx, const float *x, const mx_vec *g, float eps, flo
     /* the add just before, of whose sum this is the norm, runs in the same kernel */
     const float *x2 = NULL;
     float *xsum = NULL;
+    rn_part pp = {NULL, 0, 0, NULL};
+    /* the parts only where the norm of the sum reads them (launch_rmsnorm's register form), its
+     * output either apart from the product's or over it exactly (the decoder's h = norm(x + h)) */
+    if (c->pend.on && c->pend.has_ps &&
+        (c->pend.y != x || d > 8192 || c->pend.count != (int64_t)n * d ||
+         (y != c->pend.b && y < c->pend.b + c->pend.count && c->pend.b < y + c->pend.count)))
+        pend_flush(c);
     if (c->pend.on && c->pend.y == x && c->pend.count == (int64_t)n * d && n > 0 && d > 0) {
         x = c->pend.a; x2 = c->pend.b; xsum = c->pend.y;
+        if (c->pend.has_ps) {   /* x2 = the parts' sum, also stored to the product's output */
+            pp.p = c->pend.ps.part; pp.nsplit = c->pend.ps.nsplit; pp.stride = (int64_t)n * d;
+            pp.sum = y == c->pend.ps.y ? NULL : c->pend.ps.y;   /* (over it: the norm's output is what stays) */
+            x2 = NULL;
+            c->pend.has_ps = false;
+            c->n_sum_norm++;
+        }
         c->pend.on = false;
     }
     const float *gd = get_v(c, g);
     if (g && !gd) return;
     /* an in-place norm of rows of <= 256 (per-head q/k norms) waits for the attention */
-    if (!x2 && x == y && n > 0 && d > 0 && d <= 256 && d % 2 == 0 && c->n_hq < 4 && c->gmode != G_REPLAY) {
+    if (!x2 && !pp.p && x == y && n > 0 && d > 0 && d <= 256 && d % 2 == 0 && c->n_hq < 4 && c->gmode != G_REPLAY) {
         bool other = false;   /* only q/k ops may be in the queue: a norm of another buffer flushes */
         for (int i = 0; i < c->n_hq; i++) if (c->hq[i].x == y && c->hq[i].kind == 1) other = true;
         if (!other) {
@@ -3120,7 +3181,7 @@ static void c_rmsnorm(void *ctx, const float *x, const mx_vec *g, float eps, flo
     if (!c->mv_f32 && n <= MV_I8_MAX && d % 32 == 0 && !xq_buf(c, (int64_t)n * d, &xq, &xds)) return;
     __nv_bfloat16 *xg = NULL;
     if (gq_rows(c, n, d) && !(xg = (__nv_bfloat16 *)scratch(c, &c->xg, &c->xg_cap, (size_t)n * d * 2))) return;
-    launch_rmsnorm(c, x, x2, xsum, gd, eps, add_one, y, n, d, xq, xds, xg);
+    launch_rmsnorm(c, x, x2, xsum, gd, eps, add_one, y, n, d, xq, xds, xg, pp.p ? &pp : NULL);
     if (xq) { c->xq_src = y; c->xq_count = (int64_t)n * d; }
     if (xg) { c->xg_src = y; c->xg_count = (int64_t)n * d; }
 }
@@ -3228,16 +3289,21 @@ static void c_rope(void *ctx, float *x, int n, int n_heads, int head_dim, const 
 }
 
 static void launch_rmsnorm(cu_ctx *c, const float *x, const float *x2, float *xsum, const float *gd, float eps,
-                           float add_one, float *y, int n, int d, int8_t *xq, float2 *xds, __nv_bfloat16 *xg) {
+                           float add_one, float *y, int n, int d, int8_t *xq, float2 *xds, __nv_bfloat16 *xg,
+                           const rn_part *pp) {
     if (d <= 8192) {   /* the row in registers: up to 4 values a thread (8 past 4096) */
         int th = ((d + 3) / 4 + 31) / 32 * 32;
         if (th > 1024) th = 1024;
         const int vpt = (d + th - 1) / th;
-        if (vpt <= 1) PL(c, k_rmsnorm_r<1>, n, th, 0)(x, x2, xsum, gd, eps, add_one, y, d, xq, xds, xg);
-        else if (vpt <= 2) PL(c, k_rmsnorm_r<2>, n, th, 0)(x, x2, xsum, gd, eps, add_one, y, d, xq, xds, xg);
-        else if (vpt <= 4) PL(c, k_rmsnorm_r<4>, n, th, 0)(x, x2, xsum, gd, eps, add_one, y, d, xq, xds, xg);
-        else PL(c, k_rmsnorm_r<8>, n, th, 0)(x, x2, xsum, gd, eps, add_one, y, d, xq, xds, xg);
-    } else {
+        const rn_part p = pp ? *pp : rn_part{NULL, 0, 0, NULL};
+#define RN(V) do { if (pp) PL(c, k_rmsnorm_r<V, true>, n, th, 0)(x, x2, xsum, gd, eps, add_one, y, d, xq, xds, xg, p); \
+                   else PL(c, k_rmsnorm_r<V>, n, th, 0)(x, x2, xsum, gd, eps, add_one, y, d, xq, xds, xg, p); } while (0)
+        if (vpt <= 1) RN(1);
+        else if (vpt <= 2) RN(2);
+        else if (vpt <= 4) RN(4);
+        else RN(8);
+#undef RN
+    } else {   /* (no rn_part here: c_rmsnorm launches the sum first) */
         PL(c, k_rmsnorm, n, norm_threads(d) > 256 ? 256 : norm_threads(d), 0)(x, x2, xsum, gd, eps, add_one, y, d, xq, xds, xg);
     }
     LAUNCHED(c, "rmsnorm");
@@ -3507,6 +3573,19 @@ static void c_act(void *ctx, mx_act act, const float *x, float *y, int64_t count
 static void c_add(void *ctx, const float *a, const float *b, float *y, int64_t count) {
     cu_ctx *c = (cu_ctx *)ctx;
     GOP_PURE(c, 9, PU(a), PU(b), PU(y), (uint64_t)count);
+    /* one operand the output of a product whose split-k sum waits (MLXCEL_CUDA_SUM_NORM), the other
+     * and y apart from it: the add waits with it, for an rmsnorm of y that reads the parts */
+    if (c->ps.on && count == (int64_t)c->ps.p.n * c->ps.p.rows && (a == c->ps.p.y) != (b == c->ps.p.y)) {
+        const float *o = a == c->ps.p.y ? b : a, *py = c->ps.p.y;
+        if (!(o < py + count && py < o + count) && !(y < py + count && py < y + count)) {
+            const cu_ctx::cu_psum p = c->ps.p;
+            c->ps.on = false;
+            OP_ENTER(c);   /* whatever else waits (nothing, after c_matmul's flush) */
+            c->pend.a = o; c->pend.b = py; c->pend.y = y; c->pend.count = count; c->pend.on = true;   /* (a + b = b + a) */
+            c->pend.has_ps = true; c->pend.ps = p;
+            return;
+        }
+    }
     OP_ENTER(c);
     if (count <= 0) return;
     /* deferred: launched by the next op, or fused into the next rmsnorm of y */
@@ -3678,6 +3757,7 @@ extern "C" mx_status mx_backend_cuda_init(mx_backend *out) {
         c->gemm_mode = sw.gemm;
         c->gq_rot = sw.gemm_rot;
         c->pair_on = sw.gemm_pair;
+        c->sum_norm = sw.sum_norm;
         c->pdl = sw.pdl != 0;
         c->pdl_early = sw.pdl == 2;
         c->pdl_dev = -1;
@@ -3788,6 +3868,8 @@ extern "C" mx_status mx_backend_cuda_set_gemm(mx_backend *b, const char *mode) {
 extern "C" bool mx_backend_cuda_has_wgmma(mx_backend *b) { return switch_ctx(b)->wg_ok; }
 extern "C" void mx_backend_cuda_set_gemm_pair(mx_backend *b, bool on) { switch_ctx(b)->pair_on = on; }
 extern "C" int mx_backend_cuda_pair_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_pair; }
+extern "C" void mx_backend_cuda_set_sum_norm(mx_backend *b, bool on) { switch_ctx(b)->sum_norm = on; }
+extern "C" int mx_backend_cuda_sum_norm_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_sum_norm; }
 extern "C" void mx_backend_cuda_set_tiled_attention(mx_backend *b, bool on) { switch_ctx(b)->attn_tiled = on; }
 extern "C" void mx_backend_cuda_set_mma_attention(mx_backend *b, bool on) { switch_ctx(b)->attn_mma = on; }
 extern "C" void mx_backend_cuda_set_vec_attention(mx_backend *b, bool on) { switch_ctx(b)->attn_vec = on; }
