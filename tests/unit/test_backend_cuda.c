@@ -817,10 +817,12 @@ static const pair_case g_pair[] = {
 
 /* A q4 product split along k, an add of its output, an rmsnorm of the sum (a residual stream):
  * with MLXCEL_CUDA_SUM_NORM the rmsnorm reads the split's partial sums (counted); the normed rows,
- * the sum and the product's output are bit for bit those of the three ops without it, with the
- * product's output as either operand of the add, and with a read of the output between the add
- * and the norm (which launches the waiting sum). */
-typedef struct { const char *name; int rows, cols, n; bool swap, read_between, norm_over; } sn_case;
+ * the sum and the product's output are bit for bit those of the three ops without it (and all
+ * written), with the product's output as either operand of the add, the norm written over the
+ * product's output or apart, a read of the output between the add and the norm or another op
+ * instead of the add (each launches the waiting sum), and rows not a multiple of 4 (the scalar
+ * sum kernel's shape). */
+typedef struct { const char *name; int rows, cols, n; bool swap, read_between, norm_over, no_add; } sn_case;
 static void check_sum_norm(const sn_case *sc) {
     tw t;
     tw_make(&t, sc->rows, sc->cols, 4, 64, MX_DTYPE_BF16, false);
@@ -838,7 +840,8 @@ static void check_sum_norm(const sn_case *sc) {
         float *dh = gup(h, (int64_t)n * D), *dout = gnan((int64_t)n * D), *dy = gnan((int64_t)n * D);
         const int before = mx_backend_cuda_sum_norm_launches(&G);
         G.i->matmul(G.ctx, &t.w, dx, dout, n);
-        if (sc->swap) G.i->add(G.ctx, dout, dh, dh, (int64_t)n * D);
+        if (sc->no_add) G.i->scale(G.ctx, dout, 1.f, dh, (int64_t)n * D);   /* another op reads the product: h = o */
+        else if (sc->swap) G.i->add(G.ctx, dout, dh, dh, (int64_t)n * D);
         else G.i->add(G.ctx, dh, dout, dh, (int64_t)n * D);
         if (sc->read_between) { float *o = gdown(dout, (int64_t)n * D); free(o); }
         /* norm_over: the norm written over the product's output, as the decoder does (h = norm(x + h)) */
@@ -846,7 +849,11 @@ static void check_sum_norm(const sn_case *sc) {
         G.i->rmsnorm(G.ctx, dh, &g, 1e-5f, 0.f, dn, n, D);
         const int fused = mx_backend_cuda_sum_norm_launches(&G) - before;
         out[mode][0] = gdown(dn, (int64_t)n * D); out[mode][1] = gdown(dh, (int64_t)n * D); out[mode][2] = gdown(dout, (int64_t)n * D);
-        TCHECK(fused == (mode == 1 && !sc->read_between ? 1 : 0), "mode %d: %d fused norms", mode, fused);
+        TCHECK(fused == (mode == 1 && !sc->read_between && !sc->no_add ? 1 : 0), "mode %d: %d fused norms", mode, fused);
+        bool finite = true;   /* (NaN-filled outputs left unwritten in both modes would compare equal) */
+        for (int k = 0; k < 3; k++)
+            for (int64_t i = 0; i < (int64_t)n * D; i++) finite = finite && isfinite(out[mode][k][i]);
+        TCHECK(finite, "mode %d: an output not written", mode);
         TCHECK(mx_backend_cuda_status(&G) == MX_OK, "status: %s", mx_last_error());
         G.i->free(G.ctx, dh); G.i->free(G.ctx, dout); G.i->free(G.ctx, dy);
     }
@@ -862,10 +869,13 @@ static void check_sum_norm(const sn_case *sc) {
 }
 /* 256 / 512 rows of 4096 columns: 1-2 blocks of 4 warpgroups, so k is split */
 static const sn_case g_sn[] = {
-    {"cuda_sum_norm_n128", 512, 4096, 128, false, false, false},
-    {"cuda_sum_norm_n128_norm_over", 512, 4096, 128, false, false, true},
-    {"cuda_sum_norm_n40_swapped", 256, 4096, 40, true, false, false},
-    {"cuda_sum_norm_n64_read_between", 512, 4096, 64, false, true, true},
+    {"cuda_sum_norm_n128", 512, 4096, 128, false, false, false, false},
+    {"cuda_sum_norm_n128_norm_over", 512, 4096, 128, false, false, true, false},
+    {"cuda_sum_norm_n40_swapped", 256, 4096, 40, true, false, false, false},
+    {"cuda_sum_norm_n40_swapped_norm_over", 256, 4096, 40, true, false, true, false},
+    {"cuda_sum_norm_n64_read_between", 512, 4096, 64, false, true, true, false},
+    {"cuda_sum_norm_n33_no_add", 512, 4096, 33, false, false, false, true},
+    {"cuda_sum_norm_n48_258_rows", 258, 4096, 48, false, false, true, false},   /* the scalar sum kernel's shape */
 };
 
 /* Decode steps through step_begin/step_end (warm-up, capture, replays) give the same results

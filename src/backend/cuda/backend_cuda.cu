@@ -1180,7 +1180,7 @@ __global__ void k_gq_sum4(const gq_set set, const float *__restrict__ part, int 
         const float *b = set.bias[k] + li % set.rows[k];
         a.x += b[0]; a.y += b[1]; a.z += b[2]; a.w += b[3];
     } else {
-        a.x += 0.f; a.y += 0.f; a.z += 0.f; a.w += 0.f;   /* as k_gq_sum: -0 sums become +0 */
+        a.x += 0.f; a.y += 0.f; a.z += 0.f; a.w += 0.f;   /* k_gq_sum's "+ 0.f" without a bias */
     }
     *(float4 *)(set.y[k] + li) = a;
 }
@@ -1553,14 +1553,23 @@ __global__ void k_rmsnorm_r(const float *x, const float *x2, float *xsum, const 
         const bool ok = i < d;
         v[j] = ok ? x[base + i] : 0.f;
         if (x2) v[j] += ok ? x2[base + i] : 0.f;
-        if constexpr (PARTS) {
-            float a = 0.f;
-            if (ok) for (int z = 0; z < pp.nsplit; z++) a += pp.p[(size_t)z * pp.stride + base + i];
-            a += 0.f;   /* as k_gq_sum (no bias): -0 sums become +0 */
-            ps[j] = a;
-            v[j] += a;
-        }
         gv[j] = g ? (ok ? g[i] + add_one : 0.f) : 1.f;
+    }
+    if constexpr (PARTS) {   /* splits outside, values inside: VPT loads in flight a step */
+#pragma unroll
+        for (int j = 0; j < VPT; j++) ps[j] = 0.f;
+#pragma unroll 2
+        for (int z = 0; z < pp.nsplit; z++)
+#pragma unroll
+            for (int j = 0; j < VPT; j++) {
+                const int i = threadIdx.x + j * blockDim.x;
+                if (i < d) ps[j] += pp.p[(size_t)z * pp.stride + base + i];
+            }
+#pragma unroll
+        for (int j = 0; j < VPT; j++) {
+            ps[j] += 0.f;   /* k_gq_sum's "+ 0.f" without a bias */
+            v[j] += ps[j];
+        }
     }
 #pragma unroll
     for (int j = 0; j < VPT; j++) ss = fmaf(v[j], v[j], ss);
@@ -3997,11 +4006,13 @@ static void stage_free(cu_stage *s) {
 extern "C" void mx_backend_cuda_free(mx_backend *b) {
     if (!b || !b->ctx) return;
     cu_ctx *c = (cu_ctx *)b->ctx;
+    FLUSH_ALL(c);   /* deferred work first (its launches still mark the profile) */
     cudaStreamSynchronize(c->st);
     if (c->prof) {
         prof_report(c);
         for (int i = 0; i < PROF_N; i++) cudaEventDestroy(c->prof->ev[i]);
         free(c->prof);
+        c->prof = NULL;
     }
     c_kv_free(c);
     stage_free(&c->meta); stage_free(&c->ids); stage_free(&c->rows); stage_free(&c->tiles);
