@@ -174,7 +174,6 @@ static void sh_read(int tid, int off, int nb, void *dst, const char *what) {
 }
 
 /* cp.async of thread tid (warpgroup tid / 128) of 16 bytes; src NULL: src-size 0 (16 zero bytes) */
-/* cp.async of thread tid (warpgroup tid / 128) of 16 bytes; src NULL: src-size 0 (16 zero bytes) */
 static void cp_async16(int tid, int off, const void *src) {
     const int wg = tid >> 7;
     CHECK(off % 16 == 0 && off >= 0 && off + 16 <= shm_bytes, "cp.async shared destination misaligned / OOB (%d)", off);

@@ -2841,6 +2841,15 @@ static bool gq_rows(const cu_ctx *c, int n, int64_t cols) {   /* x of n rows x c
 /* pair (gate/up, nw = 2, equal rows, the wgmma form, no split of k): ys[0] = act(gate) * up and
  * ys[1] = up in one launch (k_gemm_wg<.., PAIR>), with ys[0]'s gq-order form for the next GEMM;
  * false (nothing done) where that form does not apply; pair->dry: only whether it does. */
+/* the split-k partial sums of a set added into its outputs: four values a thread where every
+ * weight's rows allow it */
+static void gq_sum_launch(cu_ctx *c, const gq_set &set, const float *part, int nsplit, int n) {
+    bool v4 = true;
+    for (int k = 0; k < set.nw; k++) v4 = v4 && set.rows[k] % 4 == 0 && ((uintptr_t)set.y[k] & 15) == 0;
+    if (v4) PL(c, k_gq_sum4, nblk((int64_t)n * set.rb[set.nw] / 4, 256), 256, 0)(set, part, nsplit, n);
+    else PL(c, k_gq_sum, nblk((int64_t)n * set.rb[set.nw], 256), 256, 0)(set, part, nsplit, n);
+    LAUNCHED(c, "gemm split-k sum");
+}
 static bool gq_gemm(cu_ctx *c, int nw, const cu_weight *const *w, const float *x, float *const *ys, int n,
                     const gq_pair *pair) {
     if (!gq_rows(c, n, w[0]->cols)) return false;
@@ -2951,11 +2960,7 @@ static bool gq_gemm(cu_ctx *c, int nw, const cu_weight *const *w, const float *x
             c->ps.on = true;
             return true;
         }
-        bool v4 = true;
-        for (int k = 0; k < nw; k++) v4 = v4 && set.rows[k] % 4 == 0 && ((uintptr_t)set.y[k] & 15) == 0;
-        if (v4) PL(c, k_gq_sum4, nblk((int64_t)n * set.rb[nw] / 4, 256), 256, 0)(set, part, nsplit, n);
-        else PL(c, k_gq_sum, nblk((int64_t)n * set.rb[nw], 256), 256, 0)(set, part, nsplit, n);
-        LAUNCHED(c, "gemm split-k sum");
+        gq_sum_launch(c, set, part, nsplit, n);
     }
     return true;
 }
@@ -2965,10 +2970,7 @@ static void psum_launch(cu_ctx *c, const cu_ctx::cu_psum *p) {
     gq_set set;
     memset(&set, 0, sizeof set);
     set.nw = 1; set.rows[0] = p->rows; set.rb[1] = p->rows; set.y[0] = p->y;
-    if (p->rows % 4 == 0 && ((uintptr_t)p->y & 15) == 0)
-        PL(c, k_gq_sum4, nblk((int64_t)p->n * p->rows / 4, 256), 256, 0)(set, p->part, p->nsplit, p->n);
-    else PL(c, k_gq_sum, nblk((int64_t)p->n * p->rows, 256), 256, 0)(set, p->part, p->nsplit, p->n);
-    LAUNCHED(c, "gemm split-k sum");
+    gq_sum_launch(c, set, p->part, p->nsplit, p->n);
 }
 
 /* the deferred gate/up product (c_matmul_multi) as it is */
