@@ -84,8 +84,8 @@ bool mx_backend_cuda_has_wgmma(mx_backend *b);
 void mx_backend_cuda_set_gemm_pair(mx_backend *b, bool on);
 /* How many gate/up products ran in that fused form so far (tests). */
 int mx_backend_cuda_pair_launches(mx_backend *b);
-/* Experimental, off by default (MLXCEL_CUDA_SUM_NORM=1 at init turns it on; not yet run on a GPU
- * when written): a product split along k by the GEMM on packed q4 weights (one weight, no bias,
+/* On by default (MLXCEL_CUDA_SUM_NORM=0 at init turns it off; Llama-8B, 128 sequences: 13,525
+ * against 13,266 tok/s on the H200): a product split along k by the GEMM on packed q4 weights (one weight, no bias,
  * 17..128 rows of x), then an add of its output, then an rmsnorm of that sum: the rmsnorm reads
  * the split's partial sums itself (the same sums, in the same order), and the separate sum
  * kernel is not launched. The memory then holds what the three ops leave. */

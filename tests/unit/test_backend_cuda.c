@@ -57,7 +57,7 @@ static void test_select(void) {
         unsetenv(bad[i][0]);
     }
     setenv("MLXCEL_CUDA_ATTN", "tiled", 1); setenv("MLXCEL_CUDA_PDL", "2", 1); setenv("MLXCEL_CUDA_DQ_MB", "8", 1);
-    setenv("MLXCEL_CUDA_ATTN_DEC", "lanes", 1); setenv("MLXCEL_CUDA_GEMM", "wgmma", 1); setenv("MLXCEL_CUDA_GEMM_ROT", "0", 1); setenv("MLXCEL_CUDA_GEMM_PAIR", "0", 1); setenv("MLXCEL_CUDA_SUM_NORM", "1", 1);
+    setenv("MLXCEL_CUDA_ATTN_DEC", "lanes", 1); setenv("MLXCEL_CUDA_GEMM", "wgmma", 1); setenv("MLXCEL_CUDA_GEMM_ROT", "0", 1); setenv("MLXCEL_CUDA_GEMM_PAIR", "0", 1); setenv("MLXCEL_CUDA_SUM_NORM", "0", 1);
     TCHECK(mx_backend_cuda_check_env() == MX_OK, "good switches refused: %s", mx_last_error());
     unsetenv("MLXCEL_CUDA_ATTN_DEC"); unsetenv("MLXCEL_CUDA_GEMM"); unsetenv("MLXCEL_CUDA_GEMM_ROT"); unsetenv("MLXCEL_CUDA_GEMM_PAIR"); unsetenv("MLXCEL_CUDA_SUM_NORM");
     setenv("MLXCEL_CUDA_ATTN", "", 1);   /* empty: the default */
@@ -857,7 +857,7 @@ static void check_sum_norm(const sn_case *sc) {
         TCHECK(mx_backend_cuda_status(&G) == MX_OK, "status: %s", mx_last_error());
         G.i->free(G.ctx, dh); G.i->free(G.ctx, dout); G.i->free(G.ctx, dy);
     }
-    mx_backend_cuda_set_sum_norm(&G, false);   /* the default */
+    mx_backend_cuda_set_sum_norm(&G, true);   /* the default */
     static const char *const what[3] = {"normed rows", "sum", "product"};
     for (int k = 0; k < 3; k++) {
         TCHECK(!memcmp(out[0][k], out[1][k], (size_t)n * D * 4), "%s differ with the parts read by the norm", what[k]);

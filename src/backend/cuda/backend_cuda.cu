@@ -215,7 +215,7 @@ static mx_status read_switches(cu_switches *sw) {
         (st = env_choice("MLXCEL_CUDA_GEMM", k_gemm_modes, GM_NMODES, GM_AUTO, &sw->gemm)) ||
         (st = env_choice("MLXCEL_CUDA_GEMM_ROT", onoff, 2, 1, &sw->gemm_rot)) ||
         (st = env_choice("MLXCEL_CUDA_GEMM_PAIR", onoff, 2, 0, &sw->gemm_pair)) ||
-        (st = env_choice("MLXCEL_CUDA_SUM_NORM", onoff, 2, 0, &sw->sum_norm)) ||
+        (st = env_choice("MLXCEL_CUDA_SUM_NORM", onoff, 2, 1, &sw->sum_norm)) ||
         (st = env_choice("MLXCEL_CUDA_PDL", pdl, 3, 2, &sw->pdl)) ||
         (st = env_choice("MLXCEL_CUDA_MV", mv, 2, 0, &sw->mv)) ||
         (st = env_choice("MLXCEL_CUDA_PROFILE", onoff, 2, 0, &sw->profile)) ||
