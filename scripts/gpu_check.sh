@@ -11,6 +11,7 @@
 #   models  the model golden tests with MLXCEL_DEVICE=gpu (tests/unit/test_models.c)
 #   bench   `mlxcel bench` on random weights of the issue's shapes (bench/configs): Llama-3.1-8B
 #           q4/g64 and bf16, Qwen3-0.6B q4/g64; batch 1 (pp512, tg128) and 128 sequences (tg128)
+#           and the switches' rows (GPU_CHECK_BENCH_OLD=0 leaves out those of the earlier forms)
 #   ckpt    shape-faithful checkpoints: .gpudeps/make_bench_model.py (HF layout, bf16, needs
 #           PyTorch + transformers) -> `mlxcel convert -q` (q4/g64) -> generate + bench
 #           (GPU_CHECK_CKPT: names, default "qwen3-0.6b")
@@ -144,7 +145,7 @@ if has models && [ $full = 1 ]; then
   # programmatic dependent launch; the q4 GEMMs on packed weights; PDL without the early release;
   # the decode attention kernel whose lanes split a head's values):
   # the same goldens through them
-  for v in MLXCEL_CUDA_ATTN=tiled "MLXCEL_CUDA_ATTN=pertoken MLXCEL_CUDA_PDL=0" MLXCEL_CUDA_GEMM=mma MLXCEL_CUDA_GEMM=wgmma MLXCEL_CUDA_GEMM=cublas MLXCEL_CUDA_PDL=1 MLXCEL_CUDA_ATTN_DEC=lanes MLXCEL_CUDA_GEMM_PAIR=1 MLXCEL_CUDA_SUM_NORM=0 ${GPU_CHECK_MODEL_VARIANTS:-}; do
+  for v in MLXCEL_CUDA_ATTN=tiled "MLXCEL_CUDA_ATTN=pertoken MLXCEL_CUDA_PDL=0" MLXCEL_CUDA_GEMM=mma MLXCEL_CUDA_GEMM=wgmma MLXCEL_CUDA_GEMM=cublas MLXCEL_CUDA_PDL=1 MLXCEL_CUDA_ATTN_DEC=lanes MLXCEL_CUDA_GEMM_PAIR=1 MLXCEL_CUDA_SUM_NORM=0 MLXCEL_CUDA_SUM_QKV=0 MLXCEL_CUDA_GRAPHS=1 ${GPU_CHECK_MODEL_VARIANTS:-}; do
     # shellcheck disable=SC2086
     env MLXCEL_ROOT="$(pwd)" MLXCEL_DEVICE=gpu ${v//,/ } $B/tests/test_models >"$OUTD/models_${v%%[ ,]*}.log" 2>&1
     say "model tests (MLXCEL_DEVICE=gpu ${v//,/ }): $(grep -c '^PASS ' "$OUTD/models_${v%%[ ,]*}.log") passed, $(grep -c '^FAIL ' "$OUTD/models_${v%%[ ,]*}.log") failed"
@@ -180,39 +181,50 @@ if has bench && [ $full = 1 ]; then
   # 32 sequences (the GEMM on packed weights by default from 17 rows; k_gemm_wg on sm_90)
   bench llama8b-q4-b32 --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 32 -r 2
   bench qwen06-q4-b32 --config $Q06 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 32 -r 2
-  # the previous defaults: CUDA-core prompt attention; per-(token, head) attention without PDL;
-  # PDL without the early release; q4 above 16 rows always dequantized for cuBLAS
-  MLXCEL_CUDA_ATTN=tiled bench llama8b-q4-attn-tiled --config $L8 --random --q-bits 4 --q-group-size 64 -p 512 -n 0 -r 3
-  MLXCEL_CUDA_ATTN=pertoken MLXCEL_CUDA_PDL=0 bench llama8b-q4-attn-pertoken-nopdl --config $L8 --random --q-bits 4 --q-group-size 64 -p 512 -n 128 -r 3
-  MLXCEL_CUDA_PDL=1 bench llama8b-q4-pdl1 --config $L8 --random --q-bits 4 --q-group-size 64 -p 512 -n 128 -r 3
-  MLXCEL_CUDA_PDL=1 bench llama8b-bf16-pdl1 --config $L8 --random --dtype bf16 -p 0 -n 128 -r 3
-  MLXCEL_CUDA_PDL=1 bench qwen06-q4-pdl1 --config $Q06 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -r 3
-  MLXCEL_CUDA_GEMM=cublas bench llama8b-q4-cublas-b128-d128 --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 128 -d 128 -r 2
-  MLXCEL_CUDA_GEMM=cublas bench llama8b-q4-cublas-b32 --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 32 -r 2
-  MLXCEL_CUDA_GEMM=cublas bench qwen06-q4-cublas-b32 --config $Q06 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 32 -r 2
-  # decode attention through k_attn (lanes split a head's values) instead of k_attn_vec
-  MLXCEL_CUDA_ATTN_DEC=lanes bench qwen06-q4-attn-lanes-b128-d128 --config $Q06 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 128 -d 128 -r 2
-  MLXCEL_CUDA_ATTN_DEC=lanes bench llama8b-q4-attn-lanes-b128-d128 --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 128 -d 128 -r 2
-  bench qwen06-q4-d1024 --config $Q06 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -d 1024 -r 2
-  MLXCEL_CUDA_ATTN_DEC=lanes bench qwen06-q4-attn-lanes-d1024 --config $Q06 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -d 1024 -r 2
-  # the mma.sync form (k_gemm_gq) instead of the wgmma one (k_gemm_wg), also where auto keeps
-  # cuBLAS (Qwen3-0.6B's < 4096 columns at 128 rows); k_gemm_wg there
-  MLXCEL_CUDA_GEMM=mma bench llama8b-q4-mma-b128-d128 --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 128 -d 128 -r 2
-  MLXCEL_CUDA_GEMM=mma bench llama8b-q4-mma-b32 --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 32 -r 2
-  MLXCEL_CUDA_GEMM=mma bench qwen06-q4-mma-b32 --config $Q06 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 32 -r 2
-  MLXCEL_CUDA_GEMM=mma bench qwen06-q4-mma-b128-d128 --config $Q06 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 128 -d 128 -r 2
-  # experimental: gate/up and act_mul in one launch of the wgmma form (measured slower, see
+  if [ "${GPU_CHECK_BENCH_OLD:-1}" = 1 ]; then   # GPU_CHECK_BENCH_OLD=0: without the earlier forms' rows
+    # the previous defaults: CUDA-core prompt attention; per-(token, head) attention without PDL;
+    # PDL without the early release; q4 above 16 rows always dequantized for cuBLAS
+    MLXCEL_CUDA_ATTN=tiled bench llama8b-q4-attn-tiled --config $L8 --random --q-bits 4 --q-group-size 64 -p 512 -n 0 -r 3
+    MLXCEL_CUDA_ATTN=pertoken MLXCEL_CUDA_PDL=0 bench llama8b-q4-attn-pertoken-nopdl --config $L8 --random --q-bits 4 --q-group-size 64 -p 512 -n 128 -r 3
+    MLXCEL_CUDA_PDL=1 bench llama8b-q4-pdl1 --config $L8 --random --q-bits 4 --q-group-size 64 -p 512 -n 128 -r 3
+    MLXCEL_CUDA_PDL=1 bench llama8b-bf16-pdl1 --config $L8 --random --dtype bf16 -p 0 -n 128 -r 3
+    MLXCEL_CUDA_PDL=1 bench qwen06-q4-pdl1 --config $Q06 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -r 3
+    MLXCEL_CUDA_GEMM=cublas bench llama8b-q4-cublas-b128-d128 --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 128 -d 128 -r 2
+    MLXCEL_CUDA_GEMM=cublas bench llama8b-q4-cublas-b32 --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 32 -r 2
+    MLXCEL_CUDA_GEMM=cublas bench qwen06-q4-cublas-b32 --config $Q06 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 32 -r 2
+    # decode attention through k_attn (lanes split a head's values) instead of k_attn_vec
+    MLXCEL_CUDA_ATTN_DEC=lanes bench qwen06-q4-attn-lanes-b128-d128 --config $Q06 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 128 -d 128 -r 2
+    MLXCEL_CUDA_ATTN_DEC=lanes bench llama8b-q4-attn-lanes-b128-d128 --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 128 -d 128 -r 2
+    bench qwen06-q4-d1024 --config $Q06 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -d 1024 -r 2
+    MLXCEL_CUDA_ATTN_DEC=lanes bench qwen06-q4-attn-lanes-d1024 --config $Q06 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -d 1024 -r 2
+    # the mma.sync form (k_gemm_gq) instead of the wgmma one (k_gemm_wg), also where auto keeps
+    # cuBLAS (Qwen3-0.6B's < 4096 columns at 128 rows); k_gemm_wg there
+    MLXCEL_CUDA_GEMM=mma bench llama8b-q4-mma-b128-d128 --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 128 -d 128 -r 2
+    MLXCEL_CUDA_GEMM=mma bench llama8b-q4-mma-b32 --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 32 -r 2
+    MLXCEL_CUDA_GEMM=mma bench qwen06-q4-mma-b32 --config $Q06 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 32 -r 2
+    MLXCEL_CUDA_GEMM=mma bench qwen06-q4-mma-b128-d128 --config $Q06 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 128 -d 128 -r 2
+  fi
+  # experimental: gate/up and act_mul in one launch of the wgmma form (as fast as the two launches,
   # NOTES.md); and the k loop not rotated by block
   MLXCEL_CUDA_GEMM_PAIR=1 bench llama8b-q4-pair-b128-d128 --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 128 -d 128 -r 2
-  MLXCEL_CUDA_GEMM_PAIR=1 MLXCEL_CUDA_GRAPHS=0 bench llama8b-q4-pair-nograph-b128-d128 --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 128 -d 128 -r 2
-  MLXCEL_CUDA_GRAPHS=0 bench llama8b-q4-nograph-b128-d128 --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 128 -d 128 -r 2
+  # decode steps always as graphs (by default only below 1 GiB of weights: Qwen3-0.6B, not Llama-8B)
+  MLXCEL_CUDA_GRAPHS=1 bench llama8b-q4-graph --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -r 3
+  MLXCEL_CUDA_GRAPHS=1 bench llama8b-q4-graph-b128-d128 --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 128 -d 128 -r 2
+  MLXCEL_CUDA_GRAPHS=1 bench llama8b-q4-graph-b32 --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 32 -r 2
+  MLXCEL_CUDA_GRAPHS=0 bench qwen06-q4-nograph --config $Q06 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -r 3
+  MLXCEL_CUDA_GRAPHS=0 bench qwen06-q4-nograph-b128-d128 --config $Q06 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 128 -d 128 -r 2
   # the rmsnorm after a split product's add reading its partial sums (default on) switched off
   MLXCEL_CUDA_SUM_NORM=0 bench llama8b-q4-nosumnorm-b128-d128 --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 128 -d 128 -r 2
   MLXCEL_CUDA_SUM_NORM=0 bench llama8b-q4-nosumnorm-b32 --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 32 -r 2
   MLXCEL_CUDA_SUM_NORM=0 bench qwen06-q4-nosumnorm-b32 --config $Q06 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 32 -r 2
+  # the q/k/v product's partial sums read by the attention's q/k preparation (default on) switched off
+  MLXCEL_CUDA_SUM_QKV=0 bench llama8b-q4-nosumqkv-b128-d128 --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 128 -d 128 -r 2
+  MLXCEL_CUDA_SUM_QKV=0 bench llama8b-q4-nosumqkv-b32 --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 32 -r 2
+  MLXCEL_CUDA_SUM_QKV=0 bench qwen06-q4-nosumqkv-b32 --config $Q06 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 32 -r 2
   MLXCEL_CUDA_GEMM_PAIR=1 bench llama8b-q4-pair-b32 --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 32 -r 2
   MLXCEL_CUDA_GEMM_ROT=0 bench llama8b-q4-norot-b128-d128 --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 128 -d 128 -r 2
   MLXCEL_CUDA_GEMM=wgmma bench qwen06-q4-wgmma-b128-d128 --config $Q06 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 128 -d 128 -r 2
+  bench llama8b-q4-b128-d128-again --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 128 -d 128 -r 2   # drift within the call
   for v in ${GPU_CHECK_EXTRA_BENCH:-}; do   # e.g. "llama8b-q4-f32mv" rows with MLXCEL_CUDA_MV=f32
     case $v in
       llama8b-q4-f32mv) MLXCEL_CUDA_MV=f32 bench $v --config $L8 --random --q-bits 4 -p 0 -n 128 -r 3 ;;

@@ -34,9 +34,16 @@ mx_status mx_backend_cuda_status(const mx_backend *b);
  * inside a step: no alloc/free/write/read/sync (read the logits after step_end). If a step
  * differs from its key's first one, step_end returns MX_ERR_INTERNAL, the step's ops did not run
  * (run them again outside a step) and the key runs without a graph from then on.
- * MLXCEL_CUDA_GRAPHS=0 turns graphs off (steps then run op by op). */
+ * MLXCEL_CUDA_GRAPHS=auto (the default) takes graphs only while the weights prepared on the
+ * backend hold less than 1 GiB: for larger models the kernels, not their launches, bound a step,
+ * and replays measured 1-2% slower than the same launches (Llama-3.1-8B q4 on an H200).
+ * MLXCEL_CUDA_GRAPHS=1 always takes them, 0 never (steps then run op by op). */
 mx_status mx_backend_cuda_step_begin(mx_backend *b, uint64_t key);
 mx_status mx_backend_cuda_step_end(mx_backend *b);
+/* The graph policy (tests): mode 0 never, 1 always, 2 auto with that bound in bytes. */
+void mx_backend_cuda_set_graphs(mx_backend *b, int mode, int64_t auto_bytes);
+/* How many steps ran as a graph launch so far (tests). */
+int mx_backend_cuda_graph_launches(mx_backend *b);
 /* Check the MLXCEL_CUDA_* switches (ATTN, ATTN_GQA, GEMM, PDL, MV, PROFILE, KV, GRAPHS, DQ_MB)
  * against their values without opening a device: MX_ERR_INVALID_ARG naming the variable and what
  * it takes. mx_backend_cuda_init checks the same; mx_backend_auto_init checks them first. */
@@ -84,6 +91,10 @@ bool mx_backend_cuda_has_wgmma(mx_backend *b);
 void mx_backend_cuda_set_gemm_pair(mx_backend *b, bool on);
 /* How many gate/up products ran in that fused form so far (tests). */
 int mx_backend_cuda_pair_launches(mx_backend *b);
+/* The wgmma GEMM's k loop rotated by block (MLXCEL_CUDA_GEMM_ROT, on by default): each block
+ * starts at its own step, so a row's sum is taken in an order that depends on its block. Returns
+ * the previous setting (tests switch it off to compare forms whose blocks differ). */
+bool mx_backend_cuda_set_gemm_rot(mx_backend *b, bool on);
 /* On by default (MLXCEL_CUDA_SUM_NORM=0 at init turns it off; Llama-8B, 128 sequences: 13,525
  * against 13,266 tok/s on the H200): a product split along k by the GEMM on packed q4 weights (one weight, no bias,
  * 17..128 rows of x), then an add of its output, then an rmsnorm of that sum: the rmsnorm reads
@@ -92,6 +103,14 @@ int mx_backend_cuda_pair_launches(mx_backend *b);
 void mx_backend_cuda_set_sum_norm(mx_backend *b, bool on);
 /* How many rmsnorms read partial sums that way so far (tests). */
 int mx_backend_cuda_sum_norm_launches(mx_backend *b);
+/* On by default (MLXCEL_CUDA_SUM_QKV=0 at init turns it off): a q/k/v product (three weights,
+ * no bias) split along k by the GEMM on packed q4 weights, then the per-head norms and ropes of
+ * q and k, then the attention of those q, k, v: the attention's q/k preparation (one kernel, with
+ * the cache write) adds the split's partial sums itself, and the separate sum kernel is not
+ * launched. The memory then holds what the ops leave (v: the sums). */
+void mx_backend_cuda_set_sum_qkv(mx_backend *b, bool on);
+/* How many q/k preparations read partial sums that way so far (tests). */
+int mx_backend_cuda_sum_qkv_launches(mx_backend *b);
 /* Programmatic dependent launch for the backend's kernels: each may start while the previous
  * kernel finishes and waits for it on the device. On by default; MLXCEL_CUDA_PDL=0 at init turns
  * it off. */

@@ -47,7 +47,8 @@ static void test_select(void) {
                                          {"MLXCEL_CUDA_DQ_MB", "12x"}, {"MLXCEL_CUDA_KV", "fp8"},
                                          {"MLXCEL_CUDA_GRAPHS", "off"}, {"MLXCEL_CUDA_ATTN_GQA", "yes"},
                                          {"MLXCEL_CUDA_ATTN_DEC", "flash"}, {"MLXCEL_CUDA_GEMM_ROT", "on"},
-                                         {"MLXCEL_CUDA_GEMM_PAIR", "yes"}, {"MLXCEL_CUDA_SUM_NORM", "2"}};
+                                         {"MLXCEL_CUDA_GEMM_PAIR", "yes"}, {"MLXCEL_CUDA_SUM_NORM", "2"},
+                                         {"MLXCEL_CUDA_SUM_QKV", "on"}, {"MLXCEL_CUDA_GRAPHS", "2"}};
     unsetenv("MLXCEL_DEVICE");
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         setenv(bad[i][0], bad[i][1], 1);
@@ -58,8 +59,9 @@ static void test_select(void) {
     }
     setenv("MLXCEL_CUDA_ATTN", "tiled", 1); setenv("MLXCEL_CUDA_PDL", "2", 1); setenv("MLXCEL_CUDA_DQ_MB", "8", 1);
     setenv("MLXCEL_CUDA_ATTN_DEC", "lanes", 1); setenv("MLXCEL_CUDA_GEMM", "wgmma", 1); setenv("MLXCEL_CUDA_GEMM_ROT", "0", 1); setenv("MLXCEL_CUDA_GEMM_PAIR", "0", 1); setenv("MLXCEL_CUDA_SUM_NORM", "0", 1);
+    setenv("MLXCEL_CUDA_GRAPHS", "auto", 1); setenv("MLXCEL_CUDA_SUM_QKV", "0", 1);
     TCHECK(mx_backend_cuda_check_env() == MX_OK, "good switches refused: %s", mx_last_error());
-    unsetenv("MLXCEL_CUDA_ATTN_DEC"); unsetenv("MLXCEL_CUDA_GEMM"); unsetenv("MLXCEL_CUDA_GEMM_ROT"); unsetenv("MLXCEL_CUDA_GEMM_PAIR"); unsetenv("MLXCEL_CUDA_SUM_NORM");
+    unsetenv("MLXCEL_CUDA_ATTN_DEC"); unsetenv("MLXCEL_CUDA_GEMM"); unsetenv("MLXCEL_CUDA_GEMM_ROT"); unsetenv("MLXCEL_CUDA_GEMM_PAIR"); unsetenv("MLXCEL_CUDA_SUM_NORM"); unsetenv("MLXCEL_CUDA_GRAPHS"); unsetenv("MLXCEL_CUDA_SUM_QKV");
     setenv("MLXCEL_CUDA_ATTN", "", 1);   /* empty: the default */
     TCHECK(mx_backend_cuda_check_env() == MX_OK, "empty switch refused: %s", mx_last_error());
     unsetenv("MLXCEL_CUDA_ATTN"); unsetenv("MLXCEL_CUDA_PDL"); unsetenv("MLXCEL_CUDA_DQ_MB");
@@ -767,7 +769,8 @@ static void check_pair(const pair_case *pc) {
     tw tg, tu, td;
     tw_make(&tg, pc->rows, pc->cols, 4, 64, MX_DTYPE_BF16, pc->bias);
     tw_make(&tu, pc->rows, pc->cols, 4, 64, MX_DTYPE_BF16, pc->bias);
-    tw_make(&td, 96, pc->rows, 4, 64, MX_DTYPE_BF16, false);   /* the "down" product of the result */
+    /* the "down" product of the result: q4 (reads the gq form) where the rows allow groups of 64 */
+    tw_make(&td, 96, pc->rows, pc->rows % 64 ? 0 : 4, 64, MX_DTYPE_BF16, false);
     TREQUIRE(G.i->weight_prepare(G.ctx, &tg.w) == MX_OK && G.i->weight_prepare(G.ctx, &tu.w) == MX_OK &&
              G.i->weight_prepare(G.ctx, &td.w) == MX_OK, "prepare");
     const int n = pc->n, R = pc->rows, K = pc->cols;
@@ -778,6 +781,11 @@ static void check_pair(const pair_case *pc) {
     C.i->matmul_multi(C.ctx, 2, ws, x, cy, n);
     C.i->act_mul(C.ctx, (mx_act)pc->act, rg, ru, R, rg, n, R);
     float *dx = gup(x, (int64_t)n * K);
+    float *keep[2][2] = {{NULL, NULL}, {NULL, NULL}};   /* modes 0 and 1: act(gate) * up, up */
+    /* without the rotation of the k loop a row's sum has the same order in both forms (a fused
+     * block holds gate's and up's rows of one index, an unfused one a weight's), so they agree
+     * bit for bit */
+    const bool rot = mx_backend_cuda_set_gemm_rot(&G, false);
     for (int mode = 0; mode < 3; mode++) {   /* 0: fused (where it applies), 1: fusion off, 2: an op between */
         mx_backend_cuda_set_gemm_pair(&G, mode != 1);
         float *dg = gnan((int64_t)n * R), *du = gnan((int64_t)n * R), *dd = gnan((int64_t)n * 96), *dd2 = gnan((int64_t)n * 96);
@@ -798,9 +806,15 @@ static void check_pair(const pair_case *pc) {
         TCHECK(!memcmp(a, b, (size_t)n * 96 * 4), "mode %d: product of the result differs from the product of a copy", mode);
         TCHECK(fused == (mode == 0 && mx_backend_cuda_has_wgmma(&G) ? 1 : 0), "mode %d: %d fused launches", mode, fused);
         TCHECK(mx_backend_cuda_status(&G) == MX_OK, "status: %s", mx_last_error());
-        free(g); free(u); free(a); free(b);
+        if (mode < 2) { keep[mode][0] = g; keep[mode][1] = u; }
+        else { free(g); free(u); }
+        free(a); free(b);
         G.i->free(G.ctx, dg); G.i->free(G.ctx, du); G.i->free(G.ctx, dd); G.i->free(G.ctx, dd2); G.i->free(G.ctx, dcopy);
     }
+    TCHECK(!memcmp(keep[0][0], keep[1][0], (size_t)n * R * 4) && !memcmp(keep[0][1], keep[1][1], (size_t)n * R * 4),
+           "fused and unfused results differ (act(gate) * up or up)");
+    for (int i = 0; i < 4; i++) free(keep[i / 2][i % 2]);
+    mx_backend_cuda_set_gemm_rot(&G, rot);
     mx_backend_cuda_set_gemm_pair(&G, false);   /* the default */
     G.i->free(G.ctx, dx);
     free(x); free(rg); free(ru);
@@ -813,6 +827,7 @@ static const pair_case g_pair[] = {
     {"cuda_gate_up_act_gelu_n64_256_bias", 320, 256, 64, true, MX_ACT_GELU_TANH},
     {"cuda_gate_up_act_silu_n128_4096", 16896, 4096, 128, false, MX_ACT_SILU},    /* 4 warpgroups: 128 + 128 rows a block */
     {"cuda_gate_up_act_relu_n33_4096_ragged", 16832, 4096, 33, true, MX_ACT_RELU}, /* the last block half full */
+    {"cuda_gate_up_act_silu_n20_4096_rows_odd", 16834, 4096, 20, true, MX_ACT_SILU}, /* rows not of 4: the scalar stores */
 };
 
 /* A q4 product split along k, an add of its output, an rmsnorm of the sum (a residual stream):
@@ -878,10 +893,95 @@ static const sn_case g_sn[] = {
     {"cuda_sum_norm_n48_258_rows", 258, 4096, 48, false, false, true, false},   /* the scalar sum kernel's shape */
 };
 
+/* A q/k/v product split along k, the per-head q/k norms (Qwen3) and ropes, then the attention,
+ * for prompts (3 tokens a sequence) and then a decode token a sequence: with MLXCEL_CUDA_SUM_QKV
+ * the q/k preparation reads the split's partial sums (counted); the attention output and q, k, v
+ * afterwards are bit for bit those without it. With another op reading v between the product and
+ * the attention, the sum runs first. */
+typedef struct { const char *name; int nh, nkv, hd; bool qknorm, between; } sq_case;
+static void check_sum_qkv(const sq_case *sc) {
+    enum { NS = 20, P = 3, K = 4096 };
+    const int qd = sc->nh * sc->hd, kvd = sc->nkv * sc->hd;
+    tw tq, tk, tv;
+    tw_make(&tq, qd, K, 4, 64, MX_DTYPE_BF16, false);
+    tw_make(&tk, kvd, K, 4, 64, MX_DTYPE_BF16, false);
+    tw_make(&tv, kvd, K, 4, 64, MX_DTYPE_BF16, false);
+    TREQUIRE(G.i->weight_prepare(G.ctx, &tq.w) == MX_OK && G.i->weight_prepare(G.ctx, &tk.w) == MX_OK &&
+             G.i->weight_prepare(G.ctx, &tv.w) == MX_OK, "prepare");
+    const mx_weight *ws[3] = {&tq.w, &tk.w, &tv.w};
+    mx_vec gq, gk; void *bq, *bk;
+    vec_make(&gq, &bq, sc->hd, MX_DTYPE_BF16, 1.f);
+    vec_make(&gk, &bk, sc->hd, MX_DTYPE_BF16, 0.5f);
+    float inv[128];
+    for (int i = 0; i < sc->hd / 2; i++) inv[i] = (float)pow(10000.0, -2.0 * i / sc->hd);
+    mx_rope rp = {sc->hd, inv, 1.f};
+    mx_attn_params ap = {sc->nh, sc->nkv, sc->hd, 1.f / sqrtf((float)sc->hd), 0, 0.f, NULL};
+    int32_t bt[NS];
+    for (int i = 0; i < NS; i++) bt[i] = (i * 7 + 3) % NS;   /* one block of 16 a sequence, shuffled */
+    const int nt[2] = {NS * P, NS};
+    float *xh[2], *out[2][2][4];   /* [mode][step][attention output, q, k, v] */
+    for (int st = 0; st < 2; st++) { xh[st] = malloc((size_t)nt[st] * K * 4); fill(xh[st], (int64_t)nt[st] * K, 2.f); }
+    for (int mode = 0; mode < 2; mode++) {   /* 0: the sum launched as it is, 1: MLXCEL_CUDA_SUM_QKV */
+        mx_backend_cuda_set_sum_qkv(&G, mode == 1);
+        mx_kv_desc kd = {1, sc->nkv, sc->hd, 16, NS, MX_DTYPE_F32};
+        TREQUIRE(G.i->kv_init(G.ctx, &kd) == MX_OK, "kv_init: %s", mx_last_error());
+        const int before = mx_backend_cuda_sum_qkv_launches(&G);
+        for (int st = 0; st < 2; st++) {
+            const int n = nt[st];
+            int32_t *pos = malloc((size_t)n * 4), *slot = malloc((size_t)n * 4), *seq = malloc((size_t)n * 4);
+            for (int t = 0; t < n; t++) {
+                seq[t] = st == 0 ? t / P : t; pos[t] = st == 0 ? t % P : P;
+                slot[t] = bt[seq[t]] * 16 + pos[t];
+            }
+            mx_attn_meta m = {n, pos, slot, seq, NS, 1, bt};
+            float *dx = gup(xh[st], (int64_t)n * K), *dq = gnan((int64_t)n * qd), *dk = gnan((int64_t)n * kvd),
+                  *dv = gnan((int64_t)n * kvd), *dout = gnan((int64_t)n * qd), *dt = gnan((int64_t)n * kvd);
+            float *ys[3] = {dq, dk, dv};
+            G.i->matmul_multi(G.ctx, 3, ws, dx, ys, n);
+            if (sc->between) G.i->scale(G.ctx, dv, 1.f, dt, (int64_t)n * kvd);
+            if (sc->qknorm) {
+                G.i->rmsnorm(G.ctx, dq, &gq, 1e-6f, 0.f, dq, n * sc->nh, sc->hd);
+                G.i->rmsnorm(G.ctx, dk, &gk, 1e-6f, 0.f, dk, n * sc->nkv, sc->hd);
+            }
+            G.i->rope(G.ctx, dq, n, sc->nh, sc->hd, &rp, &m);
+            G.i->rope(G.ctx, dk, n, sc->nkv, sc->hd, &rp, &m);
+            G.i->attention(G.ctx, 0, dq, dk, dv, dout, &ap, &m);
+            out[mode][st][0] = gdown(dout, (int64_t)n * qd); out[mode][st][1] = gdown(dq, (int64_t)n * qd);
+            out[mode][st][2] = gdown(dk, (int64_t)n * kvd); out[mode][st][3] = gdown(dv, (int64_t)n * kvd);
+            bool finite = true;   /* (NaN-filled outputs left unwritten in both modes would compare equal) */
+            for (int k = 0; k < 4; k++)
+                for (int64_t i = 0; i < (int64_t)n * (k < 2 ? qd : kvd); i++) finite = finite && isfinite(out[mode][st][k][i]);
+            TCHECK(finite, "mode %d step %d: an output not written", mode, st);
+            G.i->free(G.ctx, dx); G.i->free(G.ctx, dq); G.i->free(G.ctx, dk); G.i->free(G.ctx, dv);
+            G.i->free(G.ctx, dout); G.i->free(G.ctx, dt);
+            free(pos); free(slot); free(seq);
+        }
+        const int fused = mx_backend_cuda_sum_qkv_launches(&G) - before;
+        TCHECK(fused == (mode == 1 && !sc->between ? 2 : 0), "mode %d: %d q/k preparations read the parts", mode, fused);
+        TCHECK(mx_backend_cuda_status(&G) == MX_OK, "status: %s", mx_last_error());
+        G.i->kv_free(G.ctx);
+    }
+    mx_backend_cuda_set_sum_qkv(&G, true);   /* the default */
+    static const char *const what[4] = {"attention output", "q", "k", "v"};
+    for (int st = 0; st < 2; st++)
+        for (int k = 0; k < 4; k++) {
+            TCHECK(!memcmp(out[0][st][k], out[1][st][k], (size_t)nt[st] * (k < 2 ? qd : kvd) * 4),
+                   "step %d: %s differ with the parts read by the q/k preparation", st, what[k]);
+            free(out[0][st][k]); free(out[1][st][k]);
+        }
+    free(xh[0]); free(xh[1]); free(bq); free(bk);
+    tw_free(&tq); tw_free(&tk); tw_free(&tv);
+}
+static const sq_case g_sq[] = {
+    {"cuda_sum_qkv_qknorm_rope_gqa", 8, 2, 128, true, false},     /* Qwen3's ops */
+    {"cuda_sum_qkv_rope_hd64", 8, 4, 64, false, false},            /* Llama's */
+    {"cuda_sum_qkv_op_between", 8, 2, 128, true, true},
+};
+
 /* Decode steps through step_begin/step_end (warm-up, capture, replays) give the same results
  * as the same steps op by op, with new token ids and positions every step; a step whose op
  * sequence differs from its key's is refused. */
-static void run_steps(bool graph, tw *emb, tw *wq, mx_vec *nrm, float *out_host, int nsteps, bool *ok) {
+static void run_steps(bool graph, bool refusal, tw *emb, tw *wq, mx_vec *nrm, float *out_host, int nsteps, bool *ok) {
     enum { V = 96, D = 128, H = 2, HD = 64, NS = 2, bs = 16, maxb = 4 };
     mx_kv_desc kd = {1, H, HD, bs, 16, MX_DTYPE_F32};
     *ok = G.i->kv_init(G.ctx, &kd) == MX_OK;
@@ -912,7 +1012,7 @@ static void run_steps(bool graph, tw *emb, tw *wq, mx_vec *nrm, float *out_host,
         if (graph && mx_backend_cuda_step_end(&G) != MX_OK) *ok = false;
         G.i->read(G.ctx, out_host + (size_t)st * NS * V, lg, (size_t)NS * V * 4);
     }
-    if (graph) {   /* same key, different op sequence: refused, nothing runs */
+    if (graph && refusal) {   /* same key, different op sequence: refused, nothing runs */
         int32_t ids[NS] = {1, 2};
         mx_backend_cuda_step_begin(&G, 42);
         G.i->embed(G.ctx, &emb->w, ids, NS, x);
@@ -931,17 +1031,33 @@ static void test_graph_steps(void) {
     vec_make(&nrm, &nb, 128, MX_DTYPE_BF16, 1.f);
     const int steps = 6;
     float *a = malloc((size_t)steps * 2 * 96 * 4), *b = malloc((size_t)steps * 2 * 96 * 4);
-    bool ok1, ok2;
-    run_steps(false, &emb, &wq, &nrm, a, steps, &ok1);
-    run_steps(true, &emb, &wq, &nrm, b, steps, &ok2);
-    TCHECK(ok1 && ok2, "steps failed (%d %d): %s", ok1, ok2, mx_last_error());
+    float *c = malloc((size_t)steps * 2 * 96 * 4);
+    bool ok1, ok2, ok3;
+    run_steps(false, false, &emb, &wq, &nrm, a, steps, &ok1);
+    /* the auto policy (the default) with a bound no weights reach (the bytes counted are those of
+     * every weight this backend prepared, over all the tests) */
+    mx_backend_cuda_set_graphs(&G, 2, INT64_MAX);
+    const int g0 = mx_backend_cuda_graph_launches(&G);
+    run_steps(true, true, &emb, &wq, &nrm, b, steps, &ok2);
+    const int g1 = mx_backend_cuda_graph_launches(&G);
+    /* and with a bound these weights exceed: the steps run op by op */
+    mx_backend_cuda_set_graphs(&G, 2, 1);
+    run_steps(true, false, &emb, &wq, &nrm, c, steps, &ok3);
+    const int g2 = mx_backend_cuda_graph_launches(&G);
+    mx_backend_cuda_set_graphs(&G, 2, (int64_t)1 << 30);   /* the default */
+    TCHECK(ok1 && ok2 && ok3, "steps failed (%d %d %d): %s", ok1, ok2, ok3, mx_last_error());
+    /* the first step of the key runs op by op, the second is captured and launched, then replays */
+    TCHECK(g1 - g0 == steps - 1, "%d graph launches in %d steps, expected %d", g1 - g0, steps, steps - 1);
+    TCHECK(g2 == g1, "%d graph launches with the weights above the auto bound", g2 - g1);
     for (int st = 0; st < steps; st++) {
         double e = relerr(b + (size_t)st * 192, a + (size_t)st * 192, 192);
         TCHECK(e == 0.0, "step %d: graph result differs from op-by-op (rel %.3g)", st, e);
+        e = relerr(c + (size_t)st * 192, a + (size_t)st * 192, 192);
+        TCHECK(e == 0.0, "step %d: steps without graphs differ from op-by-op (rel %.3g)", st, e);
     }
     TCHECK(relerr(a, a + 192, 192) > 1e-3, "steps gave the same logits: inputs did not change");
     TCHECK(mx_backend_cuda_status(&G) == MX_OK, "status: %s", mx_last_error());
-    free(a); free(b); free(nb); tw_free(&emb); tw_free(&wq);
+    free(a); free(b); free(c); free(nb); tw_free(&emb); tw_free(&wq);
 }
 
 /* MLXCEL_CUDA_PROFILE=1: a second backend instance times its launches and prints the table to
@@ -1168,6 +1284,7 @@ static void bench_model(shape s, int bits, double copy_gbs) {
     struct { int seqs, tps, ctx; const char *what; } runs[] = {
         {1, 1, 128, "decode b1"}, {8, 1, 128, "decode b8"}, {32, 1, 128, "decode b32"}, {128, 1, 128, "decode b128"},
         {1, 512, 0, "prefill 512"}};
+    mx_backend_cuda_set_graphs(&G, 1, (int64_t)1 << 30);   /* the "graph" rows: always, whatever the size */
     for (int r = 0; r < 5; r++)
       for (int gr = 0; gr < 2; gr++) {
         if (gr && runs[r].tps > 1) continue;   /* graphs for decode steps */
@@ -1197,6 +1314,7 @@ static void bench_model(shape s, int bits, double copy_gbs) {
         fflush(stdout);
     }
     G.i->kv_free(G.ctx);
+    mx_backend_cuda_set_graphs(&G, 2, (int64_t)1 << 30);   /* the default */
     bm_free(&m);
 }
 
@@ -1278,6 +1396,7 @@ int main(int argc, char **argv) {
     RUN(test_gq_forms);
     for (size_t i = 0; i < sizeof g_pair / sizeof g_pair[0]; i++) RUN_NAMED(g_pair[i].name, check_pair, &g_pair[i]);
     for (size_t i = 0; i < sizeof g_sn / sizeof g_sn[0]; i++) RUN_NAMED(g_sn[i].name, check_sum_norm, &g_sn[i]);
+    for (size_t i = 0; i < sizeof g_sq / sizeof g_sq[0]; i++) RUN_NAMED(g_sq[i].name, check_sum_qkv, &g_sq[i]);
     for (size_t i = 0; i < sizeof g_emb / sizeof g_emb[0]; i++) RUN_NAMED(g_emb[i].name, check_embed, &g_emb[i]);
     RUN(test_norms);
     RUN(test_rope);
