@@ -145,7 +145,7 @@ if has models && [ $full = 1 ]; then
   # programmatic dependent launch; the q4 GEMMs on packed weights; PDL without the early release;
   # the decode attention kernel whose lanes split a head's values):
   # the same goldens through them
-  for v in MLXCEL_CUDA_ATTN=tiled "MLXCEL_CUDA_ATTN=pertoken MLXCEL_CUDA_PDL=0" MLXCEL_CUDA_GEMM=mma MLXCEL_CUDA_GEMM=wgmma MLXCEL_CUDA_GEMM=cublas MLXCEL_CUDA_PDL=1 MLXCEL_CUDA_ATTN_DEC=lanes MLXCEL_CUDA_GEMM_PAIR=1 MLXCEL_CUDA_SUM_NORM=0 MLXCEL_CUDA_SUM_QKV=0 MLXCEL_CUDA_GRAPHS=1 ${GPU_CHECK_MODEL_VARIANTS:-}; do
+  for v in MLXCEL_CUDA_ATTN=tiled "MLXCEL_CUDA_ATTN=pertoken MLXCEL_CUDA_PDL=0" MLXCEL_CUDA_GEMM=mma MLXCEL_CUDA_GEMM=wgmma MLXCEL_CUDA_GEMM=cublas MLXCEL_CUDA_PDL=1 MLXCEL_CUDA_ATTN_DEC=lanes MLXCEL_CUDA_GEMM_PAIR=1 MLXCEL_CUDA_SUM_NORM=0 MLXCEL_CUDA_SUM_QKV=0 MLXCEL_CUDA_ATT_GQ=0 MLXCEL_CUDA_GRAPHS=1 ${GPU_CHECK_MODEL_VARIANTS:-}; do
     # shellcheck disable=SC2086
     env MLXCEL_ROOT="$(pwd)" MLXCEL_DEVICE=gpu ${v//,/ } $B/tests/test_models >"$OUTD/models_${v%%[ ,]*}.log" 2>&1
     say "model tests (MLXCEL_DEVICE=gpu ${v//,/ }): $(grep -c '^PASS ' "$OUTD/models_${v%%[ ,]*}.log") passed, $(grep -c '^FAIL ' "$OUTD/models_${v%%[ ,]*}.log") failed"
@@ -221,6 +221,9 @@ if has bench && [ $full = 1 ]; then
   MLXCEL_CUDA_SUM_QKV=0 bench llama8b-q4-nosumqkv-b128-d128 --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 128 -d 128 -r 2
   MLXCEL_CUDA_SUM_QKV=0 bench llama8b-q4-nosumqkv-b32 --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 32 -r 2
   MLXCEL_CUDA_SUM_QKV=0 bench qwen06-q4-nosumqkv-b32 --config $Q06 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 32 -r 2
+  # the decode attention writing its output's gq-order form (default on) switched off
+  MLXCEL_CUDA_ATT_GQ=0 bench llama8b-q4-noattgq-b128-d128 --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 128 -d 128 -r 2
+  MLXCEL_CUDA_ATT_GQ=0 bench qwen06-q4-noattgq-b32 --config $Q06 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 32 -r 2
   MLXCEL_CUDA_GEMM_PAIR=1 bench llama8b-q4-pair-b32 --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 32 -r 2
   MLXCEL_CUDA_GEMM_ROT=0 bench llama8b-q4-norot-b128-d128 --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 128 -d 128 -r 2
   MLXCEL_CUDA_GEMM=wgmma bench qwen06-q4-wgmma-b128-d128 --config $Q06 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 128 -d 128 -r 2

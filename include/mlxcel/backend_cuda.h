@@ -111,6 +111,12 @@ int mx_backend_cuda_sum_norm_launches(mx_backend *b);
 void mx_backend_cuda_set_sum_qkv(mx_backend *b, bool on);
 /* How many q/k preparations read partial sums that way so far (tests). */
 int mx_backend_cuda_sum_qkv_launches(mx_backend *b);
+/* On by default (MLXCEL_CUDA_ATT_GQ=0 at init turns it off): the decode attention kernels, for
+ * more than 16 tokens, also store their output in the bf16 form the GEMM on packed q4 weights
+ * reads (k order permuted within each 64), so the o projection does not convert it first. */
+void mx_backend_cuda_set_att_gq(mx_backend *b, bool on);
+/* How many conversions of activations to that form ran so far (tests). */
+int mx_backend_cuda_cvt_gq_launches(mx_backend *b);
 /* Programmatic dependent launch for the backend's kernels: each may start while the previous
  * kernel finishes and waits for it on the device. On by default; MLXCEL_CUDA_PDL=0 at init turns
  * it off. */

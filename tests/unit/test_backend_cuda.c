@@ -48,7 +48,8 @@ static void test_select(void) {
                                          {"MLXCEL_CUDA_GRAPHS", "off"}, {"MLXCEL_CUDA_ATTN_GQA", "yes"},
                                          {"MLXCEL_CUDA_ATTN_DEC", "flash"}, {"MLXCEL_CUDA_GEMM_ROT", "on"},
                                          {"MLXCEL_CUDA_GEMM_PAIR", "yes"}, {"MLXCEL_CUDA_SUM_NORM", "2"},
-                                         {"MLXCEL_CUDA_SUM_QKV", "on"}, {"MLXCEL_CUDA_GRAPHS", "2"}};
+                                         {"MLXCEL_CUDA_SUM_QKV", "on"}, {"MLXCEL_CUDA_GRAPHS", "2"},
+                                         {"MLXCEL_CUDA_ATT_GQ", "yes"}};
     unsetenv("MLXCEL_DEVICE");
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         setenv(bad[i][0], bad[i][1], 1);
@@ -59,9 +60,9 @@ static void test_select(void) {
     }
     setenv("MLXCEL_CUDA_ATTN", "tiled", 1); setenv("MLXCEL_CUDA_PDL", "2", 1); setenv("MLXCEL_CUDA_DQ_MB", "8", 1);
     setenv("MLXCEL_CUDA_ATTN_DEC", "lanes", 1); setenv("MLXCEL_CUDA_GEMM", "wgmma", 1); setenv("MLXCEL_CUDA_GEMM_ROT", "0", 1); setenv("MLXCEL_CUDA_GEMM_PAIR", "0", 1); setenv("MLXCEL_CUDA_SUM_NORM", "0", 1);
-    setenv("MLXCEL_CUDA_GRAPHS", "auto", 1); setenv("MLXCEL_CUDA_SUM_QKV", "0", 1);
+    setenv("MLXCEL_CUDA_GRAPHS", "auto", 1); setenv("MLXCEL_CUDA_SUM_QKV", "0", 1); setenv("MLXCEL_CUDA_ATT_GQ", "0", 1);
     TCHECK(mx_backend_cuda_check_env() == MX_OK, "good switches refused: %s", mx_last_error());
-    unsetenv("MLXCEL_CUDA_ATTN_DEC"); unsetenv("MLXCEL_CUDA_GEMM"); unsetenv("MLXCEL_CUDA_GEMM_ROT"); unsetenv("MLXCEL_CUDA_GEMM_PAIR"); unsetenv("MLXCEL_CUDA_SUM_NORM"); unsetenv("MLXCEL_CUDA_GRAPHS"); unsetenv("MLXCEL_CUDA_SUM_QKV");
+    unsetenv("MLXCEL_CUDA_ATTN_DEC"); unsetenv("MLXCEL_CUDA_GEMM"); unsetenv("MLXCEL_CUDA_GEMM_ROT"); unsetenv("MLXCEL_CUDA_GEMM_PAIR"); unsetenv("MLXCEL_CUDA_SUM_NORM"); unsetenv("MLXCEL_CUDA_GRAPHS"); unsetenv("MLXCEL_CUDA_SUM_QKV"); unsetenv("MLXCEL_CUDA_ATT_GQ");
     setenv("MLXCEL_CUDA_ATTN", "", 1);   /* empty: the default */
     TCHECK(mx_backend_cuda_check_env() == MX_OK, "empty switch refused: %s", mx_last_error());
     unsetenv("MLXCEL_CUDA_ATTN"); unsetenv("MLXCEL_CUDA_PDL"); unsetenv("MLXCEL_CUDA_DQ_MB");
@@ -897,12 +898,16 @@ static const sn_case g_sn[] = {
  * for prompts (3 tokens a sequence) and then a decode token a sequence: with MLXCEL_CUDA_SUM_QKV
  * the q/k preparation reads the split's partial sums (counted); the attention output and q, k, v
  * afterwards are bit for bit those without it. With another op reading v between the product and
- * the attention, the sum runs first. */
+ * the attention, the sum runs first. Then the o projection (q4, the GEMM on packed weights) of
+ * the attention output: with MLXCEL_CUDA_ATT_GQ (on in mode 1) the attention wrote the gq-order
+ * form it reads, so no conversion runs (counted); the product equals that of a copy. */
 typedef struct { const char *name; int nh, nkv, hd; bool qknorm, between; } sq_case;
 static void check_sum_qkv(const sq_case *sc) {
     enum { NS = 20, P = 3, K = 4096 };
     const int qd = sc->nh * sc->hd, kvd = sc->nkv * sc->hd;
-    tw tq, tk, tv;
+    tw tq, tk, tv, to;
+    tw_make(&to, 256, qd, 4, 64, MX_DTYPE_BF16, false);
+    TREQUIRE(G.i->weight_prepare(G.ctx, &to.w) == MX_OK, "prepare");
     tw_make(&tq, qd, K, 4, 64, MX_DTYPE_BF16, false);
     tw_make(&tk, kvd, K, 4, 64, MX_DTYPE_BF16, false);
     tw_make(&tv, kvd, K, 4, 64, MX_DTYPE_BF16, false);
@@ -923,6 +928,7 @@ static void check_sum_qkv(const sq_case *sc) {
     for (int st = 0; st < 2; st++) { xh[st] = malloc((size_t)nt[st] * K * 4); fill(xh[st], (int64_t)nt[st] * K, 2.f); }
     for (int mode = 0; mode < 2; mode++) {   /* 0: the sum launched as it is, 1: MLXCEL_CUDA_SUM_QKV */
         mx_backend_cuda_set_sum_qkv(&G, mode == 1);
+        mx_backend_cuda_set_att_gq(&G, mode == 1);
         mx_kv_desc kd = {1, sc->nkv, sc->hd, 16, NS, MX_DTYPE_F32};
         TREQUIRE(G.i->kv_init(G.ctx, &kd) == MX_OK, "kv_init: %s", mx_last_error());
         const int before = mx_backend_cuda_sum_qkv_launches(&G);
@@ -936,6 +942,8 @@ static void check_sum_qkv(const sq_case *sc) {
             mx_attn_meta m = {n, pos, slot, seq, NS, 1, bt};
             float *dx = gup(xh[st], (int64_t)n * K), *dq = gnan((int64_t)n * qd), *dk = gnan((int64_t)n * kvd),
                   *dv = gnan((int64_t)n * kvd), *dout = gnan((int64_t)n * qd), *dt = gnan((int64_t)n * kvd);
+            /* (allocated here: a write between the attention and the product would drop the form) */
+            float *dy = gnan((int64_t)n * 256), *dy2 = gnan((int64_t)n * 256);
             float *ys[3] = {dq, dk, dv};
             G.i->matmul_multi(G.ctx, 3, ws, dx, ys, n);
             if (sc->between) G.i->scale(G.ctx, dv, 1.f, dt, (int64_t)n * kvd);
@@ -952,6 +960,20 @@ static void check_sum_qkv(const sq_case *sc) {
             for (int k = 0; k < 4; k++)
                 for (int64_t i = 0; i < (int64_t)n * (k < 2 ? qd : kvd); i++) finite = finite && isfinite(out[mode][st][k][i]);
             TCHECK(finite, "mode %d step %d: an output not written", mode, st);
+            {   /* the o projection of the attention output, and of a copy of it */
+                const int c0 = mx_backend_cuda_cvt_gq_launches(&G);
+                G.i->matmul(G.ctx, &to.w, dout, dy, n);
+                const int c1 = mx_backend_cuda_cvt_gq_launches(&G);
+                float *dc = gup(out[mode][st][0], (int64_t)n * qd);
+                G.i->matmul(G.ctx, &to.w, dc, dy2, n);
+                const int c2 = mx_backend_cuda_cvt_gq_launches(&G);
+                float *y1 = gdown(dy, (int64_t)n * 256), *y2 = gdown(dy2, (int64_t)n * 256);
+                TCHECK(!memcmp(y1, y2, (size_t)n * 256 * 4), "mode %d step %d: o projection of the attention output differs from that of a copy", mode, st);
+                TCHECK(c1 - c0 == (mode == 1 ? 0 : 1) && c2 - c1 == 1, "mode %d step %d: %d and %d conversions to the gq form",
+                       mode, st, c1 - c0, c2 - c1);
+                free(y1); free(y2);
+                G.i->free(G.ctx, dy); G.i->free(G.ctx, dy2); G.i->free(G.ctx, dc);
+            }
             G.i->free(G.ctx, dx); G.i->free(G.ctx, dq); G.i->free(G.ctx, dk); G.i->free(G.ctx, dv);
             G.i->free(G.ctx, dout); G.i->free(G.ctx, dt);
             free(pos); free(slot); free(seq);
@@ -961,7 +983,8 @@ static void check_sum_qkv(const sq_case *sc) {
         TCHECK(mx_backend_cuda_status(&G) == MX_OK, "status: %s", mx_last_error());
         G.i->kv_free(G.ctx);
     }
-    mx_backend_cuda_set_sum_qkv(&G, true);   /* the default */
+    mx_backend_cuda_set_sum_qkv(&G, true);   /* the defaults */
+    mx_backend_cuda_set_att_gq(&G, true);
     static const char *const what[4] = {"attention output", "q", "k", "v"};
     for (int st = 0; st < 2; st++)
         for (int k = 0; k < 4; k++) {
@@ -970,7 +993,7 @@ static void check_sum_qkv(const sq_case *sc) {
             free(out[0][st][k]); free(out[1][st][k]);
         }
     free(xh[0]); free(xh[1]); free(bq); free(bk);
-    tw_free(&tq); tw_free(&tk); tw_free(&tv);
+    tw_free(&tq); tw_free(&tk); tw_free(&tv); tw_free(&to);
 }
 static const sq_case g_sq[] = {
     {"cuda_sum_qkv_qknorm_rope_gqa", 8, 2, 128, true, false},     /* Qwen3's ops */

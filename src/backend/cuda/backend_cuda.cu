@@ -168,6 +168,8 @@ struct cu_ctx {
                                             * q/k preparation adds the parts itself */
     bool sum_qkv, pq_allow;                /* MLXCEL_CUDA_SUM_QKV; c_matmul_multi's product may defer it */
     int n_sum_qkv;                         /* q/k preparations that read the parts (tests) */
+    bool att_gq;                           /* the decode attention writes its output's gq form (MLXCEL_CUDA_ATT_GQ) */
+    int n_cvt_gq;                          /* k_cvt_gq launches (tests) */
     struct { const float *a, *b; float *y; int64_t count; bool on; bool has_ps; cu_psum ps; } pend;   /* an add not yet
                                             * launched: the next rmsnorm of its sum fuses it */
     struct hop {                           /* per-head ops on q/k deferred until the attention */
@@ -211,7 +213,7 @@ static pdl_launch<KArgs...> PL(cu_ctx *c, void (*k)(KArgs...), dim3 g, dim3 b, s
  * the default; anything else is an error naming the variable and what it takes. */
 enum { GM_AUTO, GM_CUBLAS, GM_MMA, GM_WG, GM_NMODES };   /* MLXCEL_CUDA_GEMM, in k_gemm_modes' order */
 static const char *const k_gemm_modes[] = {"auto", "cublas", "mma", "wgmma"};
-struct cu_switches { int attn, attn_dec, gqa, gemm, gemm_rot, gemm_pair, sum_norm, sum_qkv, pdl, mv, profile, kv, graphs; long dq_mb; };   /* kv: checked here, read by kv_init */
+struct cu_switches { int attn, attn_dec, gqa, gemm, gemm_rot, gemm_pair, sum_norm, sum_qkv, att_gq, pdl, mv, profile, kv, graphs; long dq_mb; };   /* kv: checked here, read by kv_init */
 static mx_status env_choice(const char *name, const char *const *vals, int n, int def, int *out) {
     const char *e = getenv(name);
     *out = def;
@@ -238,6 +240,7 @@ static mx_status read_switches(cu_switches *sw) {
         (st = env_choice("MLXCEL_CUDA_GEMM_PAIR", onoff, 2, 0, &sw->gemm_pair)) ||
         (st = env_choice("MLXCEL_CUDA_SUM_NORM", onoff, 2, 1, &sw->sum_norm)) ||
         (st = env_choice("MLXCEL_CUDA_SUM_QKV", onoff, 2, 1, &sw->sum_qkv)) ||
+        (st = env_choice("MLXCEL_CUDA_ATT_GQ", onoff, 2, 1, &sw->att_gq)) ||
         (st = env_choice("MLXCEL_CUDA_PDL", pdl, 3, 2, &sw->pdl)) ||
         (st = env_choice("MLXCEL_CUDA_MV", mv, 2, 0, &sw->mv)) ||
         (st = env_choice("MLXCEL_CUDA_PROFILE", onoff, 2, 0, &sw->profile)) ||
@@ -1752,10 +1755,12 @@ __device__ void att_zero(float *out, int8_t *xq, float2 *xds, size_t ob, int cou
 /* The W warps' partial results (maximum sm, sum sl, unnormalized output sacc[(w G + g) stride + d]
  * for query head h0 + g) merged into out[ob + g D + d]: every thread takes output values d, whole
  * warps stepping together, so with xq each warp step is one group of 32 for the int8 form (D % 32
- * == 0 with xq). The sink (gpt-oss) joins the denominator. */
+ * == 0 with xq). The sink (gpt-oss) joins the denominator. With xg (rows of a multiple of 64) the
+ * output is also stored in the gq-order bf16 form k_cvt_gq would make of it. */
 template <int W, int G>
 __device__ __forceinline__ void att_merge(const float (*sm)[G], const float (*sl)[G], const float *sacc, int stride, int D,
-                                          const float *sinks, int h0, float *out, size_t ob, int8_t *xq, float2 *xds) {
+                                          const float *sinks, int h0, float *out, size_t ob, int8_t *xq, float2 *xds,
+                                          __nv_bfloat16 *xg) {
 #pragma unroll
     for (int g = 0; g < G; g++) {
         float M = -INFINITY;
@@ -1774,6 +1779,7 @@ __device__ __forceinline__ void att_merge(const float (*sm)[G], const float (*sl
                 for (int j = 0; j < W; j++) a += sacc[(size_t)(j * G + g) * stride + d] * cj[j];
                 a = L > 0.f ? a / L : 0.f;
                 out[og + d] = a;
+                if (xg) st_gq(xg, og + d, a);   /* the bf16 gq-order form for the o projection's GEMM */
             }
             if (xq) quant_group(a, xq, xds, og + d);
         }
@@ -1790,7 +1796,7 @@ template <typename T, int ATT_WARPS, int ATT_P, int NI, int G>
 __global__ void __launch_bounds__(ATT_WARPS * 32)
 k_attn(const float *q, const T *kp, const T *vp, float *out, const int32_t *pos, const int32_t *seq,
        const int32_t *bt, int n_seqs, int max_blocks, int block_size, int n_blocks, int n_heads, int n_kv, int D, float scale,
-       int window, float softcap, const float *sinks, int8_t *xq, float2 *xds, int sbt_n) {
+       int window, float softcap, const float *sinks, int8_t *xq, float2 *xds, __nv_bfloat16 *xg, int sbt_n) {
     pdl_entry();
     __shared__ float sm[ATT_WARPS][G], sl[ATT_WARPS][G], sacc[ATT_WARPS][G][NI * 32];
     extern __shared__ int32_t sbt[];
@@ -1879,7 +1885,7 @@ k_attn(const float *q, const T *kp, const T *vp, float *out, const int32_t *pos,
         for (int i = 0; i < NI; i++) if (i < ni) sacc[w][g][lane + 32 * i] = acc[g][i];
     }
     __syncthreads();
-    att_merge<ATT_WARPS, G>(sm, sl, &sacc[0][0][0], NI * 32, D, sinks, h0, out, ((size_t)t * n_heads + h0) * D, xq, xds);
+    att_merge<ATT_WARPS, G>(sm, sl, &sacc[0][0][0], NI * 32, D, sinks, h0, out, ((size_t)t * n_heads + h0) * D, xq, xds, xg);
 }
 
 /* Sums N values over the lanes that differ in bits O, O/2, .., 1 by halving exchanges: at bit o
@@ -1923,7 +1929,7 @@ template <typename T, int D, int G, int W, int U>
 __global__ void __launch_bounds__(W * 32)
 k_attn_vec(const float *q, const T *kp, const T *vp, float *out, const int32_t *pos, const int32_t *seq,
            const int32_t *bt, int n_seqs, int max_blocks, int bshift, int n_blocks, int n_heads, int n_kv, float scale,
-           int window, float softcap, const float *sinks, int8_t *xq, float2 *xds, int sbt_n) {
+           int window, float softcap, const float *sinks, int8_t *xq, float2 *xds, __nv_bfloat16 *xg, int sbt_n) {
     constexpr int VPL = 16 / (int)sizeof(T), LPK = D / VPL, KPL = 32 / LPK, CH = KPL * U;
     constexpr int NV = G * U, REM = NV >= LPK ? NV / LPK : 1, E = G * CH, NJ = (E + 31) / 32, SEG = CH < 32 ? CH : 32;
     static_assert(D % VPL == 0 && LPK >= 1 && LPK <= 32 && 32 % LPK == 0, "a K row is 1..32 lanes' 16-byte vectors");
@@ -2072,7 +2078,7 @@ k_attn_vec(const float *q, const T *kp, const T *vp, float *out, const int32_t *
         if (lane == 0) { sm[w][g] = mg; sl[w][g] = lg; }
     }
     __syncthreads();
-    att_merge<W, G>(sm, sl, &sacc[0][0][0], D, D, sinks, h0, out, ((size_t)t * n_heads + h0) * D, xq, xds);
+    att_merge<W, G>(sm, sl, &sacc[0][0][0], D, D, sinks, h0, out, ((size_t)t * n_heads + h0) * D, xq, xds, xg);
 }
 
 /* The q/k preparation before attention in one kernel, for the ops the backend deferred
@@ -2954,6 +2960,7 @@ static bool gq_gemm(cu_ctx *c, int nw, const cu_weight *const *w, const float *x
     if (!xb) return true;   /* failure recorded */
     if (c->xg_src != x || c->xg_count != (int64_t)n * cols) {   /* else the op that wrote x wrote it too */
         PL(c, k_cvt_gq, nblk((int64_t)n * cols, 256), 256, 0)(x, xb, (int64_t)n * cols);
+        c->n_cvt_gq++;
         LAUNCHED(c, "convert activations (gq order)");
         c->xg_src = x; c->xg_count = (int64_t)n * cols;
     }
@@ -3486,10 +3493,10 @@ static bool launch_attn_tiled(cu_ctx *c, const float *q, float *out, const mx_at
 template <typename T, int D>
 static void launch_attn_vec_d(cu_ctx *c, dim3 grid, int G, bool wide, size_t shm, const float *q, const T *kp, const T *vp,
                               float *out, const dmeta &dm, const mx_attn_meta *meta, const mx_attn_params *p, const float *sk,
-                              int8_t *xq, float2 *xds, int sbt_n) {
+                              int8_t *xq, float2 *xds, __nv_bfloat16 *xg, int sbt_n) {
     constexpr int U = D * (int)sizeof(T) <= 256 ? 8 : 4, U4 = 4;   /* G = 4: 4 loads a chunk (registers) */
 #define VEC_ARGS (q, kp, vp, out, dm.pos, dm.seq, dm.bt, meta->n_seqs, meta->max_blocks, bshift, c->kv.n_blocks, \
-                  p->n_heads, p->n_kv_heads, p->scale, p->sliding_window, p->softcap, sk, xq, xds, sbt_n)
+                  p->n_heads, p->n_kv_heads, p->scale, p->sliding_window, p->softcap, sk, xq, xds, xg, sbt_n)
     const int bshift = log2_exact(c->kv.block_size);
     if (wide) PL(c, k_attn_vec<T, D, 1, 16, 2>, grid, 512, shm)VEC_ARGS;
     else if (G == 2) PL(c, k_attn_vec<T, D, 2, 4, U>, grid, 128, shm)VEC_ARGS;
@@ -3499,24 +3506,25 @@ static void launch_attn_vec_d(cu_ctx *c, dim3 grid, int G, bool wide, size_t shm
 }
 template <typename T>
 static bool launch_attn_vec(cu_ctx *c, const float *q, float *out, const mx_attn_params *p, const mx_attn_meta *meta,
-                            const dmeta &dm, const T *kp, const T *vp, const float *sk, int8_t *xq, float2 *xds, dim3 grid,
+                            const dmeta &dm, const T *kp, const T *vp, const float *sk, int8_t *xq, float2 *xds,
+                            __nv_bfloat16 *xg, dim3 grid,
                             int G, bool wide, int sbt_n, size_t shm) {
     const int hd = p->head_dim;
     if (log2_exact(c->kv.block_size) < 0) return false;
-    if (hd == 64) launch_attn_vec_d<T, 64>(c, grid, G, wide, shm, q, kp, vp, out, dm, meta, p, sk, xq, xds, sbt_n);
-    else if (hd == 128) launch_attn_vec_d<T, 128>(c, grid, G, wide, shm, q, kp, vp, out, dm, meta, p, sk, xq, xds, sbt_n);
+    if (hd == 64) launch_attn_vec_d<T, 64>(c, grid, G, wide, shm, q, kp, vp, out, dm, meta, p, sk, xq, xds, xg, sbt_n);
+    else if (hd == 128) launch_attn_vec_d<T, 128>(c, grid, G, wide, shm, q, kp, vp, out, dm, meta, p, sk, xq, xds, xg, sbt_n);
     else if constexpr (sizeof(T) == 2) {
         if (hd != 256) return false;
-        launch_attn_vec_d<T, 256>(c, grid, G, wide, shm, q, kp, vp, out, dm, meta, p, sk, xq, xds, sbt_n);
+        launch_attn_vec_d<T, 256>(c, grid, G, wide, shm, q, kp, vp, out, dm, meta, p, sk, xq, xds, xg, sbt_n);
     } else return false;
     LAUNCHED(c, "attention (vec)");
     return true;
 }
 
 template <typename T>
-static void launch_attn(cu_ctx *c, int layer, const float *q, const float *k, const float *v, float *out,
+static bool launch_attn(cu_ctx *c, int layer, const float *q, const float *k, const float *v, float *out,
                         const mx_attn_params *p, const mx_attn_meta *meta, const dmeta &dm, T *kp, T *vp, int64_t nslots,
-                        const qk_prep_args *pa, const float *sk, int8_t *xq, float2 *xds) {
+                        const qk_prep_args *pa, const float *sk, int8_t *xq, float2 *xds, __nv_bfloat16 *xg) {
     const int n = meta->n_tokens, kvdim = p->n_kv_heads * p->head_dim;
     (void)layer;
     if (pa) {
@@ -3527,7 +3535,7 @@ static void launch_attn(cu_ctx *c, int layer, const float *q, const float *k, co
         PL(c, k_kv_write<T>, nblk((int64_t)n * kvdim, 256), 256, 0)(k, v, kp, vp, dm.slot, kvdim, n, nslots);
         LAUNCHED(c, "kv write");
     }
-    if (c->attn_tiled && launch_attn_tiled<T>(c, q, out, p, meta, dm, kp, vp, sk, xq, xds)) return;
+    if (c->attn_tiled && launch_attn_tiled<T>(c, q, out, p, meta, dm, kp, vp, sk, xq, xds)) return false;   /* (no xg form) */
     dim3 grid((unsigned)n, (unsigned)p->n_heads);
     /* few (token, head) blocks (decode): 16 warps a block share the positions, 8 each per step;
      * else 4 warps, 4 positions each */
@@ -3545,9 +3553,9 @@ static void launch_attn(cu_ctx *c, int layer, const float *q, const float *k, co
     grid.y = (unsigned)(p->n_heads / G);
     const int sbt_n = meta->max_blocks <= ATT_SBT_MAX ? meta->max_blocks : 0;
     const size_t shm = (size_t)(sbt_n > 0 ? sbt_n : 1) * 4;
-    if (c->attn_vec && launch_attn_vec<T>(c, q, out, p, meta, dm, kp, vp, sk, xq, xds, grid, G, wide, sbt_n, shm)) return;
+    if (c->attn_vec && launch_attn_vec<T>(c, q, out, p, meta, dm, kp, vp, sk, xq, xds, xg, grid, G, wide, sbt_n, shm)) return true;
 #define ATT_ARGS (q, kp, vp, out, dm.pos, dm.seq, dm.bt, meta->n_seqs, meta->max_blocks, c->kv.block_size, c->kv.n_blocks, \
-                  p->n_heads, p->n_kv_heads, p->head_dim, p->scale, p->sliding_window, p->softcap, sk, xq, xds, sbt_n)
+                  p->n_heads, p->n_kv_heads, p->head_dim, p->scale, p->sliding_window, p->softcap, sk, xq, xds, xg, sbt_n)
 #define ATT_NI(W, P, G) \
     if (p->head_dim <= 64) PL(c, k_attn<T, W, P, 2, G>, grid, W * 32, shm)ATT_ARGS; \
     else if (p->head_dim <= 128) PL(c, k_attn<T, W, P, 4, G>, grid, W * 32, shm)ATT_ARGS; \
@@ -3559,6 +3567,7 @@ static void launch_attn(cu_ctx *c, int layer, const float *q, const float *k, co
 #undef ATT_NI
 #undef ATT_ARGS
     LAUNCHED(c, "attention");
+    return true;
 }
 
 static void c_attention(void *ctx, int layer, const float *q, const float *k, const float *v, float *out,
@@ -3600,6 +3609,10 @@ static void c_attention(void *ctx, int layer, const float *q, const float *k, co
     const int64_t nslots = (int64_t)c->kv.n_blocks * c->kv.block_size;
     int8_t *xq = NULL; float2 *xds = NULL;   /* the int8 form of the output, for the o projection */
     if (!c->mv_f32 && n <= MV_I8_MAX && p->head_dim % 32 == 0 && !xq_buf(c, (int64_t)n * p->n_heads * p->head_dim, &xq, &xds)) return;
+    /* and the gq-order form, for the GEMM on packed weights (the decode kernels write it) */
+    const int64_t od = (int64_t)p->n_heads * p->head_dim;
+    __nv_bfloat16 *xg = NULL;
+    if (c->att_gq && gq_rows(c, n, od) && !(xg = (__nv_bfloat16 *)scratch(c, &c->xg, &c->xg_cap, (size_t)n * od * 2))) return;
     if (fuse) { pa.q = (float *)q; pa.k = (float *)k; pa.v = v; }
     if (parts) {
         pa.part = c->pq.part; pa.vw = (float *)v; pa.nsplit = c->pq.nsplit;
@@ -3607,13 +3620,15 @@ static void c_attention(void *ctx, int layer, const float *q, const float *k, co
         c->pq.on = false;
         c->n_sum_qkv++;
     }
+    bool wrote_xg;
     if (c->kv.dtype == MX_DTYPE_F32)
-        launch_attn<float>(c, layer, q, k, v, out, p, meta, dm, (float *)c->kpool + per * layer, (float *)c->vpool + per * layer,
-                           nslots, fuse ? &pa : NULL, sk, xq, xds);
+        wrote_xg = launch_attn<float>(c, layer, q, k, v, out, p, meta, dm, (float *)c->kpool + per * layer,
+                                      (float *)c->vpool + per * layer, nslots, fuse ? &pa : NULL, sk, xq, xds, xg);
     else
-        launch_attn<__nv_bfloat16>(c, layer, q, k, v, out, p, meta, dm, (__nv_bfloat16 *)c->kpool + per * layer,
-                                   (__nv_bfloat16 *)c->vpool + per * layer, nslots, fuse ? &pa : NULL, sk, xq, xds);
-    if (xq) { c->xq_src = out; c->xq_count = (int64_t)n * p->n_heads * p->head_dim; }
+        wrote_xg = launch_attn<__nv_bfloat16>(c, layer, q, k, v, out, p, meta, dm, (__nv_bfloat16 *)c->kpool + per * layer,
+                                              (__nv_bfloat16 *)c->vpool + per * layer, nslots, fuse ? &pa : NULL, sk, xq, xds, xg);
+    if (xq) { c->xq_src = out; c->xq_count = od * n; }
+    if (xg && wrote_xg) { c->xg_src = out; c->xg_count = od * n; }
 }
 
 
@@ -3841,6 +3856,7 @@ extern "C" mx_status mx_backend_cuda_init(mx_backend *out) {
         c->pair_on = sw.gemm_pair;
         c->sum_norm = sw.sum_norm;
         c->sum_qkv = sw.sum_qkv;
+        c->att_gq = sw.att_gq;
         c->pdl = sw.pdl != 0;
         c->pdl_early = sw.pdl == 2;
         c->pdl_dev = -1;
@@ -3967,6 +3983,8 @@ extern "C" int mx_backend_cuda_pair_launches(mx_backend *b) { return ((const cu_
 extern "C" void mx_backend_cuda_set_sum_norm(mx_backend *b, bool on) { switch_ctx(b)->sum_norm = on; }
 extern "C" void mx_backend_cuda_set_sum_qkv(mx_backend *b, bool on) { switch_ctx(b)->sum_qkv = on; }
 extern "C" int mx_backend_cuda_sum_qkv_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_sum_qkv; }
+extern "C" void mx_backend_cuda_set_att_gq(mx_backend *b, bool on) { switch_ctx(b)->att_gq = on; }
+extern "C" int mx_backend_cuda_cvt_gq_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_cvt_gq; }
 extern "C" int mx_backend_cuda_sum_norm_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_sum_norm; }
 extern "C" void mx_backend_cuda_set_tiled_attention(mx_backend *b, bool on) { switch_ctx(b)->attn_tiled = on; }
 extern "C" void mx_backend_cuda_set_mma_attention(mx_backend *b, bool on) { switch_ctx(b)->attn_mma = on; }
