@@ -86,8 +86,9 @@ bool mx_backend_cuda_has_wgmma(mx_backend *b);
  * (matmul_multi of two q4 weights of equal rows, 17..128 rows of x, the wgmma form without a split
  * of k) followed by act_mul in place on its outputs runs as one launch, the activation in the
  * GEMM's epilogue. The memory then holds what the two ops leave (up in its buffer, act(gate) * up
- * in gate's). Correct on the H200, but slower there so far (Llama-8B, 128 sequences: 11,760
- * against 13,305 tok/s); see src/backend/cuda/NOTES.md. */
+ * in gate's). Correct on the H200, and as fast as the two launches there since its epilogue runs on
+ * all warps (Llama-8B, 128 sequences: 14,016 / 14,013 against 14,003 / 13,988 tok/s; 32 sequences
+ * 0.2-0.7% slower); see src/backend/cuda/NOTES.md. */
 void mx_backend_cuda_set_gemm_pair(mx_backend *b, bool on);
 /* How many gate/up products ran in that fused form so far (tests). */
 int mx_backend_cuda_pair_launches(mx_backend *b);

@@ -1271,7 +1271,7 @@ k_gemm_wg(const gq_set set, const __nv_bfloat16 *__restrict__ x, int cols, int n
     unsigned char *xsm = wg_smem;                                    /* NST x tiles */
     uint32_t *wsm = (uint32_t *)(wg_smem + NST * WG_XB(BN));         /* NST weight stages, BM rows x 8 words */
     /* PAIR (gate/up with the activation fused, nw = 2, equal rows; experimental, off by default:
-     * slower so far, NOTES.md): block b takes rows [b BM / 2, (b + 1) BM / 2) of both weights, gate
+     * as fast as the two launches so far, NOTES.md): block b takes rows [b BM / 2, (b + 1) BM / 2) of both weights, gate
      * in the first half of its warpgroups, up in the second, and multiplies them in its epilogue
      * (k_act_mul's arithmetic) */
     constexpr int HB = PAIR ? BM / 2 : BM;   /* rows of a weight in a block */
