@@ -44,6 +44,10 @@ mx_status mx_backend_cuda_step_end(mx_backend *b);
 void mx_backend_cuda_set_graphs(mx_backend *b, int mode, int64_t auto_bytes);
 /* How many steps ran as a graph launch so far (tests). */
 int mx_backend_cuda_graph_launches(mx_backend *b);
+/* The last graph captured: its nodes, and its edges by kind: edges3[0] ordinary, [1] programmatic
+ * (the next kernel may start at the previous one's trigger), [2] programmatic at the previous
+ * one's launch completion. MLXCEL_CUDA_PROFILE=1 prints them at exit too. */
+void mx_backend_cuda_graph_census(mx_backend *b, int *nodes, int *edges3);
 /* Check the MLXCEL_CUDA_* switches (ATTN, ATTN_GQA, GEMM, PDL, MV, PROFILE, KV, GRAPHS, DQ_MB)
  * against their values without opening a device: MX_ERR_INVALID_ARG naming the variable and what
  * it takes. mx_backend_cuda_init checks the same; mx_backend_auto_init checks them first. */

@@ -123,6 +123,8 @@ struct cu_ctx {
                                             * default) while the weights prepared hold < graph_auto_bytes */
     int64_t graph_auto_bytes, wbytes;      /* that bound; bytes of the weights prepared */
     int n_graph_launches;                  /* (tests) */
+    int gcap_nodes, gcap_edges[3];         /* the last captured graph: nodes; edges ordinary, programmatic
+                                            * (from the kernel's trigger), programmatic at launch completion */
     cu_prof *prof;
     bool tiled_attr[2][3];                 /* its shared-memory limit raised (per T, NI) */
     cu_rf rf[MX_RF_CACHE]; int n_rf;
@@ -298,6 +300,9 @@ static void prof_report(cu_ctx *c) {
     double tot = 0;
     for (int l = 0; l < p->nl; l++) tot += p->ms[l];
     fprintf(stderr, "cuda profile: %.1f ms in %d labels (time from the previous launch's end to this one's)\n", tot, p->nl);
+    if (c->gcap_nodes)
+        fprintf(stderr, "cuda profile: last captured step: %d nodes; edges %d ordinary, %d programmatic, %d at launch completion\n",
+                c->gcap_nodes, c->gcap_edges[0], c->gcap_edges[1], c->gcap_edges[2]);
     for (int k = 0; k < p->nl; k++) {   /* largest first */
         int b = k;
         for (int l = k + 1; l < p->nl; l++) if (p->ms[l] > p->ms[b]) b = l;
@@ -4035,6 +4040,37 @@ done:
     return r;
 }
 
+/* How stream capture recorded a step's dependencies (MLXCEL_CUDA_PROFILE prints it): kernels
+ * launched with programmatic stream serialization should chain by programmatic edges; ordinary
+ * ones would serialize a replay more than the stream does (a replay was 1-2% slower than the same
+ * launches for Llama-8B: NOTES.md). */
+static void graph_census(cu_ctx *c, cudaGraph_t graph) {
+    size_t nn = 0, ne = 0;
+    c->gcap_nodes = 0; c->gcap_edges[0] = c->gcap_edges[1] = c->gcap_edges[2] = 0;
+    if (cudaGraphGetNodes(graph, NULL, &nn) != cudaSuccess || cudaGraphGetEdges(graph, NULL, NULL, NULL, &ne) != cudaSuccess) {
+        cudaGetLastError();
+        return;
+    }
+    c->gcap_nodes = (int)nn;
+    cudaGraphNode_t *from = (cudaGraphNode_t *)malloc((ne + 1) * sizeof *from), *to = (cudaGraphNode_t *)malloc((ne + 1) * sizeof *to);
+    cudaGraphEdgeData *ed = (cudaGraphEdgeData *)malloc((ne + 1) * sizeof *ed);
+    size_t got = ne;
+    if (from && to && ed && cudaGraphGetEdges(graph, from, to, ed, &got) == cudaSuccess) {
+        for (size_t i = 0; i < got && i < ne; i++) {
+            const int k = ed[i].type != cudaGraphDependencyTypeProgrammatic ? 0
+                          : ed[i].from_port == cudaGraphKernelNodePortLaunchCompletion ? 2 : 1;
+            c->gcap_edges[k]++;
+        }
+    } else cudaGetLastError();
+    free(from); free(to); free(ed);
+}
+
+extern "C" void mx_backend_cuda_graph_census(mx_backend *b, int *nodes, int *edges3) {
+    const cu_ctx *c = (const cu_ctx *)b->ctx;
+    *nodes = c->gcap_nodes;
+    for (int i = 0; i < 3; i++) edges3[i] = c->gcap_edges[i];
+}
+
 extern "C" mx_status mx_backend_cuda_step_begin(mx_backend *b, uint64_t key) {
     cu_ctx *c = (cu_ctx *)b->ctx;
     if (c->gmode != G_EAGER) return mx_errorf(MX_ERR_INVALID_ARG, "cuda: step_begin inside a step");
@@ -4085,8 +4121,10 @@ extern "C" mx_status mx_backend_cuda_step_end(mx_backend *b) {
     if (mode == G_CAPTURE) {
         cudaGraph_t graph = NULL;
         cudaError_t e = cudaStreamEndCapture(c->st, &graph);
-        if (e == cudaSuccess && !c->gbroken && c->g_op == g->n_fp)
+        if (e == cudaSuccess && !c->gbroken && c->g_op == g->n_fp) {
+            graph_census(c, graph);
             e = cudaGraphInstantiate(&g->exec, graph, 0);
+        }
         else if (e == cudaSuccess) e = cudaErrorUnknown;
         if (graph) cudaGraphDestroy(graph);
         if (e != cudaSuccess) {
