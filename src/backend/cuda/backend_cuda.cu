@@ -2895,9 +2895,6 @@ static bool gq_rows(const cu_ctx *c, int n, int64_t cols) {   /* x of n rows x c
      * faster for Llama-3.1-8B's; at 32-64 rows k_gemm_gq was 33-69% faster for both) */
     return c->gemm_mode == GM_MMA || c->gemm_mode == GM_WG || (c->gemm_mode == GM_AUTO && (n <= 64 || cols >= 4096));
 }
-/* pair (gate/up, nw = 2, equal rows, the wgmma form, no split of k): ys[0] = act(gate) * up and
- * ys[1] = up in one launch (k_gemm_wg<.., PAIR>), with ys[0]'s gq-order form for the next GEMM;
- * false (nothing done) where that form does not apply; pair->dry: only whether it does. */
 /* the split-k partial sums of a set added into its outputs: four values a thread where every
  * weight's rows allow it */
 static void gq_sum_launch(cu_ctx *c, const gq_set &set, const float *part, int nsplit, int n) {
@@ -2907,6 +2904,9 @@ static void gq_sum_launch(cu_ctx *c, const gq_set &set, const float *part, int n
     else PL(c, k_gq_sum, nblk((int64_t)n * set.rb[set.nw], 256), 256, 0)(set, part, nsplit, n);
     LAUNCHED(c, "gemm split-k sum");
 }
+/* pair (gate/up, nw = 2, equal rows, the wgmma form, no split of k): ys[0] = act(gate) * up and
+ * ys[1] = up in one launch (k_gemm_wg<.., PAIR>), with ys[0]'s gq-order form for the next GEMM;
+ * false (nothing done) where that form does not apply; pair->dry: only whether it does. */
 static bool gq_gemm(cu_ctx *c, int nw, const cu_weight *const *w, const float *x, float *const *ys, int n,
                     const gq_pair *pair) {
     if (!gq_rows(c, n, w[0]->cols)) return false;
