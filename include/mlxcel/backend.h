@@ -78,6 +78,33 @@ typedef struct mx_rope {
 
 typedef enum { MX_ACT_SILU = 0, MX_ACT_GELU_TANH, MX_ACT_GELU, MX_ACT_RELU } mx_act;
 
+/* A stack of plain pre-norm decoder layers for the optional decode_layers op. Layer l, on the
+ * residual row x [hidden]:
+ *   a = rmsnorm(x, ln1); q, k, v = a Wq^T, a Wk^T, a Wv^T (+ biases)
+ *   q, k per head: rmsnorm(q_norm / k_norm) when given, then RoPE (rot_dim == head_dim)
+ *   h = x + attention(q, k, v) Wo^T        (causal, GQA, `attn_scale`, no window/softcap/sinks)
+ *   x = h + (act(b Wg^T) * b Wu^T) Wd^T     with b = rmsnorm(h, ln2)
+ * Every RMSNorm is x / rms(x) * (g + add_one) with `eps`. The ops it replaces are exactly the
+ * backend ops the model would call for such a layer; a backend may fuse them in any way. */
+typedef struct mx_dlayer {
+    const mx_weight *q, *k, *v, *o, *gate, *up, *down;
+    const mx_vec *ln1, *ln2;
+    const mx_vec *q_norm, *k_norm;   /* per-head RMSNorm of q and k before RoPE; NULL: none */
+} mx_dlayer;
+typedef struct mx_dstack {
+    int n_layers;
+    const mx_dlayer *layers;         /* [n_layers] */
+    int hidden, n_heads, n_kv_heads, head_dim, inter;
+    float eps, add_one;
+    mx_act act;
+    const float *inv_freq;           /* host [head_dim / 2] RoPE frequencies (already scaled) */
+    float rope_factor;               /* mx_rope.attn_factor */
+    float attn_scale;
+    /* optional final part: logits[vocab] = lm_head(rmsnorm(x, final_norm)); NULL: layers only */
+    const mx_vec *final_norm;
+    const mx_weight *lm_head;
+} mx_dstack;
+
 typedef struct mx_backend_i {
     const char *name;
     /* --- memory ------------------------------------------------------------------------- */
@@ -144,6 +171,13 @@ typedef struct mx_backend_i {
      * when it is NULL (mx_topk_host is the reference). */
     void (*topk)(void *ctx, const float *logits, int n_rows, int vocab, int k, float *vals_host,
                  int32_t *ids_host, float *lse_host);
+    /* Optional (may be NULL): the layers of s for ONE decode token (meta->n_tokens == 1) on the
+     * residual row x [hidden] (updated in place), writing each layer's K/V to the cache like the
+     * attention op. Returns 0 when it did nothing (this stack, format or batch is not one it
+     * takes: the caller runs the ops), 1 when x holds the result of the layers, 2 when also
+     * logits[vocab] = lm_head(rmsnorm(x, final_norm)) (only when s has them). Like the ops it
+     * replaces, it may run asynchronously and reports failures through the backend's status. */
+    int (*decode_layers)(void *ctx, const mx_dstack *s, float *x, float *logits, const mx_attn_meta *meta);
 } mx_backend_i;
 
 /* Most candidates the topk op returns per row. */

@@ -48,7 +48,7 @@ int mx_backend_cuda_graph_launches(mx_backend *b);
  * (the next kernel may start at the previous one's trigger), [2] programmatic at the previous
  * one's launch completion. MLXCEL_CUDA_PROFILE=1 prints them at exit too. */
 void mx_backend_cuda_graph_census(mx_backend *b, int *nodes, int *edges3);
-/* Check the MLXCEL_CUDA_* switches (ATTN, ATTN_GQA, GEMM, PDL, MV, PROFILE, KV, GRAPHS, DQ_MB)
+/* Check the MLXCEL_CUDA_* switches (ATTN, ATTN_GQA, GEMM, PDL, MV, PROFILE, KV, GRAPHS, FUSED, DQ_MB)
  * against their values without opening a device: MX_ERR_INVALID_ARG naming the variable and what
  * it takes. mx_backend_cuda_init checks the same; mx_backend_auto_init checks them first. */
 mx_status mx_backend_cuda_check_env(void);
@@ -130,6 +130,17 @@ void mx_backend_cuda_set_pdl(mx_backend *b, bool on);
  * and the matvecs load their first weights before waiting for the previous kernel. On by default
  * (MLXCEL_CUDA_PDL=2); MLXCEL_CUDA_PDL=1 at init waits only. */
 void mx_backend_cuda_set_pdl_early(mx_backend *b, bool on);
+
+/* Experimental, off by default (MLXCEL_CUDA_FUSED=1 at init turns it on): the decode_layers op, a
+ * plain pre-norm decoder's layers and head for one decode token as one persistent kernel that
+ * streams the weights through shared memory with bulk copies (q4/q8 with groups of 32/64/128, or
+ * bf16 weights; head size 32/64/128, up to 8 query heads a KV head; sm_90). Correct on the H200,
+ * but slower there than the ops so far (src/backend/cuda/NOTES.md). Off, such steps run op by op.
+ * MLXCEL_CUDA_FUSED_PF=N (0..64, default 0) also prefetches N chunks of weights into L2 ahead of
+ * its ring (slower so far too). */
+void mx_backend_cuda_set_fused(mx_backend *b, bool on);
+/* How many times decode_layers ran its kernel so far (tests). */
+int mx_backend_cuda_fused_launches(mx_backend *b);
 
 /* Pick the backend: MLXCEL_DEVICE=cpu forces the CPU, =gpu forces the GPU (an error if this
  * build has no CUDA or no usable GPU is present), unset/"auto"/"" takes the GPU when one is

@@ -56,6 +56,9 @@ struct mx_model {
     int32_t *mla_map;           /* mla host [4][max_tokens * n_heads * head_dim]: q, k, v, out gathers */
     int n_last_logits;          /* logit rows the last forward left in m->logits */
     float *topk_row;            /* host [vocab] for topk without a backend hook (made on first use) */
+    mx_dlayer *dl;              /* [n_layers] for the backend's decode_layers, when ds_ok */
+    mx_dstack ds;
+    bool ds_ok;                 /* plain pre-norm layers: one decode token may go through decode_layers */
 };
 
 const mx_model_config *mx_model_cfg(const mx_model *m) { return &m->cfg; }
@@ -105,6 +108,7 @@ void mx_model_free(mx_model *m) {
     if (m->layers)
         for (int l = 0; l < m->cfg.n_layers; l++) { free(m->layers[l].ex); free(m->layers[l].sinks); free(m->layers[l].esc_bias); }
     free(m->layers);
+    free(m->dl);
     free(m->opts.dense_layers);
     free(m->inv_freq);
     free(m->inv_freq_local);
@@ -143,6 +147,39 @@ mx_status mx_decoder_act(json_t *config, const char *dir, const char *first, mx_
     else if (!strcmp(s, "gelu")) *act = MX_ACT_GELU;
     else if (!strcmp(s, "relu")) *act = MX_ACT_RELU;
     else return mx_errorf(MX_ERR_UNSUPPORTED, "%s/config.json: hidden_act \"%s\" is not supported", dir, s);
+    return MX_OK;
+}
+
+/* The layers as an mx_dstack for the backend's decode_layers op, when they are the plain pre-norm
+ * kind it describes (ds_ok); other models run their ops. */
+static mx_status stack_build(mx_model *m) {
+    const mx_decoder_opts *o = &m->opts;
+    const mx_model_config *c = &m->cfg;
+    m->ds_ok = false;
+    if (o->mla || m->has_moe || o->sandwich_norms || o->no_pre_norms || o->layer_norm || o->plain_mlp ||
+        o->qk_norm_full || o->residual_scale != 0 || o->attn_sinks || o->layer_flags || m->rope.rot_dim != c->head_dim ||
+        m->attn.sliding_window != 0 || m->attn.softcap != 0)
+        return MX_OK;
+    if (!(m->dl = calloc((size_t)c->n_layers, sizeof *m->dl))) return mx_errorf(MX_ERR_NOMEM, "out of memory");
+    for (int l = 0; l < c->n_layers; l++) {
+        layer *L = &m->layers[l];
+        if (L->rope != &m->rope || L->attn != &m->attn) return MX_OK;
+        mx_dlayer *d = &m->dl[l];
+        d->q = &L->q; d->k = &L->k; d->v = &L->v; d->o = &L->o;
+        d->gate = &L->gate; d->up = &L->up; d->down = &L->down;
+        d->ln1 = &L->ln1; d->ln2 = &L->ln2;
+        d->q_norm = o->qk_norm ? &L->q_norm : NULL;
+        d->k_norm = o->qk_norm ? &L->k_norm : NULL;
+    }
+    mx_dstack *s = &m->ds;
+    s->n_layers = c->n_layers; s->layers = m->dl;
+    s->hidden = c->hidden_size; s->n_heads = c->n_heads; s->n_kv_heads = c->n_kv_heads;
+    s->head_dim = c->head_dim; s->inter = c->intermediate_size;
+    s->eps = c->norm_eps; s->add_one = o->norm_add_one; s->act = o->act;
+    s->inv_freq = m->rope.inv_freq; s->rope_factor = m->rope.attn_factor;
+    s->attn_scale = m->attn.scale;
+    s->final_norm = &m->final_norm; s->lm_head = &m->lm_head;
+    m->ds_ok = true;
     return MX_OK;
 }
 
@@ -354,6 +391,7 @@ mx_status mx_decoder_build(json_t *config, const char *dir, mx_wsrc *src, mx_bac
             m->layers[l].attn = &m->layers[l].attn_own;
         }
     }
+    if ((st = stack_build(m))) goto fail;
     *out = m;
     return MX_OK;
 fail:
@@ -667,6 +705,22 @@ static void mla_attention(mx_model *m, int l, const layer *L, const float *in, i
     bi->gather_rows(bc, m->att, om, n * nh * o->v_dim, 1, m->mla_o);
 }
 
+/* After the layers: the final norm and the LM head on the logit rows (have_logits: the backend's
+ * decode_layers made them already), then the logit scale and softcap. */
+static void forward_head(mx_model *m, const mx_batch *b, bool have_logits) {
+    const mx_backend_i *bi = m->be->i;
+    void *bc = m->be->ctx;
+    const int H = m->cfg.hidden_size, V = m->cfg.vocab_size;
+    if (b->n_logits == 0) return;
+    if (!have_logits) {
+        bi->gather_rows(bc, m->x, b->logit_rows, b->n_logits, H, m->rows);
+        norm(m, m->rows, &m->final_norm, &m->final_norm_b, m->rows, b->n_logits, H);
+        mm(m, &m->lm_head, m->rows, m->logits, b->n_logits, b->n_logits);  /* logits: exact */
+    }
+    if (m->opts.logits_scale != 0) bi->scale(bc, m->logits, m->opts.logits_scale, m->logits, (int64_t)b->n_logits * V);
+    if (m->opts.final_softcap > 0) bi->softcap(bc, m->logits, m->opts.final_softcap, (int64_t)b->n_logits * V);
+}
+
 /* The op sequence of one forward pass (everything but reading the logits back). */
 static void forward_ops(mx_model *m, const mx_batch *b, const mx_attn_meta *pmeta) {
     const mx_backend_i *bi = m->be->i;
@@ -680,6 +734,13 @@ static void forward_ops(mx_model *m, const mx_batch *b, const mx_attn_meta *pmet
     if (m->opts.mla) mla_maps(m, n);
     bi->embed(bc, &m->embed, b->tokens, n, m->x);
     if (m->opts.embed_scale != 0) bi->scale(bc, m->x, m->opts.embed_scale, m->x, (int64_t)n * H);
+    /* one decode token through plain layers: the backend may run them (and the head) in one go */
+    if (m->ds_ok && bi->decode_layers && n == 1 && nd == 1 && b->n_logits <= 1 && (b->n_logits == 0 || b->logit_rows[0] == 0)) {
+        mx_dstack s = m->ds;
+        if (b->n_logits == 0) { s.final_norm = NULL; s.lm_head = NULL; }
+        int r = bi->decode_layers(bc, &s, m->x, m->logits, &meta);
+        if (r > 0) { forward_head(m, b, r == 2); return; }
+    }
     for (int l = 0; l < c->n_layers; l++) {
         layer *L = &m->layers[l];
         const float *in = m->x;
@@ -731,12 +792,7 @@ static void forward_ops(mx_model *m, const mx_batch *b, const mx_attn_meta *pmet
         if (m->opts.residual_scale != 0) bi->scale(bc, mo, m->opts.residual_scale, mo, (int64_t)n * H);
         bi->add(bc, m->x, mo, m->x, (int64_t)n * H);
     }
-    if (b->n_logits == 0) return;
-    bi->gather_rows(bc, m->x, b->logit_rows, b->n_logits, H, m->rows);
-    norm(m, m->rows, &m->final_norm, &m->final_norm_b, m->rows, b->n_logits, H);
-    mm(m, &m->lm_head, m->rows, m->logits, b->n_logits, b->n_logits);  /* logits: exact */
-    if (m->opts.logits_scale != 0) bi->scale(bc, m->logits, m->opts.logits_scale, m->logits, (int64_t)b->n_logits * c->vocab_size);
-    if (m->opts.final_softcap > 0) bi->softcap(bc, m->logits, m->opts.final_softcap, (int64_t)b->n_logits * c->vocab_size);
+    forward_head(m, b, false);
 }
 
 /* Validate the batch and run its ops, leaving b->n_logits rows of logits in m->logits. */

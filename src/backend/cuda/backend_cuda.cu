@@ -79,6 +79,9 @@ struct cu_prof {
     double ms[PROF_LABELS];
     long count[PROF_LABELS];
     int nl;
+    /* decode_layers (fd_args.prof): cycles summed over the blocks and launches, the largest
+     * block's, launches, blocks */
+    double fdsum[8], fdmax[8]; long fdlaunch; int fdgrid;
 };
 
 struct gq_set {   /* blocks [blk0[k], blk0[k + 1]) along x do weight k; rb[k]: rows of the weights before k */
@@ -93,6 +96,7 @@ struct gq_set {   /* blocks [blk0[k], blk0[k + 1]) along x do weight k; rb[k]: r
     __nv_bfloat16 *xg;       /*   and that in gq order for the next GEMM (null: not) */
 };
 
+struct cu_fd;
 struct cu_ctx {
     int dev;
     cudaDeviceProp prop;
@@ -181,6 +185,11 @@ struct cu_ctx {
         int n, heads; const float *f; float af; const int32_t *pos_d; uint64_t pos_hash;  /* rope */
     } hq[4];
     int n_hq;
+    struct cu_fd *fd;                      /* decode_layers: the plan for one stack (c_decode_layers) */
+    int fd_epoch;                          /* bumped by kv_init / kv_free: the model's weights may change */
+    bool fused;                            /* decode_layers on (MLXCEL_CUDA_FUSED=1; off by default: slower so far) */
+    int fused_pf;                          /* its L2 prefetch depth in chunks (MLXCEL_CUDA_FUSED_PF) */
+    int n_fused;                           /* its launches (tests) */
     void **owned; size_t n_owned, cap_owned;       /* device buffers of prepared weights */
     void **owned_h; size_t n_owned_h, cap_owned_h; /* host cu_weight structs */
 };
@@ -215,7 +224,7 @@ static pdl_launch<KArgs...> PL(cu_ctx *c, void (*k)(KArgs...), dim3 g, dim3 b, s
  * the default; anything else is an error naming the variable and what it takes. */
 enum { GM_AUTO, GM_CUBLAS, GM_MMA, GM_WG, GM_NMODES };   /* MLXCEL_CUDA_GEMM, in k_gemm_modes' order */
 static const char *const k_gemm_modes[] = {"auto", "cublas", "mma", "wgmma"};
-struct cu_switches { int attn, attn_dec, gqa, gemm, gemm_rot, gemm_pair, sum_norm, sum_qkv, att_gq, pdl, mv, profile, kv, graphs; long dq_mb; };   /* kv: checked here, read by kv_init */
+struct cu_switches { int attn, attn_dec, gqa, gemm, gemm_rot, gemm_pair, sum_norm, sum_qkv, att_gq, pdl, mv, profile, kv, graphs, fused; long dq_mb, fused_pf; };   /* kv: checked here, read by kv_init */
 static mx_status env_choice(const char *name, const char *const *vals, int n, int def, int *out) {
     const char *e = getenv(name);
     *out = def;
@@ -226,6 +235,19 @@ static mx_status env_choice(const char *name, const char *const *vals, int n, in
     for (int i = 0; i < n; i++)
         snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s%s", i ? ", " : "", vals[i], i == def ? " (default)" : "");
     return mx_errorf(MX_ERR_INVALID_ARG, "%s=%.40s: expected one of %s", name, e, list);
+}
+/* an integer switch in [lo, hi] (unset or empty: def) */
+static mx_status env_long(const char *name, long lo, long hi, long def, const char *unit, long *out) {
+    const char *e = getenv(name);
+    *out = def;
+    if (!e || !*e) return MX_OK;
+    char *end;
+    errno = 0;
+    const long v = strtol(e, &end, 10);
+    if (errno || *end || v < lo || v > hi)
+        return mx_errorf(MX_ERR_INVALID_ARG, "%s=%.40s: expected %s from %ld to %ld (default %ld)", name, e, unit, lo, hi, def);
+    *out = v;
+    return MX_OK;
 }
 static mx_status read_switches(cu_switches *sw) {
     static const char *const attn[] = {"mma", "tiled", "pertoken"}, *const attn_dec[] = {"vec", "lanes"},
@@ -247,17 +269,12 @@ static mx_status read_switches(cu_switches *sw) {
         (st = env_choice("MLXCEL_CUDA_MV", mv, 2, 0, &sw->mv)) ||
         (st = env_choice("MLXCEL_CUDA_PROFILE", onoff, 2, 0, &sw->profile)) ||
         (st = env_choice("MLXCEL_CUDA_KV", kv, 2, 0, &sw->kv)) ||
-        (st = env_choice("MLXCEL_CUDA_GRAPHS", graphs, 3, 2, &sw->graphs)))
+        (st = env_choice("MLXCEL_CUDA_GRAPHS", graphs, 3, 2, &sw->graphs)) ||
+        (st = env_choice("MLXCEL_CUDA_FUSED", onoff, 2, 0, &sw->fused)))
         return st;
-    sw->dq_mb = 256;
-    const char *dq = getenv("MLXCEL_CUDA_DQ_MB");
-    if (dq && *dq) {
-        char *end;
-        errno = 0;
-        sw->dq_mb = strtol(dq, &end, 10);
-        if (errno || *end || sw->dq_mb < 1 || sw->dq_mb > 65536)
-            return mx_errorf(MX_ERR_INVALID_ARG, "MLXCEL_CUDA_DQ_MB=%.40s: expected MiB from 1 to 65536 (default 256)", dq);
-    }
+    if ((st = env_long("MLXCEL_CUDA_FUSED_PF", 0, 64, 0, "chunks", &sw->fused_pf)) ||
+        (st = env_long("MLXCEL_CUDA_DQ_MB", 1, 65536, 256, "MiB", &sw->dq_mb)))
+        return st;
     return MX_OK;
 }
 
@@ -303,6 +320,16 @@ static void prof_report(cu_ctx *c) {
     if (c->gcap_nodes)
         fprintf(stderr, "cuda profile: last captured step: %d nodes; edges %d ordinary, %d programmatic, %d at launch completion\n",
                 c->gcap_nodes, c->gcap_edges[0], c->gcap_edges[1], c->gcap_edges[2]);
+    if (p->fdlaunch > 0 && p->fdsum[6] > 0) {
+        static const char *const what[6] = {"data wait (a warp)", "rows (a warp)", "grid barriers", "prologues",
+                                             "attention", "producer, ring full"};
+        const double nspc = p->fdsum[7] / p->fdsum[6], n = (double)p->fdlaunch;
+        fprintf(stderr, "cuda profile: decode_layers: %ld launches, %.2f us each (%.2f GHz); per block, mean (largest):\n",
+                p->fdlaunch, p->fdsum[7] / n / p->fdgrid / 1e3, 1.0 / nspc);
+        for (int k = 0; k < 6; k++)
+            fprintf(stderr, "cuda profile:   %-22s %9.2f us (%9.2f)\n", what[k], p->fdsum[k] * nspc / n / p->fdgrid / 1e3,
+                    p->fdmax[k] * nspc / n / 1e3);
+    }
     for (int k = 0; k < p->nl; k++) {   /* largest first */
         int b = k;
         for (int l = k + 1; l < p->nl; l++) if (p->ms[l] > p->ms[b]) b = l;
@@ -1420,6 +1447,8 @@ k_gemm_wg(const gq_set set, const __nv_bfloat16 *__restrict__ x, int cols, int n
 
 /* Any layout, any n: one warp per (row, x row); used for bit widths other than 4/8 and for
  * shapes the vector kernels do not take (cols not a multiple of 32). */
+#include "backend/cuda/fused_decode.cuh"   /* the decode_layers kernel */
+
 template <typename ST>
 __global__ void k_mv_generic(cu_weight w, const float *__restrict__ x, float *__restrict__ y, int n) {
     pdl_entry();
@@ -2681,6 +2710,7 @@ static mx_status c_kv_init(void *ctx, mx_kv_desc *d) {
         return mx_errorf(MX_ERR_INVALID_ARG, "cuda: kv cache: bad geometry (head_dim %d, at most %d)", d->head_dim, 32 * ATT_MAXI);
     OP_ENTER(c);
     g_invalidate(c);
+    c->fd_epoch++;
     if (c->kpool) { cudaFree(c->kpool); cudaFree(c->vpool); c->kpool = c->vpool = NULL; }
     size_t per = (size_t)d->n_blocks * d->block_size * d->n_kv_heads * d->head_dim * mx_dtype_size(t);
     size_t bytes = per * d->n_layers;
@@ -2701,6 +2731,7 @@ static void c_kv_free(void *ctx) {
     cu_ctx *c = (cu_ctx *)ctx;
     OP_ENTER(c);
     g_invalidate(c);
+    c->fd_epoch++;
     cudaStreamSynchronize(c->st);
     if (c->kpool) cudaFree(c->kpool);
     if (c->vpool) cudaFree(c->vpool);
@@ -3769,6 +3800,256 @@ static void c_topk_run(cu_ctx *c, const float *logits, int n_rows, int vocab, in
     memcpy(lse_host, (char *)c->tkh + nv * 8, (size_t)n_rows * 4);
 }
 
+/* ------------------------------------------------------------------------------------------ */
+/* decode_layers: a plain decoder's layers (and head) for one decode token in one kernel          */
+
+struct cu_fd {                         /* the plan for one stack */
+    const void *layers, *head, *fnorm; int nl, epoch;   /* what it was made for */
+    bool ok;                           /* the kernel takes it */
+    int fmt, grid, has_head; size_t smem;
+    fd_args a;                         /* all but the per-call fields */
+    fd_layer *dl;                      /* device [nl] */
+    void *buf;                         /* its activations, partials and counters */
+    unsigned long long *prof;          /* MLXCEL_CUDA_PROFILE: [grid][FD_NPROF] cycles */
+    long launches;
+};
+static void fd_release(cu_ctx *c) {
+    if (!c->fd) return;
+    cudaStreamSynchronize(c->st);
+    cu_fd *f = c->fd;
+    if (f->prof && c->prof && f->launches) {   /* into the profile's totals */
+        unsigned long long *h = (unsigned long long *)calloc((size_t)f->grid * FD_NPROF, 8);
+        if (h && cudaMemcpy(h, f->prof, (size_t)f->grid * FD_NPROF * 8, cudaMemcpyDeviceToHost) == cudaSuccess) {
+            for (int k = 0; k < FD_NPROF; k++) {
+                double mx = 0;
+                for (int b = 0; b < f->grid; b++) {
+                    c->prof->fdsum[k] += (double)h[b * FD_NPROF + k];
+                    if ((double)h[b * FD_NPROF + k] > mx) mx = (double)h[b * FD_NPROF + k];
+                }
+                c->prof->fdmax[k] += mx;
+            }
+            c->prof->fdlaunch += f->launches;
+            c->prof->fdgrid = f->grid;
+        }
+        cudaGetLastError();
+        free(h);
+    }
+    if (f->prof) cudaFree(f->prof);
+    if (c->fd->dl) cudaFree(c->fd->dl);
+    if (c->fd->buf) cudaFree(c->fd->buf);
+    free(c->fd);
+    c->fd = NULL;
+}
+static const void *fd_kernel(int fmt) {
+    return fmt == FD_Q4 ? (const void *)k_fused_decode<FD_Q4> : fmt == FD_Q8 ? (const void *)k_fused_decode<FD_Q8>
+                                                                            : (const void *)k_fused_decode<FD_BF16>;
+}
+/* the weight's format as the kernel takes it (-1: not); gs, sdt of quantized weights */
+static int fd_fmt(const cu_weight *w, int *gs, int *sdt) {
+    if (!w) return -1;
+    if (w->bits == 4 || w->bits == 8) {
+        if (w->gs != 32 && w->gs != 64 && w->gs != 128) return -1;
+        *gs = w->gs; *sdt = w->sdt;
+        return w->bits == 4 ? FD_Q4 : FD_Q8;
+    }
+    if (w->bits == 0 && w->dtype == MX_DTYPE_BF16) { *gs = 0; *sdt = 0; return FD_BF16; }
+    return -1;
+}
+static fd_mat fd_matof(const cu_weight *w) {
+    fd_mat m;
+    m.w = (const uint8_t *)w->w; m.s = (const uint8_t *)w->scales; m.b = (const uint8_t *)w->biases;
+    m.bias = w->bias; m.rows = (int)w->rows;
+    return m;
+}
+/* The plan for s, or why not (logged at debug level once per stack): formats, shapes, shared
+ * memory. Uploads the layer table and allocates the buffers (outside graph capture only). */
+static void fd_build(cu_ctx *c, const mx_dstack *s, cu_fd *f) {
+    const char *why = NULL;
+    const int H = s->hidden, nh = s->n_heads, nkv = s->n_kv_heads, D = s->head_dim, I = s->inter, nl = s->n_layers;
+    const int QD = nh * D, KD = nkv * D;
+    int fmt = -1, gs = 0, sdt = 0, G = nkv > 0 ? nh / nkv : 0;
+    fd_layer *hl = NULL;
+    fd_args &a = f->a;
+    memset(&a, 0, sizeof a);
+    if (c->prop.major < 9) { why = "needs sm_90"; goto no; }
+    if (nl <= 0 || H < 32 || H % 32 || I % 32 || I <= 0 || nkv <= 0 || nh % nkv || (D != 32 && D != 64 && D != 128) || G * D > 512 || G > 8)
+        { why = "shape"; goto no; }
+    if (!c->kpool || c->kv.n_kv_heads != nkv || c->kv.head_dim != D || c->kv.n_layers < nl) { why = "kv cache"; goto no; }
+    if (!(hl = (fd_layer *)calloc((size_t)nl, sizeof *hl))) { why = "memory"; goto no; }
+    for (int l = 0; l < nl; l++) {
+        const mx_dlayer *L = &s->layers[l];
+        const mx_weight *ws[7] = {L->q, L->k, L->v, L->o, L->gate, L->up, L->down};
+        const int64_t rows[7] = {QD, KD, KD, H, I, I, H}, cols[7] = {H, H, H, QD, H, H, I};
+        fd_mat *ms[7] = {&hl[l].q, &hl[l].k, &hl[l].v, &hl[l].o, &hl[l].gate, &hl[l].up, &hl[l].down};
+        for (int i = 0; i < 7; i++) {
+            const cu_weight *w = ws[i] ? get_w(c, ws[i]) : NULL;
+            int g2 = 0, s2 = 0;
+            const int f2 = fd_fmt(w, &g2, &s2);
+            if (f2 < 0 || w->rows != rows[i] || w->cols != cols[i]) { why = "weight format or shape"; goto no; }
+            if (fmt < 0) { fmt = f2; gs = g2; sdt = s2; }
+            if (f2 != fmt || g2 != gs || s2 != sdt) { why = "mixed weight formats"; goto no; }
+            *ms[i] = fd_matof(w);
+        }
+        if ((L->q_norm != NULL) != (s->layers[0].q_norm != NULL) || (L->k_norm != NULL) != (L->q_norm != NULL)) { why = "q/k norms"; goto no; }
+        hl[l].ln1 = get_v(c, L->ln1); hl[l].ln2 = get_v(c, L->ln2);
+        hl[l].qn = L->q_norm ? get_v(c, L->q_norm) : NULL; hl[l].kn = L->k_norm ? get_v(c, L->k_norm) : NULL;
+        if (!hl[l].ln1 || !hl[l].ln2 || L->ln1->n != H || L->ln2->n != H || (L->q_norm && (L->q_norm->n != D || L->k_norm->n != D || !hl[l].qn || !hl[l].kn)))
+            { why = "norms"; goto no; }
+    }
+    f->has_head = 0;
+    if (s->lm_head && s->final_norm && s->final_norm->n == H) {
+        const cu_weight *w = get_w(c, s->lm_head);
+        int g2 = 0, s2 = 0;
+        if (fd_fmt(w, &g2, &s2) == fmt && g2 == gs && s2 == sdt && w->cols == H && w->rows <= INT32_MAX && (a.fnorm = get_v(c, s->final_norm))) {
+            a.head = fd_matof(w);
+            f->has_head = 1;
+        }
+    }
+    {
+        const int gsh = gs ? log2_exact(gs) : 0;
+        /* rows of a chunk start where its scale bytes are 16-byte aligned */
+        int ra = 1;
+        if (fmt != FD_BF16) {
+            const int Ks[3] = {H, QD, I};
+            for (int i = 0; i < 3; i++) {
+                const int sb = (Ks[i] >> gsh) * 2;
+                int r = 1;
+                while ((r * sb) % 16) r *= 2;
+                if (r > ra) ra = r;
+            }
+        }
+        if (QD % ra || KD % ra || H % ra || I % ra || (f->has_head && a.head.rows % ra)) { why = "rows not aligned for bulk copies"; goto no; }
+        const int kmax = H > QD ? (H > I ? H : I) : (QD > I ? QD : I);
+        const size_t fixed = FD_FIXED;
+        static_assert(FD_FIXED % 16 == 0, "the union region is 16-byte aligned");
+        /* the row being normed and its gammas (f32), then the activations (fused_decode.cuh, fd_x) */
+        const size_t ux = (size_t)H * 8 + (fmt == FD_BF16 ? (size_t)kmax * 2 : (size_t)kmax + (size_t)kmax / 32 * 8);
+        const size_t ua = ((size_t)G * D + 2 * D + 2 * FD_CW * G + (size_t)FD_CW * G * D + (size_t)FD_NCMAX * G * 2) * 4;
+        const size_t U = ux > ua ? ux : ua;
+        int maxrow = 0;
+        const int Ks[3] = {H, QD, I};
+        for (int i = 0; i < 3; i++) {
+            const fd_geo g = fd_geometry(fmt, Ks[i], gsh, 1 << 30, 1);
+            if (g.rowb + 2 * g.sb > maxrow) maxrow = g.rowb + 2 * g.sb;
+        }
+        int slot = maxrow > 32768 ? maxrow : 32768;
+        slot = (slot + 127) & ~127;
+        const size_t optin = c->prop.sharedMemPerBlockOptin;
+        int nslot = optin > fixed + U ? (int)((optin - fixed - U) / slot) : 0;
+        if (nslot > FD_MAXSLOT) nslot = FD_MAXSLOT;
+        if (nslot < 2) { why = "shared memory"; goto no; }
+        for (int i = 0; i < 3; i++) {
+            const fd_geo g = fd_geometry(fmt, Ks[i], gsh, slot, ra);
+            if (g.rt < 1) { why = "chunk geometry"; goto no; }
+        }
+        f->smem = (size_t)nslot * slot + fixed + U;
+        const void *k = fd_kernel(fmt);
+        int nb = 0;
+        if (cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)f->smem) != cudaSuccess ||
+            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, k, FD_THREADS, f->smem) != cudaSuccess || nb < 1) {
+            cudaGetLastError();
+            why = "kernel attributes";
+            goto no;
+        }
+        a.gs_shift = gsh; a.sdt = sdt; a.slot_bytes = slot; a.nslot = nslot; a.ra = ra; a.pf = c->fused_pf;
+    }
+    {
+        const float *inv = const_table(c, c->rf, &c->n_rf, MX_RF_CACHE, s->inv_freq, D / 2, "decode_layers: rope");
+        if (!inv) { why = "rope table"; goto no; }
+        a.inv_freq = inv;
+    }
+    {   /* the layer table and the buffers */
+        const size_t al = 64;   /* floats: 256-byte pieces */
+#define FD_SZ(n) ((((size_t)(n)) + al - 1) / al * al)
+        const size_t nap = (size_t)nkv * FD_NCMAX * G * (D + 2);
+        const size_t nf = FD_SZ(H) * 3 + FD_SZ(QD) * 2 + FD_SZ(KD) * 2 + FD_SZ(I) + FD_SZ(nap);
+        const size_t bytes = nf * 4 + (size_t)(2 + nkv) * 4;
+#undef FD_SZ
+        if (cudaMalloc((void **)&f->dl, (size_t)nl * sizeof *hl) != cudaSuccess || cudaMalloc(&f->buf, bytes) != cudaSuccess) {
+            cudaGetLastError();
+            why = "device memory";
+            goto no;
+        }
+        if (cudaMemcpyAsync(f->dl, hl, (size_t)nl * sizeof *hl, cudaMemcpyHostToDevice, c->st) != cudaSuccess ||
+            cudaMemsetAsync(f->buf, 0, bytes, c->st) != cudaSuccess || cudaStreamSynchronize(c->st) != cudaSuccess) {
+            cudaGetLastError();
+            why = "upload";
+            goto no;
+        }
+        float *p = (float *)f->buf;
+        auto take = [&](size_t n) { float *r = p; p += (n + al - 1) / al * al; return r; };
+        a.y = take(H); a.o = take(H); a.d = take(H); a.q = take(QD); a.att = take(QD);
+        a.k = take(KD); a.v = take(KD); a.act = take(I); a.apart = take(nap);
+        a.ctr = (unsigned *)p;
+    }
+    if (c->prof) {
+        const size_t pb = (size_t)c->prop.multiProcessorCount * FD_NPROF * 8;
+        if (cudaMalloc((void **)&f->prof, pb) != cudaSuccess || cudaMemset(f->prof, 0, pb) != cudaSuccess) {
+            cudaGetLastError();
+            f->prof = NULL;
+        }
+        a.prof = f->prof;
+    }
+    a.L = f->dl; a.nl = nl;
+    a.kp = c->kpool; a.vp = c->vpool; a.kv_f32 = c->kv.dtype == MX_DTYPE_F32;
+    a.nslots = (int64_t)c->kv.n_blocks * c->kv.block_size; a.bs = c->kv.block_size; a.nblocks = c->kv.n_blocks;
+    a.rope_af = s->rope_factor; a.scale = s->attn_scale;
+    a.H = H; a.nh = nh; a.nkv = nkv; a.D = D; a.I = I; a.act_kind = (int)s->act;
+    a.eps = s->eps; a.a1 = s->add_one;
+    f->fmt = fmt;
+    f->grid = c->prop.multiProcessorCount;
+    f->ok = true;
+    free(hl);
+    MX_LOGD("decode_layers: %d layers in one kernel (%s, %d slots of %d bytes, %zu bytes of shared memory%s)", nl,
+            fmt == FD_Q4 ? "q4" : fmt == FD_Q8 ? "q8" : "bf16", a.nslot, a.slot_bytes, f->smem, f->has_head ? ", with the head" : "");
+    return;
+no:
+    free(hl);
+    f->ok = false;
+    MX_LOGD("decode_layers: not taken (%s); the layers run op by op", why);
+}
+
+static int c_decode_layers(void *ctx, const mx_dstack *s, float *x, float *logits, const mx_attn_meta *meta) {
+    cu_ctx *c = (cu_ctx *)ctx;
+    if (!c->fused || c->mv_f32 || c->precise || !s || meta->n_tokens != 1) return 0;
+    cu_fd *f = c->fd;
+    if (!f || f->layers != (const void *)s->layers || f->nl != s->n_layers || f->head != (const void *)s->lm_head ||
+        f->fnorm != (const void *)s->final_norm || f->epoch != c->fd_epoch) {
+        if (c->gmode == G_CAPTURE || c->gmode == G_REPLAY) { c->gbroken = true; return 0; }   /* made in eager steps */
+        OP_ENTER(c);
+        fd_release(c);
+        if (!(f = c->fd = (cu_fd *)calloc(1, sizeof *f))) return 0;
+        f->layers = s->layers; f->nl = s->n_layers; f->head = s->lm_head; f->fnorm = s->final_norm; f->epoch = c->fd_epoch;
+        fd_build(c, s, f);
+    }
+    if (!f->ok) return 0;
+    if (meta->n_seqs < 1 || !meta->seq || meta->seq[0] < 0 || meta->seq[0] >= meta->n_seqs || meta->pos[0] < 0 || !meta->slot) return 0;
+    uint64_t v_[] = {41, PU(s->layers), (uint64_t)s->n_layers, PU(s->lm_head), PU(x), PU(logits),
+                     (uint64_t)meta->n_seqs, (uint64_t)meta->max_blocks};
+    if (!g_op(c, v_, sizeof v_ / 8)) return 0;
+    OP_ENTER(c);
+    dmeta dm;
+    if (!meta_up(c, meta, &dm)) return 0;
+    const int ret = f->has_head ? 2 : 1;
+    if (c->gmode == G_REPLAY) return ret;
+    fd_args a = f->a;
+    a.x = x; a.logits = logits;
+    a.pos = dm.pos; a.slot = dm.slot; a.seq = dm.seq; a.bt = dm.bt; a.maxb = meta->max_blocks;
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute at[1] = {};
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.gridDim = dim3(f->grid); cfg.blockDim = dim3(FD_THREADS); cfg.dynamicSmemBytes = f->smem; cfg.stream = c->st;
+    cfg.attrs = at; cfg.numAttrs = c->pdl ? 1 : 0;
+    if (f->fmt == FD_Q4) cudaLaunchKernelEx(&cfg, k_fused_decode<FD_Q4>, a);
+    else if (f->fmt == FD_Q8) cudaLaunchKernelEx(&cfg, k_fused_decode<FD_Q8>, a);
+    else cudaLaunchKernelEx(&cfg, k_fused_decode<FD_BF16>, a);
+    LAUNCHED(c, "decode_layers");
+    c->n_fused++;
+    f->launches++;
+    return ret;
+}
+
 extern "C" mx_status mx_backend_cuda_step_begin(mx_backend *b, uint64_t key);
 extern "C" mx_status mx_backend_cuda_step_end(mx_backend *b);
 static mx_status c_step_begin(void *ctx, uint64_t key) {
@@ -3784,6 +4065,7 @@ static const mx_backend_i g_cuda_i = {
     "cuda", c_alloc, c_free, c_write, c_read, c_sync, c_weight_prepare, c_vec_prepare, c_kv_init, c_kv_free,
     c_matmul, c_embed, c_rmsnorm, c_layernorm, c_rope, c_attention, c_act_mul, c_act, c_add, c_scale,
     c_gather_rows, c_softcap, NULL /* set_precision */, c_step_begin, c_step_end, c_matmul_multi, c_topk,
+    c_decode_layers,
 };
 
 /* ------------------------------------------------------------------------------------------ */
@@ -3870,6 +4152,8 @@ extern "C" mx_status mx_backend_cuda_init(mx_backend *out) {
         c->prof_on = sw.profile;
         c->graph_mode = sw.graphs;
         c->graph_auto_bytes = (int64_t)1 << 30;
+        c->fused = sw.fused;
+        c->fused_pf = (int)sw.fused_pf;
     }
     if ((e = cudaStreamCreateWithFlags(&c->st, cudaStreamNonBlocking)) != cudaSuccess) {
         free(c);
@@ -3997,6 +4281,8 @@ extern "C" void mx_backend_cuda_set_vec_attention(mx_backend *b, bool on) { swit
 extern "C" void mx_backend_cuda_set_gqa_attention(mx_backend *b, int mode) {
     switch_ctx(b)->attn_gqa = mode < 0 ? 0 : mode > 2 ? 2 : mode;
 }
+extern "C" void mx_backend_cuda_set_fused(mx_backend *b, bool on) { switch_ctx(b)->fused = on; }
+extern "C" int mx_backend_cuda_fused_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_fused; }
 extern "C" void mx_backend_cuda_set_exact_matvec(mx_backend *b, bool on) {
     cu_ctx *c = switch_ctx(b);
     xq_forget(c);
@@ -4158,6 +4444,7 @@ extern "C" void mx_backend_cuda_free(mx_backend *b) {
     cu_ctx *c = (cu_ctx *)b->ctx;
     FLUSH_ALL(c);   /* deferred work first (its launches still mark the profile) */
     cudaStreamSynchronize(c->st);
+    fd_release(c);   /* (its counters into the profile) */
     if (c->prof) {
         prof_report(c);
         for (int i = 0; i < PROF_N; i++) cudaEventDestroy(c->prof->ev[i]);
