@@ -22,6 +22,9 @@
 #           for 128 sequences)
 #   mv      the matvec table alone (test_backend_cuda --bench-mv)
 #   probe   tools/cuda_probe/wgmma_probe.cu: the register / shared-memory layouts of wgmma
+#   syncprobe  tools/cuda_probe/sync_probe.cu: a bulk-copy ring's streaming rate, a grid barrier
+#           and an L2 round trip alone and while the ring streams (the persistent decode kernel's
+#           parts, NOTES.md)
 #   sweep   bench rows listed in the file GPU_CHECK_SWEEP ("LABEL [VAR=VALUE...] -- bench args" a line)
 #   synth   the op-level benchmarks (test_backend_cuda --bench: matvec table, synthetic steps)
 #
@@ -332,6 +335,15 @@ PY
   done
 fi
 
+if has syncprobe; then   # what the persistent decode kernel rests on (tools/cuda_probe/sync_probe.cu)
+  echo "== sync probe"
+  if "$NVCC" -O2 -gencode arch=compute_90a,code=sm_90a -o "$OUTD/sync_probe" tools/cuda_probe/sync_probe.cu >"$OUTD/syncprobe.log" 2>&1; then
+    timeout 120 "$OUTD/sync_probe" 2>&1 | tee -a "$OUTD/syncprobe.log" | grep -E '^(PROBE|FAIL)' | sed 's/^/syncprobe /' | tee -a "$SUMMARY"
+  else
+    say "syncprobe: build failed ($(tail -1 "$OUTD/syncprobe.log"))"
+  fi
+  rm -f "$OUTD/sync_probe"
+fi
 if has probe; then   # layout facts for a wgmma GEMM (tools/cuda_probe/wgmma_probe.cu)
   echo "== wgmma layout probe"
   if "$NVCC" -O2 -gencode arch=compute_90a,code=sm_90a -o "$OUTD/wgmma_probe" tools/cuda_probe/wgmma_probe.cu >"$OUTD/probe.log" 2>&1; then
