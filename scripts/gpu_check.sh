@@ -335,23 +335,23 @@ PY
   done
 fi
 
+# a probe of tools/cuda_probe: built for sm_90a and run; its lines matching PATTERN into the summary
+probe_run() {   # label source log timeout pattern
+  local label=$1 src=$2 log=$OUTD/$3 bin=$OUTD/$(basename "$2" .cu)
+  if "$NVCC" -O2 -gencode arch=compute_90a,code=sm_90a -o "$bin" "$src" >"$log" 2>&1; then
+    timeout "$4" "$bin" 2>&1 | tee -a "$log" | grep -E "$5" | sed "s/^/$label /" | tee -a "$SUMMARY"
+  else
+    say "$label: build failed ($(tail -1 "$log"))"
+  fi
+  rm -f "$bin"
+}
 if has syncprobe; then   # what the persistent decode kernel rests on (tools/cuda_probe/sync_probe.cu)
   echo "== sync probe"
-  if "$NVCC" -O2 -gencode arch=compute_90a,code=sm_90a -o "$OUTD/sync_probe" tools/cuda_probe/sync_probe.cu >"$OUTD/syncprobe.log" 2>&1; then
-    timeout 120 "$OUTD/sync_probe" 2>&1 | tee -a "$OUTD/syncprobe.log" | grep -E '^(PROBE|FAIL)' | sed 's/^/syncprobe /' | tee -a "$SUMMARY"
-  else
-    say "syncprobe: build failed ($(tail -1 "$OUTD/syncprobe.log"))"
-  fi
-  rm -f "$OUTD/sync_probe"
+  probe_run syncprobe tools/cuda_probe/sync_probe.cu syncprobe.log 120 '^(PROBE|FAIL)'
 fi
 if has probe; then   # layout facts for a wgmma GEMM (tools/cuda_probe/wgmma_probe.cu)
   echo "== wgmma layout probe"
-  if "$NVCC" -O2 -gencode arch=compute_90a,code=sm_90a -o "$OUTD/wgmma_probe" tools/cuda_probe/wgmma_probe.cu >"$OUTD/probe.log" 2>&1; then
-    timeout 60 "$OUTD/wgmma_probe" 2>&1 | tee -a "$OUTD/probe.log" | grep -E '^(PASS|FAIL|PROBE|     D|needs)' | sed 's/^/probe /' | tee -a "$SUMMARY"
-  else
-    say "probe: build failed ($(tail -1 "$OUTD/probe.log"))"
-  fi
-  rm -f "$OUTD/wgmma_probe"
+  probe_run probe tools/cuda_probe/wgmma_probe.cu probe.log 60 '^(PASS|FAIL|PROBE|     D|needs)'
 fi
 
 if has mv; then

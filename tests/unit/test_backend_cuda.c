@@ -108,13 +108,15 @@ static float *gup(const float *h, int64_t n) {
     if (d) G.i->write(G.ctx, d, h, (size_t)n * 4);
     return d;
 }
-static float *gnan(int64_t n) {   /* device buffer full of NaN */
+static float *bnan(mx_backend *B, int64_t n) {   /* a buffer of backend B full of NaN */
     float *h = malloc((size_t)n * 4);
     for (int64_t i = 0; i < n; i++) h[i] = NAN;
-    float *d = gup(h, n);
+    float *d = B->i->alloc(B->ctx, (size_t)n * 4);
+    if (d) B->i->write(B->ctx, d, h, (size_t)n * 4);
     free(h);
     return d;
 }
+static float *gnan(int64_t n) { return bnan(&G, n); }   /* device buffer full of NaN */
 static float *gdown(const float *d, int64_t n) {
     float *h = malloc((size_t)n * 4);
     G.i->read(G.ctx, h, d, (size_t)n * 4);
@@ -1091,14 +1093,6 @@ static void dl_ops(mx_backend *B, const dl_model *m, const dl_case *dc, float *x
     bi->rmsnorm(bc, rows, m->s.final_norm, m->s.eps, 0.f, rows, 1, H);
     bi->matmul(bc, m->s.lm_head, rows, lg, 1);
 }
-static float *dl_buf(mx_backend *B, int64_t n) {   /* a backend buffer full of NaN */
-    float *h = malloc((size_t)n * 4);
-    for (int64_t i = 0; i < n; i++) h[i] = NAN;
-    float *d = B->i->alloc(B->ctx, (size_t)n * 4);
-    if (d) B->i->write(B->ctx, d, h, (size_t)n * 4);
-    free(h);
-    return d;
-}
 /* steps 0..steps-1 of one sequence (fresh cache) on backend B: logits and x of each into lg_h,
  * x_h; fused: through decode_layers (which must take every step), else op by op; graph: each
  * step in step_begin/end */
@@ -1112,8 +1106,8 @@ static bool dl_run(mx_backend *B, const dl_model *m, const dl_case *dc, bool fus
     mx_kv_desc kd = {dc->nl, dc->nkv, dc->D, bs, nb, MX_DTYPE_F32};
     if (bi->kv_init(bc, &kd) != MX_OK) return false;
     const int QD = dc->nh * dc->D, KD = dc->nkv * dc->D;
-    float *x = dl_buf(B, H), *hb = dl_buf(B, QD > H ? QD : H), *q = dl_buf(B, QD), *k = dl_buf(B, KD), *v = dl_buf(B, KD);
-    float *att = dl_buf(B, QD), *g = dl_buf(B, dc->I), *u = dl_buf(B, dc->I), *rows = dl_buf(B, H), *lg = dl_buf(B, V);
+    float *x = bnan(B, H), *hb = bnan(B, QD > H ? QD : H), *q = bnan(B, QD), *k = bnan(B, KD), *v = bnan(B, KD);
+    float *att = bnan(B, QD), *g = bnan(B, dc->I), *u = bnan(B, dc->I), *rows = bnan(B, H), *lg = bnan(B, V);
     int32_t bt[maxb];
     for (int i = 0; i < maxb; i++) bt[i] = (i * 7 + 3) % nb;   /* shuffled blocks */
     bool ok = true;

@@ -3835,9 +3835,9 @@ static void fd_release(cu_ctx *c) {
         free(h);
     }
     if (f->prof) cudaFree(f->prof);
-    if (c->fd->dl) cudaFree(c->fd->dl);
-    if (c->fd->buf) cudaFree(c->fd->buf);
-    free(c->fd);
+    if (f->dl) cudaFree(f->dl);
+    if (f->buf) cudaFree(f->buf);
+    free(f);
     c->fd = NULL;
 }
 static const void *fd_kernel(int fmt) {
@@ -3907,10 +3907,10 @@ static void fd_build(cu_ctx *c, const mx_dstack *s, cu_fd *f) {
     }
     {
         const int gsh = gs ? log2_exact(gs) : 0;
+        const int Ks[3] = {H, QD, I};   /* the products' column counts */
         /* rows of a chunk start where its scale bytes are 16-byte aligned */
         int ra = 1;
         if (fmt != FD_BF16) {
-            const int Ks[3] = {H, QD, I};
             for (int i = 0; i < 3; i++) {
                 const int sb = (Ks[i] >> gsh) * 2;
                 int r = 1;
@@ -3927,7 +3927,6 @@ static void fd_build(cu_ctx *c, const mx_dstack *s, cu_fd *f) {
         const size_t ua = ((size_t)G * D + 2 * D + 2 * FD_CW * G + (size_t)FD_CW * G * D + (size_t)FD_NCMAX * G * 2) * 4;
         const size_t U = ux > ua ? ux : ua;
         int maxrow = 0;
-        const int Ks[3] = {H, QD, I};
         for (int i = 0; i < 3; i++) {
             const fd_geo g = fd_geometry(fmt, Ks[i], gsh, 1 << 30, 1);
             if (g.rowb + 2 * g.sb > maxrow) maxrow = g.rowb + 2 * g.sb;

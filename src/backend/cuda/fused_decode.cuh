@@ -40,14 +40,8 @@
 #define FD_QN 16                   /* groups a warp quantizes side by side */
 #define FD_XR 4                    /* q4/q8: x units a lane keeps in registers for a stage */
 #define FD_NCMAX 32                /* position chunks of a KV head in the attention stage */
-#ifndef FD_PPW
-#define FD_PPW 2
-#endif
-#define FD_PPW_                   /* positions a warp loads at once in the attention */
-#ifndef FD_LDN
-#define FD_LDN 16
-#endif
-#define FD_LDN_                  /* loads a thread has in flight in the prologues */
+#define FD_PPW 2                   /* positions a warp loads at once in the attention */
+#define FD_LDN 16                  /* loads a thread has in flight in the prologues */
 enum { FD_Q4 = 0, FD_Q8 = 1, FD_BF16 = 2 };
 
 struct fd_mat {                    /* one weight on the device */
@@ -574,7 +568,7 @@ __global__ void __launch_bounds__(FD_THREADS, 1) k_fused_decode(const fd_args a)
         return;
     }
     pdl_wait();
-    /* profile (a.prof): sprof[0, 1] the first consumer warp's waits for data and its rows, [2, 3, 4]
+    /* profile (a.prof): sprof[0, 1] the second consumer warp's waits for data and its rows, [2, 3, 4]
      * thread 0's grid barriers, prologues, attention, [5] the producer's waits for a free slot, [6]
      * cycles and [7] ns from here to the end (thread 0) */
     const bool prof = a.prof != nullptr;
