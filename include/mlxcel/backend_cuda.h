@@ -100,6 +100,15 @@ int mx_backend_cuda_pair_launches(mx_backend *b);
  * starts at its own step, so a row's sum is taken in an order that depends on its block. Returns
  * the previous setting (tests switch it off to compare forms whose blocks differ). */
 bool mx_backend_cuda_set_gemm_rot(mx_backend *b, bool on);
+/* Stream-K for the wgmma GEMM on packed q4 weights (MLXCEL_CUDA_GEMM_SK, on by default): where a
+ * product's tiles (256 or 128 weight rows by all of its 17..128 rows of x) leave the last wave of
+ * blocks short and there are at least half a wave of them, one block a slot of the GPU takes an
+ * equal run of (tile, k step) units; a tile shared by blocks is summed in k order by the block of
+ * its first part (deterministic for a GPU). mode 0 turns it off; grid > 0 (tests) takes it
+ * wherever the form applies, over that many blocks (at most the slots). Returns the previous mode. */
+int mx_backend_cuda_set_gemm_sk(mx_backend *b, int mode, int grid);
+/* How many products ran that way so far (tests). */
+int mx_backend_cuda_sk_launches(mx_backend *b);
 /* On by default (MLXCEL_CUDA_SUM_NORM=0 at init turns it off; Llama-8B, 128 sequences: 13,525
  * against 13,266 tok/s on the H200): a product split along k by the GEMM on packed q4 weights (one weight, no bias,
  * 17..128 rows of x), then an add of its output, then an rmsnorm of that sum: the rmsnorm reads

@@ -50,7 +50,8 @@ static void test_select(void) {
                                          {"MLXCEL_CUDA_GEMM_PAIR", "yes"}, {"MLXCEL_CUDA_SUM_NORM", "2"},
                                          {"MLXCEL_CUDA_SUM_QKV", "on"}, {"MLXCEL_CUDA_GRAPHS", "2"},
                                          {"MLXCEL_CUDA_ATT_GQ", "yes"}, {"MLXCEL_CUDA_FUSED", "on"},
-                                         {"MLXCEL_CUDA_FUSED_PF", "65"}, {"MLXCEL_CUDA_FUSED_PF", "-1"}};
+                                         {"MLXCEL_CUDA_FUSED_PF", "65"}, {"MLXCEL_CUDA_FUSED_PF", "-1"},
+                                         {"MLXCEL_CUDA_GEMM_SK", "auto"}};
     unsetenv("MLXCEL_DEVICE");
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         setenv(bad[i][0], bad[i][1], 1);
@@ -62,9 +63,9 @@ static void test_select(void) {
     setenv("MLXCEL_CUDA_ATTN", "tiled", 1); setenv("MLXCEL_CUDA_PDL", "2", 1); setenv("MLXCEL_CUDA_DQ_MB", "8", 1);
     setenv("MLXCEL_CUDA_ATTN_DEC", "lanes", 1); setenv("MLXCEL_CUDA_GEMM", "wgmma", 1); setenv("MLXCEL_CUDA_GEMM_ROT", "0", 1); setenv("MLXCEL_CUDA_GEMM_PAIR", "0", 1); setenv("MLXCEL_CUDA_SUM_NORM", "0", 1);
     setenv("MLXCEL_CUDA_GRAPHS", "auto", 1); setenv("MLXCEL_CUDA_SUM_QKV", "0", 1); setenv("MLXCEL_CUDA_ATT_GQ", "0", 1);
-    setenv("MLXCEL_CUDA_FUSED", "1", 1); setenv("MLXCEL_CUDA_FUSED_PF", "4", 1);
+    setenv("MLXCEL_CUDA_FUSED", "1", 1); setenv("MLXCEL_CUDA_FUSED_PF", "4", 1); setenv("MLXCEL_CUDA_GEMM_SK", "0", 1);
     TCHECK(mx_backend_cuda_check_env() == MX_OK, "good switches refused: %s", mx_last_error());
-    unsetenv("MLXCEL_CUDA_FUSED"); unsetenv("MLXCEL_CUDA_FUSED_PF");
+    unsetenv("MLXCEL_CUDA_FUSED"); unsetenv("MLXCEL_CUDA_FUSED_PF"); unsetenv("MLXCEL_CUDA_GEMM_SK");
     unsetenv("MLXCEL_CUDA_ATTN_DEC"); unsetenv("MLXCEL_CUDA_GEMM"); unsetenv("MLXCEL_CUDA_GEMM_ROT"); unsetenv("MLXCEL_CUDA_GEMM_PAIR"); unsetenv("MLXCEL_CUDA_SUM_NORM"); unsetenv("MLXCEL_CUDA_GRAPHS"); unsetenv("MLXCEL_CUDA_SUM_QKV"); unsetenv("MLXCEL_CUDA_ATT_GQ");
     setenv("MLXCEL_CUDA_ATTN", "", 1);   /* empty: the default */
     TCHECK(mx_backend_cuda_check_env() == MX_OK, "empty switch refused: %s", mx_last_error());
@@ -834,6 +835,87 @@ static const pair_case g_pair[] = {
     {"cuda_gate_up_act_silu_n128_4096", 16896, 4096, 128, false, MX_ACT_SILU},    /* 4 warpgroups: 128 + 128 rows a block */
     {"cuda_gate_up_act_relu_n33_4096_ragged", 16832, 4096, 33, true, MX_ACT_RELU}, /* the last block half full */
     {"cuda_gate_up_act_silu_n20_4096_rows_odd", 16834, 4096, 20, true, MX_ACT_SILU}, /* rows not of 4: the scalar stores */
+};
+
+/* Stream-K in the wgmma GEMM (mx_backend_cuda_set_gemm_sk): the product of one or two q4 weights
+ * over grids that give tiles of one to many parts (a block ends a tile, runs whole ones, starts
+ * one; or sits inside one), against the CPU and against the same product without it (k loop not
+ * rotated: only the order of the parts' sums differs), twice bit for bit (its counters are left
+ * zero for the next launch), counted. grid 0 is the automatic choice, expected to take it where
+ * the tiles fill at least half a wave of the GPU's multiprocessors and leave the last wave short
+ * by more than 2% (one 4-warpgroup block a multiprocessor at 4096 columns, two of 2 below). */
+typedef struct { const char *name; int rows0, rows1, cols, n; bool bias; int grids[7]; } sk_case;
+static int g_sms(void) {   /* the GPU's multiprocessors, from its description */
+    char d[300];
+    mx_backend_cuda_describe(&G, d, sizeof d);
+    const char *p = strstr(d, " SMs");
+    while (p && p > d && p[-1] >= '0' && p[-1] <= '9') p--;
+    return p ? atoi(p) : 0;
+}
+static void check_strk(const sk_case *sc) {
+    const bool two = sc->rows1 > 0;
+    const int nw = two ? 2 : 1, n = sc->n, K = sc->cols;
+    tw t0, t1;
+    tw_make(&t0, sc->rows0, K, 4, 64, MX_DTYPE_BF16, sc->bias);
+    tw_make(&t1, two ? sc->rows1 : 64, K, 4, 64, MX_DTYPE_BF16, false);
+    TREQUIRE(G.i->weight_prepare(G.ctx, &t0.w) == MX_OK && G.i->weight_prepare(G.ctx, &t1.w) == MX_OK, "prepare");
+    const int64_t rows[2] = {sc->rows0, two ? sc->rows1 : 0}, tot = (int64_t)n * (rows[0] + rows[1]);
+    float *x = malloc((size_t)n * K * 4), *ref = malloc((size_t)tot * 4);
+    fill(x, (int64_t)n * K, 1.f);
+    const mx_weight *ws[2] = {&t0.w, &t1.w};
+    float *cy[2] = {ref, ref + (size_t)n * rows[0]};
+    C.i->matmul_multi(C.ctx, nw, ws, x, cy, n);
+    float *dx = gup(x, (int64_t)n * K);
+    const bool rot = mx_backend_cuda_set_gemm_rot(&G, false);
+    const int was = mx_backend_cuda_set_gemm_sk(&G, 0, 0);
+    TREQUIRE(mx_backend_cuda_set_gemm(&G, "wgmma") == MX_OK, "set_gemm wgmma");   /* also 65..128 rows at < 4096 columns */
+    float *plain = NULL;
+    /* run -1: stream-K off; then each grid (0: the automatic choice) twice */
+    for (int gi = -1; gi < 7 && (gi < 0 || gi == 0 || sc->grids[gi]); gi++) {
+        const int grid = gi < 0 ? 0 : sc->grids[gi];
+        mx_backend_cuda_set_gemm_sk(&G, gi >= 0, grid);
+        float *out[2] = {NULL, NULL};
+        for (int rep = 0; rep < (gi < 0 ? 1 : 2); rep++) {
+            float *dy = gnan(tot);
+            float *gy[2] = {dy, dy + (size_t)n * rows[0]};
+            const int before = mx_backend_cuda_sk_launches(&G);
+            if (two) G.i->matmul_multi(G.ctx, 2, ws, dx, gy, n);
+            else G.i->matmul(G.ctx, &t0.w, dx, dy, n);
+            out[rep] = gdown(dy, tot);
+            const int sk = mx_backend_cuda_sk_launches(&G) - before;
+            bool want = false;
+            if (mx_backend_cuda_has_wgmma(&G) && gi >= 0) {
+                const int bm = K >= 4096 ? 256 : 128, slots = g_sms() * (K >= 4096 ? 1 : 2);
+                const int64_t tiles = (rows[0] + bm - 1) / bm + (rows[1] + bm - 1) / bm;
+                want = grid > 0 || (2 * tiles >= slots && (double)((tiles + slots - 1) / slots) * slots > 1.02 * (double)tiles);
+            }
+            TCHECK(sk == (want ? 1 : 0), "grid %d: %d stream-K launches, expected %d", grid, sk, want ? 1 : 0);
+            G.i->free(G.ctx, dy);
+        }
+        const double e = relerr(out[0], ref, tot);
+        TCHECK(e < 1.5e-2, "grid %d: rel err %.3g against the CPU", grid, e);
+        if (gi < 0) { plain = out[0]; continue; }
+        const double ep = relerr(out[0], plain, tot);
+        TCHECK(ep < 1e-5, "grid %d: rel err %.3g against the product without stream-K", grid, ep);
+        TCHECK(!memcmp(out[0], out[1], (size_t)tot * 4), "grid %d: two launches differ", grid);
+        free(out[0]); free(out[1]);
+        TCHECK(mx_backend_cuda_status(&G) == MX_OK, "status: %s", mx_last_error());
+    }
+    mx_backend_cuda_set_gemm_sk(&G, was, 0);
+    mx_backend_cuda_set_gemm_rot(&G, rot);
+    mx_backend_cuda_set_gemm(&G, "auto");
+    free(plain);
+    G.i->free(G.ctx, dx);
+    free(x); free(ref);
+    tw_free(&t0); tw_free(&t1);
+}
+static const sk_case g_sk[] = {
+    /* 10 tiles of 256 rows, 64 k steps: 3 blocks (a block spans 3-4 tiles) to 64 (a tile in 6-7 parts) */
+    {"cuda_gemm_sk_gate_up_n100_4096", 1000, 1536, 4096, 100, true, {3, 5, 7, 11, 13, 64, 0}},
+    {"cuda_gemm_sk_n40_4096", 2304, 0, 4096, 40, false, {2, 9, 17, 31, 0}},                 /* 64 tokens a block */
+    {"cuda_gemm_sk_n128_1024", 3000, 0, 1024, 128, true, {5, 23, 47, 160, 0}},             /* 2 warpgroups, 16 k steps */
+    /* the automatic choice on Llama-8B's gate/up: 112 tiles (on 132 multiprocessors: stream-K) */
+    {"cuda_gemm_sk_auto_gate_up_14336", 14336, 14336, 4096, 20, false, {0}},
 };
 
 /* A q4 product split along k, an add of its output, an rmsnorm of the sum (a residual stream):
@@ -1638,6 +1720,7 @@ int main(int argc, char **argv) {
     RUN(test_dense_sets);
     RUN(test_gq_forms);
     for (size_t i = 0; i < sizeof g_pair / sizeof g_pair[0]; i++) RUN_NAMED(g_pair[i].name, check_pair, &g_pair[i]);
+    for (size_t i = 0; i < sizeof g_sk / sizeof g_sk[0]; i++) RUN_NAMED(g_sk[i].name, check_strk, &g_sk[i]);
     for (size_t i = 0; i < sizeof g_sn / sizeof g_sn[0]; i++) RUN_NAMED(g_sn[i].name, check_sum_norm, &g_sn[i]);
     for (size_t i = 0; i < sizeof g_sq / sizeof g_sq[0]; i++) RUN_NAMED(g_sq[i].name, check_sum_qkv, &g_sq[i]);
     for (size_t i = 0; i < sizeof g_emb / sizeof g_emb[0]; i++) RUN_NAMED(g_emb[i].name, check_embed, &g_emb[i]);

@@ -92,6 +92,7 @@ struct gq_set {   /* blocks [blk0[k], blk0[k + 1]) along x do weight k; rb[k]: r
     float *y[4];
     int rows[4], blk0[5], rb[5], nw;
     int rot;                 /* k_gemm_wg: block b starts its k loop at step b mod steps (MLXCEL_CUDA_GEMM_ROT) */
+    unsigned *strk;          /* k_gemm_wg: stream-K's counters, one a tile (null: not stream-K; see there) */
     int act;                 /* k_gemm_wg<.., PAIR>: y[0] = act(gate) * up (an mx_act) */
     __nv_bfloat16 *xg;       /*   and that in gq order for the next GEMM (null: not) */
 };
@@ -146,6 +147,13 @@ struct cu_ctx {
     int gq_rot;                            /* k_gemm_wg's k loop rotated by block (MLXCEL_CUDA_GEMM_ROT) */
     bool pair_on;                          /* gate/up + act_mul in one k_gemm_wg (MLXCEL_CUDA_GEMM_PAIR) */
     int n_pair;                            /* launches of that form (tests) */
+    int strk_mode;                         /* stream-K for k_gemm_wg (MLXCEL_CUDA_GEMM_SK): 0 off, 1 where
+                                            * the tiles leave a wave short (gq_gemm) */
+    int strk_grid;                         /* (tests) > 0: stream-K wherever it applies, over this many blocks */
+    int n_strk;                            /* stream-K launches (tests) */
+    unsigned *strk_cnt;                    /* its counters, STRK_TILES, zero between launches */
+    void *strk_part; size_t strk_part_cap; /* its blocks' slots of partial tiles */
+    int wg_bps_sk[2][2];                   /* the same for its stream-K form (its grid: all resident at once) */
     int wg_bps[2][2];                      /* k_gemm_wg<64 | 128, 2 | 4 warpgroups>: blocks a multiprocessor
                                             * holds, [nwg == 4][bn == 128] */
     void *xq; size_t xq_cap;               /* activations quantized to int8 (k_quant_x) */
@@ -224,7 +232,7 @@ static pdl_launch<KArgs...> PL(cu_ctx *c, void (*k)(KArgs...), dim3 g, dim3 b, s
  * the default; anything else is an error naming the variable and what it takes. */
 enum { GM_AUTO, GM_CUBLAS, GM_MMA, GM_WG, GM_NMODES };   /* MLXCEL_CUDA_GEMM, in k_gemm_modes' order */
 static const char *const k_gemm_modes[] = {"auto", "cublas", "mma", "wgmma"};
-struct cu_switches { int attn, attn_dec, gqa, gemm, gemm_rot, gemm_pair, sum_norm, sum_qkv, att_gq, pdl, mv, profile, kv, graphs, fused; long dq_mb, fused_pf; };   /* kv: checked here, read by kv_init */
+struct cu_switches { int attn, attn_dec, gqa, gemm, gemm_rot, gemm_sk, gemm_pair, sum_norm, sum_qkv, att_gq, pdl, mv, profile, kv, graphs, fused; long dq_mb, fused_pf; };   /* kv: checked here, read by kv_init */
 static mx_status env_choice(const char *name, const char *const *vals, int n, int def, int *out) {
     const char *e = getenv(name);
     *out = def;
@@ -261,6 +269,7 @@ static mx_status read_switches(cu_switches *sw) {
         (st = env_choice("MLXCEL_CUDA_ATTN_GQA", onoff, 2, 1, &sw->gqa)) ||
         (st = env_choice("MLXCEL_CUDA_GEMM", k_gemm_modes, GM_NMODES, GM_AUTO, &sw->gemm)) ||
         (st = env_choice("MLXCEL_CUDA_GEMM_ROT", onoff, 2, 1, &sw->gemm_rot)) ||
+        (st = env_choice("MLXCEL_CUDA_GEMM_SK", onoff, 2, 1, &sw->gemm_sk)) ||
         (st = env_choice("MLXCEL_CUDA_GEMM_PAIR", onoff, 2, 0, &sw->gemm_pair)) ||
         (st = env_choice("MLXCEL_CUDA_SUM_NORM", onoff, 2, 1, &sw->sum_norm)) ||
         (st = env_choice("MLXCEL_CUDA_SUM_QKV", onoff, 2, 1, &sw->sum_qkv)) ||
@@ -1258,6 +1267,7 @@ __global__ void k_gq_sum4(const gq_set set, const float *__restrict__ part, int 
  * at once: gate/up 126.5 -> 103.4 us, 290 TFLOP/s. (Sharing x tiles among the blocks of a thread
  * block cluster through distributed shared memory was slower: NOTES.md.) */
 #define WG_ST(nwg) ((nwg) == 4 ? 7 : 5)
+#define STRK_TILES 4096   /* stream-K: tiles of a launch at most (its counters) */
 #define WG_XB(bn) ((bn) * GQ_BK * 2)   /* bytes of an x stage */
 #define WG_WB(nwg) ((nwg) * 64 * 32)   /* bytes of a weight stage */
 #define WG_SMEM(bn, nwg) ((size_t)WG_ST(nwg) * (WG_XB(bn) + WG_WB(nwg)))
@@ -1292,7 +1302,13 @@ __device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.s
 template <int N> __device__ __forceinline__ void wg_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory"); }
 #endif
 
-template <int BN, int NWG, typename ST, bool PAIR = false>
+__device__ __forceinline__ unsigned ld_acquire_gpu(const unsigned *p) {
+    unsigned v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
+template <int BN, int NWG, typename ST, bool PAIR = false, bool SK = false>
 __global__ void __launch_bounds__(128 * NWG, NWG == 2 ? 2 : 1)
 k_gemm_wg(const gq_set set, const __nv_bfloat16 *__restrict__ x, int cols, int n, int gs_shift, int kchunk,
           float *__restrict__ part) {
@@ -1307,19 +1323,47 @@ k_gemm_wg(const gq_set set, const __nv_bfloat16 *__restrict__ x, int cols, int n
      * in the first half of its warpgroups, up in the second, and multiplies them in its epilogue
      * (k_act_mul's arithmetic) */
     constexpr int HB = PAIR ? BM / 2 : BM;   /* rows of a weight in a block */
+    const int tid = threadIdx.x, lane = tid & 31, wr = tid >> 5;   /* wr: 16-row slice of the block */
+    const int g = lane >> 2, cq = lane & 3, nb = blockIdx.y * BN, wpr = cols / 8, nka = cols / GQ_BK;
+    /* stream-K (SK, with set.strk; one tile of tokens, no split, not PAIR): the (tile, k step) units of the
+     * launch in tile-major order, dealt evenly to the blocks ([b U / G, (b + 1) U / G) to block b),
+     * so that a launch of fewer tiles than multiprocessors (gate/up of Llama-8B: 112 on 132) keeps
+     * them all busy. A block's run is segments: the end of a tile (the block's first segment),
+     * whole tiles, and the start of a tile (its last). A tile's later parts go to their blocks'
+     * slots of part (each block writes at most one, its first segment) and count up set.strk[tile];
+     * the block of the tile's first part (the last to come to it, at the end of its run) waits for
+     * them, adds them in k order (deterministic) and stores the tile. Every block of the grid is
+     * resident at once (G <= the slots of the occupancy), so the wait ends. */
+    static_assert(!(SK && PAIR), "stream-K has no fused pair form");
+    int su = 0, su_end = 0;   /* (units: < STRK_TILES x 2^15) */
+    if constexpr (SK) {
+        const int U = set.blk0[set.nw] * nka;
+        su = (int)((int64_t)blockIdx.x * U / gridDim.x); su_end = (int)((int64_t)(blockIdx.x + 1) * U / gridDim.x);
+    }
+    for (;;) {   /* segments (without stream-K: one) */
+    int tile, kbeg, nk;
+    if constexpr (SK) {
+        if (su >= su_end) return;
+        tile = su / nka;
+        const int ka = su - tile * nka;
+        nk = min(nka - ka, su_end - su);
+        kbeg = ka * GQ_BK;
+        su += nk;
+    } else {
+        tile = blockIdx.x;
+        kbeg = blockIdx.z * kchunk;
+        nk = (min(cols, kbeg + kchunk) - kbeg) / GQ_BK;
+    }
     int k = 0;
 #pragma unroll
-    for (int i = 1; i < 4; i++) if (!PAIR && i < set.nw && (int)blockIdx.x >= set.blk0[i]) k = i;
-    const int rows = set.rows[k], tid = threadIdx.x, lane = tid & 31, wr = tid >> 5;   /* wr: 16-row slice of the block */
-    const int g = lane >> 2, cq = lane & 3;
-    const int mb = ((int)blockIdx.x - set.blk0[k]) * HB, nb = blockIdx.y * BN;
+    for (int i = 1; i < 4; i++) if (!PAIR && i < set.nw && tile >= set.blk0[i]) k = i;
+    const int rows = set.rows[k];
+    const int mb = (tile - set.blk0[k]) * HB;
     const uint32_t *W = set.W[k];
     const int kw = PAIR && 16 * wr >= HB ? 1 : k;                  /* the warp's weight (PAIR: rows alike) */
     const int wrow = PAIR ? mb + 16 * wr - kw * HB : mb + 16 * wr; /* the warp's first row in its weight */
-    const int wpr = cols / 8;
-    const int kbeg = blockIdx.z * kchunk, kend = min(cols, kbeg + kchunk), nk = (kend - kbeg) / GQ_BK;
     /* the k step of iteration it: rotated by the block's index (set.rot), so that the blocks do not
-     * all read the same x tile from L2 at the same time */
+     * all read the same x tile from L2 at the same time (stream-K's segments start apart anyway) */
     const int r0it = set.rot && nk > 0 ? (int)(blockIdx.x % (unsigned)nk) : 0;
     auto kstep = [&](int it) { const int s = it + r0it; return kbeg + (s >= nk ? s - nk : s) * GQ_BK; };
     auto issue = [&](int it) {
@@ -1434,12 +1478,55 @@ k_gemm_wg(const gq_set set, const __nv_bfloat16 *__restrict__ x, int cols, int n
         }
         return;
     }
-    if (gridDim.z == 1) {
-        gm_store<BN / 8>(acc, set.bias[k], set.y[k], rows, n, wrow, nb, g, 2 * cq);
+    if constexpr (!SK) {
+        if (gridDim.z == 1) {
+            gm_store<BN / 8>(acc, set.bias[k], set.y[k], rows, n, wrow, nb, g, 2 * cq);
+            return;
+        }
+        const size_t ptot = (size_t)n * set.rb[set.nw], pk = (size_t)n * set.rb[k];
+        gm_store<BN / 8>(acc, nullptr, part + blockIdx.z * ptot + pk, rows, n, wrow, nb, g, 2 * cq);
         return;
+    } else {
+    /* stream-K: this segment's place in its tile */
+    constexpr int NV = BN / 8;   /* float4s of a thread's accumulators */
+    const bool first = kbeg == 0, last = kbeg + nk * GQ_BK == cols;
+    if (!first) {   /* a later part: to this block's slot, [NV][T] float4s, and counted */
+        float4 *slot = (float4 *)part + (size_t)blockIdx.x * NV * T;
+#pragma unroll
+        for (int v = 0; v < NV; v++) __stcg(slot + v * T + tid, make_float4(d[4 * v], d[4 * v + 1], d[4 * v + 2], d[4 * v + 3]));
+        __threadfence();
+        __syncthreads();
+        if (tid == 0) asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(set.strk + tile) : "memory");
+    } else {
+        if (!last) {   /* the first part: wait for the later ones, add them in k order */
+            const int64_t U = (int64_t)set.blk0[set.nw] * nka, tend = (int64_t)(tile + 1) * nka;
+            unsigned later = 0;
+            for (int64_t b = blockIdx.x + 1; b < gridDim.x && b * U / gridDim.x < tend; b++) later++;
+            if (tid == 0) {
+                uint64_t t0 = 0;
+                for (int spin = 0; ld_acquire_gpu(set.strk + tile) < later; spin++)
+                    if ((spin & 1023) == 1023) {   /* a lost part would hang the stream: fail instead */
+                        uint64_t t;
+                        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+                        if (!t0) t0 = t; else if (t - t0 > 10000000000ull) __trap();
+                    }
+                set.strk[tile] = 0;   /* for the next launch (no part of this one counts it again) */
+            }
+            __syncthreads();
+            for (unsigned j = 1; j <= later; j++) {
+                const float4 *slot = (const float4 *)part + (size_t)(blockIdx.x + j) * NV * T;
+#pragma unroll
+                for (int v = 0; v < NV; v++) {
+                    const float4 p = __ldcg(slot + v * T + tid);
+                    d[4 * v] += p.x; d[4 * v + 1] += p.y; d[4 * v + 2] += p.z; d[4 * v + 3] += p.w;
+                }
+            }
+        }
+        gm_store<BN / 8>(acc, set.bias[k], set.y[k], rows, n, wrow, nb, g, 2 * cq);
     }
-    const size_t ptot = (size_t)n * set.rb[set.nw], pk = (size_t)n * set.rb[k];
-    gm_store<BN / 8>(acc, nullptr, part + blockIdx.z * ptot + pk, rows, n, wrow, nb, g, 2 * cq);
+    __syncthreads();   /* every warp's wgmmas of the segment completed: the stages are free */
+    }
+    }
 #else
     __trap();   /* launched only where the sm_90a code was loaded (wg_ok) */
 #endif
@@ -2983,8 +3070,21 @@ static bool gq_gemm(cu_ctx *c, int nw, const cu_weight *const *w, const float *x
         const double cost = (double)((tiles * s + slots - 1) / slots) / s * (1.0 + 0.05 * (s - 1));
         if (cost < best - 1e-9) { best = cost; ns = s; }
     }
+    /* stream-K (k_gemm_wg) where the tiles, unsplit, leave the last wave of blocks short by more
+     * than 2% and a tile is shared by few blocks (at least half a wave of tiles: each part of a
+     * tile is one more partial tile through L2, and its first part's block adds them alone).
+     * Llama-8B gate/up at 128 sequences: 112 tiles on 132 multiprocessors */
+    int sk_grid = 0;
+    const int64_t sk_slots = wg ? (int64_t)c->wg_bps_sk[nwg == 4][bn == 128] * c->prop.multiProcessorCount : 0;
+    if (wg && !pair && nblk(n, bn) == 1 && c->strk_cnt && set.blk0[nw] <= STRK_TILES && sk_slots > 0) {
+        if (c->strk_grid > 0) { sk_grid = (int)(c->strk_grid < sk_slots ? c->strk_grid : sk_slots); ns = 1; }
+        else if (c->strk_mode && ns == 1 && 2 * tiles >= sk_slots && (double)((tiles + sk_slots - 1) / sk_slots) * sk_slots > 1.02 * tiles)
+            sk_grid = (int)sk_slots;
+    }
+    if (sk_grid > tiles * ksteps) sk_grid = (int)(tiles * ksteps);   /* every block a unit at least (the waits count on it) */
     const int kchunk = (int)((ksteps + ns - 1) / ns) * GQ_BK, nsplit = (int)((cols + kchunk - 1) / kchunk);
     if (pair && (nsplit > 1 || pair->dry)) return nsplit == 1;
+    if (sk_grid) { set.strk = c->strk_cnt; set.rot = 0; }
     if (pair) {   /* the output's gq form in the second buffer, which then becomes the first */
         set.act = pair->act;
         if (gq_rows(c, n, w[0]->rows) &&
@@ -2992,6 +3092,7 @@ static bool gq_gemm(cu_ctx *c, int nw, const cu_weight *const *w, const float *x
     }
     float *part = NULL;
     if (nsplit > 1 && !(part = (float *)scratch(c, &c->gpart, &c->gpart_cap, (size_t)nsplit * n * set.rb[nw] * 4))) return true;
+    if (sk_grid && !(part = (float *)scratch(c, &c->strk_part, &c->strk_part_cap, (size_t)sk_grid * 64 * nwg * bn * 4))) return true;
     __nv_bfloat16 *xb = (__nv_bfloat16 *)scratch(c, &c->xg, &c->xg_cap, (size_t)n * cols * 2);
     if (!xb) return true;   /* failure recorded */
     if (c->xg_src != x || c->xg_count != (int64_t)n * cols) {   /* else the op that wrote x wrote it too */
@@ -3000,11 +3101,12 @@ static bool gq_gemm(cu_ctx *c, int nw, const cu_weight *const *w, const float *x
         LAUNCHED(c, "convert activations (gq order)");
         c->xg_src = x; c->xg_count = (int64_t)n * cols;
     }
-    const dim3 grid((unsigned)set.blk0[nw], nblk(n, bn), (unsigned)nsplit);
+    const dim3 grid(sk_grid ? (unsigned)sk_grid : (unsigned)set.blk0[nw], nblk(n, bn), (unsigned)nsplit);
     const size_t shm = (size_t)GQ_ST * (GQ_BM * 8 * 4 + (size_t)bn * GQ_XS * 2);
 #define GQ_ARGS (set, xb, (int)cols, n, gsh, kchunk, part)
     if (wg) {
-#define WGL(B, NW, T) PL(c, k_gemm_wg<B, NW, T>, grid, 128 * NW, WG_SMEM(B, NW))GQ_ARGS
+#define WGL(B, NW, T) do { if (sk_grid) PL(c, k_gemm_wg<B, NW, T, false, true>, grid, 128 * NW, WG_SMEM(B, NW))GQ_ARGS; \
+                           else PL(c, k_gemm_wg<B, NW, T>, grid, 128 * NW, WG_SMEM(B, NW))GQ_ARGS; } while (0)
 #define WGP(B, NW, T) PL(c, k_gemm_wg<B, NW, T, true>, grid, 128 * NW, WG_SMEM(B, NW))GQ_ARGS
         if (pair) {
             if (nwg == 4) {
@@ -3031,7 +3133,8 @@ static bool gq_gemm(cu_ctx *c, int nw, const cu_weight *const *w, const float *x
         else PL(c, k_gemm_gq<128, __nv_bfloat16>, grid, 256, shm)GQ_ARGS;
     }
 #undef GQ_ARGS
-    LAUNCHED(c, pair ? "gemm (q4, wgmma, gate/up with the activation)" : wg ? "gemm (q4, wgmma)" : "gemm (q4, mma)");
+    LAUNCHED(c, pair ? "gemm (q4, wgmma, gate/up with the activation)" : sk_grid ? "gemm (q4, wgmma, stream-K)" : wg ? "gemm (q4, wgmma)" : "gemm (q4, mma)");
+    if (sk_grid) { c->n_strk++; part = NULL; }   /* (no split sums follow) */
     if (pair) {   /* x's gq form was read from c->xg: the new one (if made) takes its place */
         c->n_pair++;
         if (set.xg) {
@@ -4139,6 +4242,7 @@ extern "C" mx_status mx_backend_cuda_init(mx_backend *out) {
         c->attn_vec = sw.attn_dec == 0;
         c->gemm_mode = sw.gemm;
         c->gq_rot = sw.gemm_rot;
+        c->strk_mode = sw.gemm_sk;
         c->pair_on = sw.gemm_pair;
         c->sum_norm = sw.sum_norm;
         c->sum_qkv = sw.sum_qkv;
@@ -4195,6 +4299,10 @@ extern "C" mx_status mx_backend_cuda_init(mx_backend *out) {
                              (const void *)k_gemm_wg<64, 2, __half>, (const void *)k_gemm_wg<128, 2, __half>,
                              (const void *)k_gemm_wg<64, 4, __nv_bfloat16>, (const void *)k_gemm_wg<128, 4, __nv_bfloat16>,
                              (const void *)k_gemm_wg<64, 4, __half>, (const void *)k_gemm_wg<128, 4, __half>};
+        const void *wgs[] = {(const void *)k_gemm_wg<64, 2, __nv_bfloat16, false, true>, (const void *)k_gemm_wg<128, 2, __nv_bfloat16, false, true>,
+                             (const void *)k_gemm_wg<64, 2, __half, false, true>, (const void *)k_gemm_wg<128, 2, __half, false, true>,
+                             (const void *)k_gemm_wg<64, 4, __nv_bfloat16, false, true>, (const void *)k_gemm_wg<128, 4, __nv_bfloat16, false, true>,
+                             (const void *)k_gemm_wg<64, 4, __half, false, true>, (const void *)k_gemm_wg<128, 4, __half, false, true>};
         const void *wgp[] = {(const void *)k_gemm_wg<64, 2, __nv_bfloat16, true>, (const void *)k_gemm_wg<128, 2, __nv_bfloat16, true>,
                              (const void *)k_gemm_wg<64, 2, __half, true>, (const void *)k_gemm_wg<128, 2, __half, true>,
                              (const void *)k_gemm_wg<64, 4, __nv_bfloat16, true>, (const void *)k_gemm_wg<128, 4, __nv_bfloat16, true>,
@@ -4208,11 +4316,22 @@ extern "C" mx_status mx_backend_cuda_init(mx_backend *out) {
             if (cudaFuncGetAttributes(&fa, wgk[i]) != cudaSuccess || fa.binaryVersion != 90 ||
                 cudaFuncSetAttribute(wgk[i], cudaFuncAttributeMaxDynamicSharedMemorySize, (int)WG_SMEM(bn, nw4)) != cudaSuccess ||
                 cudaFuncSetAttribute(wgp[i], cudaFuncAttributeMaxDynamicSharedMemorySize, (int)WG_SMEM(bn, nw4)) != cudaSuccess ||
+                cudaFuncSetAttribute(wgs[i], cudaFuncAttributeMaxDynamicSharedMemorySize, (int)WG_SMEM(bn, nw4)) != cudaSuccess ||
                 ((i & 2) == 0 && (cudaOccupancyMaxActiveBlocksPerMultiprocessor(bps, wgk[i], 128 * nw4, WG_SMEM(bn, nw4)) != cudaSuccess ||
-                           *bps < 1))) {
+                                  *bps < 1 ||
+                                  cudaOccupancyMaxActiveBlocksPerMultiprocessor(&c->wg_bps_sk[i >= 4][i & 1], wgs[i], 128 * nw4,
+                                                                                WG_SMEM(bn, nw4)) != cudaSuccess))) {
                 cudaGetLastError();
                 c->wg_ok = false;
             }
+        }
+    }
+    if (c->wg_ok) {   /* stream-K's counters (without them it does not run) */
+        if (cudaMalloc((void **)&c->strk_cnt, STRK_TILES * sizeof(unsigned)) != cudaSuccess ||
+            cudaMemsetAsync(c->strk_cnt, 0, STRK_TILES * sizeof(unsigned), c->st) != cudaSuccess) {
+            cudaGetLastError();
+            if (c->strk_cnt) cudaFree(c->strk_cnt);
+            c->strk_cnt = NULL;
         }
     }
     set_pdl_early_symbol(c);
@@ -4268,6 +4387,14 @@ extern "C" bool mx_backend_cuda_set_gemm_rot(mx_backend *b, bool on) {
     return was;
 }
 extern "C" int mx_backend_cuda_pair_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_pair; }
+extern "C" int mx_backend_cuda_set_gemm_sk(mx_backend *b, int mode, int grid) {
+    cu_ctx *c = switch_ctx(b);
+    const int was = c->strk_mode;
+    c->strk_mode = mode != 0;
+    c->strk_grid = grid > 0 ? grid : 0;
+    return was;
+}
+extern "C" int mx_backend_cuda_sk_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_strk; }
 extern "C" void mx_backend_cuda_set_sum_norm(mx_backend *b, bool on) { switch_ctx(b)->sum_norm = on; }
 extern "C" void mx_backend_cuda_set_sum_qkv(mx_backend *b, bool on) { switch_ctx(b)->sum_qkv = on; }
 extern "C" int mx_backend_cuda_sum_qkv_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_sum_qkv; }
@@ -4463,6 +4590,8 @@ extern "C" void mx_backend_cuda_free(mx_backend *b) {
     if (c->wscratch) cudaFree(c->wscratch);
     if (c->xscratch) cudaFree(c->xscratch);
     if (c->gpart) cudaFree(c->gpart);
+    if (c->strk_part) cudaFree(c->strk_part);
+    if (c->strk_cnt) cudaFree(c->strk_cnt);
     if (c->xq) cudaFree(c->xq);
     if (c->xg) cudaFree(c->xg);
     if (c->xg2) cudaFree(c->xg2);

@@ -142,11 +142,6 @@ __device__ __forceinline__ void fd_bulk(void *dst, const void *src, uint32_t byt
                  ::"r"(fd_sa(dst)), "l"(src), "r"(bytes), "r"(fd_sa(bar)), "l"(pol) : "memory");
 }
 __device__ __forceinline__ void fd_cbar() { asm volatile("bar.sync 1, %0;" ::"n"(FD_CT) : "memory"); }
-__device__ __forceinline__ unsigned fd_ld_acquire(const unsigned *p) {
-    unsigned v;
-    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-    return v;
-}
 
 /* all consumers of all blocks: the target-th arrival of every block (the counter is zeroed by the
  * last block to leave the kernel). The consumer barrier orders the block's writes before thread
@@ -156,7 +151,7 @@ __device__ __forceinline__ void fd_grid_sync(unsigned *ctr, unsigned target, int
     if (ctid == 0) {
         asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(ctr) : "memory");
         uint64_t t0 = 0;
-        for (int spin = 0; fd_ld_acquire(ctr) < target; spin++)
+        for (int spin = 0; ld_acquire_gpu(ctr) < target; spin++)
             if ((spin & 1023) == 1023) {
                 const uint64_t t = fd_now();
                 if (!t0) t0 = t; else if (t - t0 > 10000000000ull) __trap();
