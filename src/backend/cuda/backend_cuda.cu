@@ -981,6 +981,11 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
 
+/* 4 bytes, zero fill as below (src_bytes 0 or 4) */
+__device__ __forceinline__ void cp_async4z(void *smem, const void *gmem, int src_bytes) {
+    const unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(sa), "l"(gmem), "r"(src_bytes) : "memory");
+}
 /* cp.async with zero fill: src_bytes 0 writes 16 zero bytes (nothing read) */
 __device__ __forceinline__ void cp_async16z(void *smem, const void *gmem, int src_bytes) {
     const unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
@@ -1270,7 +1275,8 @@ __global__ void k_gq_sum4(const gq_set set, const float *__restrict__ part, int 
 #define STRK_TILES 4096   /* stream-K: tiles of a launch at most (its counters) */
 #define WG_XB(bn) ((bn) * GQ_BK * 2)   /* bytes of an x stage */
 #define WG_WB(nwg) ((nwg) * 64 * 32)   /* bytes of a weight stage */
-#define WG_SMEM(bn, nwg) ((size_t)WG_ST(nwg) * (WG_XB(bn) + WG_WB(nwg)))
+#define WG_SB(nwg) (4 * (nwg) * 64 * 4)   /* bytes of a stage's (scale, bias) pairs: up to 4 groups x the rows */
+#define WG_SMEM(bn, nwg) ((size_t)WG_ST(nwg) * (WG_XB(bn) + WG_WB(nwg) + WG_SB(nwg)))
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 __device__ __forceinline__ uint64_t wg_desc(uint32_t saddr) {   /* no swizzle, LBO 128, SBO 1024 */
@@ -1318,6 +1324,8 @@ k_gemm_wg(const gq_set set, const __nv_bfloat16 *__restrict__ x, int cols, int n
     constexpr int NST = WG_ST(NWG), WG_D = NST - 2, T = 128 * NWG, BM = 64 * NWG, WWB = WG_WB(NWG);
     unsigned char *xsm = wg_smem;                                    /* NST x tiles */
     uint32_t *wsm = (uint32_t *)(wg_smem + NST * WG_XB(BN));         /* NST weight stages, BM rows x 8 words */
+    uint32_t *sbsm = (uint32_t *)(wg_smem + NST * (WG_XB(BN) + WWB)); /* NST stages of pairs, [group][BM rows] */
+    constexpr int SBW = WG_SB(NWG) / 4;                               /* words of a stage's pairs */
     /* PAIR (gate/up with the activation fused, nw = 2, equal rows; experimental, off by default:
      * as fast as the two launches so far, NOTES.md): block b takes rows [b BM / 2, (b + 1) BM / 2) of both weights, gate
      * in the first half of its warpgroups, up in the second, and multiplies them in its epilogue
@@ -1325,6 +1333,7 @@ k_gemm_wg(const gq_set set, const __nv_bfloat16 *__restrict__ x, int cols, int n
     constexpr int HB = PAIR ? BM / 2 : BM;   /* rows of a weight in a block */
     const int tid = threadIdx.x, lane = tid & 31, wr = tid >> 5;   /* wr: 16-row slice of the block */
     const int g = lane >> 2, cq = lane & 3, nb = blockIdx.y * BN, wpr = cols / 8, nka = cols / GQ_BK;
+    const int ng = gs_shift >= 6 ? 1 : GQ_BK >> gs_shift;   /* groups of (scale, bias) a k step */
     /* stream-K (SK, with set.strk; one tile of tokens, no split, not PAIR): the (tile, k step) units of the
      * launch in tile-major order, dealt evenly to the blocks ([b U / G, (b + 1) U / G) to block b),
      * so that a launch of fewer tiles than multiprocessors (gate/up of Llama-8B: 112 on 132) keeps
@@ -1335,20 +1344,22 @@ k_gemm_wg(const gq_set set, const __nv_bfloat16 *__restrict__ x, int cols, int n
      * them, adds them in k order (deterministic) and stores the tile. Every block of the grid is
      * resident at once (G <= the slots of the occupancy), so the wait ends. */
     static_assert(!(SK && PAIR), "stream-K has no fused pair form");
-    int su = 0, su_end = 0;   /* (units: < STRK_TILES x 2^15) */
+    /* the block's next unit: in shared memory, not a register held through the k loop (the
+     * stream-K form is at the 128-register bound; held, it spilled in the loop) */
+    __shared__ int sk_next;
     if constexpr (SK) {
-        const int U = set.blk0[set.nw] * nka;
-        su = (int)((int64_t)blockIdx.x * U / gridDim.x); su_end = (int)((int64_t)(blockIdx.x + 1) * U / gridDim.x);
+        if (tid == 0) sk_next = (int)((int64_t)blockIdx.x * (set.blk0[set.nw] * nka) / gridDim.x);
+        __syncthreads();
     }
     for (;;) {   /* segments (without stream-K: one) */
     int tile, kbeg, nk;
     if constexpr (SK) {
+        const int su = *(volatile int *)&sk_next, su_end = (int)((int64_t)(blockIdx.x + 1) * (set.blk0[set.nw] * nka) / gridDim.x);
         if (su >= su_end) return;
         tile = su / nka;
         const int ka = su - tile * nka;
         nk = min(nka - ka, su_end - su);
         kbeg = ka * GQ_BK;
-        su += nk;
     } else {
         tile = blockIdx.x;
         kbeg = blockIdx.z * kchunk;
@@ -1364,7 +1375,7 @@ k_gemm_wg(const gq_set set, const __nv_bfloat16 *__restrict__ x, int cols, int n
     const int wrow = PAIR ? mb + 16 * wr - kw * HB : mb + 16 * wr; /* the warp's first row in its weight */
     /* the k step of iteration it: rotated by the block's index (set.rot), so that the blocks do not
      * all read the same x tile from L2 at the same time (stream-K's segments start apart anyway) */
-    const int r0it = set.rot && nk > 0 ? (int)(blockIdx.x % (unsigned)nk) : 0;
+    const int r0it = !SK && set.rot && nk > 0 ? (int)(blockIdx.x % (unsigned)nk) : 0;
     auto kstep = [&](int it) { const int s = it + r0it; return kbeg + (s >= nk ? s - nk : s) * GQ_BK; };
     auto issue = [&](int it) {
         const int st = it % NST, k0 = kstep(it);
@@ -1381,23 +1392,26 @@ k_gemm_wg(const gq_set set, const __nv_bfloat16 *__restrict__ x, int cols, int n
             cp_async16z(xsm + st * WG_XB(BN) + (t >> 3) * 1024 + c8 * 128 + (t & 7) * 16,
                         x + (size_t)min(tk, n - 1) * cols + k0 + c8 * 8, tk < n ? 16 : 0);
         }
+        /* the (scale, bias) pairs of the step's groups (SB[group * rows + row]), [group][BM rows],
+         * zero past the rows: read from shared memory after the stage's barrier (loaded from L2 one
+         * step ahead, their latency was the most sampled stall, ncu at Llama-8B's 128 rows) */
+        {   /* BM = T / 2: a thread's row rl of groups tid / BM and that + 2 */
+            const int rl = tid & (BM - 1), j0 = tid / BM, wk = PAIR ? (rl >= HB ? 1 : 0) : k, row = PAIR ? mb + rl - wk * HB : mb + rl;
+            const uint32_t *src = set.SB[wk] + (size_t)((k0 >> gs_shift) + j0) * rows + min(row, rows - 1);
+#pragma unroll
+            for (int q = 0; q < 2; q++)
+                if (j0 + 2 * q < ng) cp_async4z(&sbsm[st * SBW + (j0 + 2 * q) * BM + rl], src + (size_t)(2 * q) * rows, row < rows ? 4 : 0);
+        }
     };
 #pragma unroll
     for (int st = 0; st < WG_D; st++) {
         if (st < nk) issue(st);
         cp_async_commit();
     }
-    /* this lane's rows: g and g + 8 of its warp's 16; their (scale, bias) pairs of group gi at
-     * SB[gi * rows + row] (the original [row][group] arrays cost a 32-byte sector a row a stage,
-     * as much L2 traffic as the x tiles, which L1 could not hold beside the stages) */
-    const uint32_t *SB = PAIR ? set.SB[kw] : set.SB[k];
-    const int r0 = min(wrow + g, rows - 1), r1 = min(wrow + g + 8, rows - 1);
+    /* this lane's rows: g and g + 8 of its warp's 16 (block rows 16 wr + g, + 8); their (scale,
+     * bias) pairs are in the stage (the group-major pairs: the original [row][group] arrays cost a
+     * 32-byte sector a row a stage, as much L2 traffic as the x tiles) */
     gq_sc<ST> s0, s1;
-    uint32_t p0 = 0, p1 = 0;
-    {
-        const size_t gi = (size_t)((kstep(0) + 16 * cq) >> gs_shift) * rows;
-        s0.load_pair(SB[gi + r0]); s1.load_pair(SB[gi + r1]);
-    }
     float d[BN / 2];
 #pragma unroll
     for (int i = 0; i < BN / 2; i++) d[i] = 0.f;
@@ -1409,11 +1423,12 @@ k_gemm_wg(const gq_set set, const __nv_bfloat16 *__restrict__ x, int cols, int n
         __syncthreads();   /* stage it landed for all; stage it - 2 no longer read (its wgmmas completed) */
         if (it + WG_D < nk) issue(it + WG_D);
         cp_async_commit();
-        if (it + 1 < nk) {
-            const size_t gi = (size_t)((kstep(it + 1) + 16 * cq) >> gs_shift) * rows;
-            p0 = SB[gi + r0]; p1 = SB[gi + r1];
-        }
         const int st = it % NST;
+        {
+            const int k0 = kstep(it), j = ((k0 + 16 * cq) >> gs_shift) - (k0 >> gs_shift);
+            const uint32_t *sp = sbsm + st * SBW + j * BM + 16 * wr + g;
+            s0.load_pair(sp[0]); s1.load_pair(sp[8]);
+        }
         const uint2 wl = *(const uint2 *)&wsm[st * (WWB / 4) + (16 * wr + g) * 8 + 2 * cq];
         const uint2 wh = *(const uint2 *)&wsm[st * (WWB / 4) + (16 * wr + g + 8) * 8 + 2 * cq];
         const uint64_t desc = wg_desc(xs0 + st * WG_XB(BN));
@@ -1428,7 +1443,6 @@ k_gemm_wg(const gq_set set, const __nv_bfloat16 *__restrict__ x, int cols, int n
             wg_mma<BN>(d, a[s & 1], desc + (uint64_t)(s * 16));   /* k16 step s: 256 bytes on (2 cores) */
             wg_commit();
         }
-        if (it + 1 < nk) { s0.load_pair(p0); s1.load_pair(p1); }
     }
     wg_wait<0>();
     cp_async_wait<0>();
@@ -1487,7 +1501,9 @@ k_gemm_wg(const gq_set set, const __nv_bfloat16 *__restrict__ x, int cols, int n
         gm_store<BN / 8>(acc, nullptr, part + blockIdx.z * ptot + pk, rows, n, wrow, nb, g, 2 * cq);
         return;
     } else {
-    /* stream-K: this segment's place in its tile */
+    /* stream-K: this segment's place in its tile; the next segment's unit (every thread read this
+     * one's before the k loop's barriers; the barrier at the end publishes it) */
+    if (tid == 0) sk_next = tile * nka + kbeg / GQ_BK + nk;
     constexpr int NV = BN / 8;   /* float4s of a thread's accumulators */
     const bool first = kbeg == 0, last = kbeg + nk * GQ_BK == cols;
     if (!first) {   /* a later part: to this block's slot, [NV][T] float4s, and counted */
@@ -3073,9 +3089,11 @@ static bool gq_gemm(cu_ctx *c, int nw, const cu_weight *const *w, const float *x
     /* stream-K (k_gemm_wg) where the tiles, unsplit, leave the last wave of blocks short by more
      * than 2% and a tile is shared by few blocks (at least half a wave of tiles: each part of a
      * tile is one more partial tile through L2, and its first part's block adds them alone).
-     * Llama-8B gate/up at 128 sequences: 112 tiles on 132 multiprocessors */
+     * Llama-8B gate/up at 32 sequences: 112 tiles on 132 multiprocessors. Only in the 64-token
+     * form: the 128-token one, at the 128-register bound, spilled 88 bytes in its stream-K form
+     * and was slower than without (Llama-8B, 128 sequences: 13,883 against 14,389 tok/s) */
     int sk_grid = 0;
-    const int64_t sk_slots = wg ? (int64_t)c->wg_bps_sk[nwg == 4][bn == 128] * c->prop.multiProcessorCount : 0;
+    const int64_t sk_slots = wg && bn == 64 ? (int64_t)c->wg_bps_sk[nwg == 4][0] * c->prop.multiProcessorCount : 0;
     if (wg && !pair && nblk(n, bn) == 1 && c->strk_cnt && set.blk0[nw] <= STRK_TILES && sk_slots > 0) {
         if (c->strk_grid > 0) { sk_grid = (int)(c->strk_grid < sk_slots ? c->strk_grid : sk_slots); ns = 1; }
         else if (c->strk_mode && ns == 1 && 2 * tiles >= sk_slots && (double)((tiles + sk_slots - 1) / sk_slots) * sk_slots > 1.02 * tiles)
@@ -3105,7 +3123,7 @@ static bool gq_gemm(cu_ctx *c, int nw, const cu_weight *const *w, const float *x
     const size_t shm = (size_t)GQ_ST * (GQ_BM * 8 * 4 + (size_t)bn * GQ_XS * 2);
 #define GQ_ARGS (set, xb, (int)cols, n, gsh, kchunk, part)
     if (wg) {
-#define WGL(B, NW, T) do { if (sk_grid) PL(c, k_gemm_wg<B, NW, T, false, true>, grid, 128 * NW, WG_SMEM(B, NW))GQ_ARGS; \
+#define WGL(B, NW, T) do { if (sk_grid && B == 64) PL(c, k_gemm_wg<B, NW, T, false, B == 64>, grid, 128 * NW, WG_SMEM(B, NW))GQ_ARGS; \
                            else PL(c, k_gemm_wg<B, NW, T>, grid, 128 * NW, WG_SMEM(B, NW))GQ_ARGS; } while (0)
 #define WGP(B, NW, T) PL(c, k_gemm_wg<B, NW, T, true>, grid, 128 * NW, WG_SMEM(B, NW))GQ_ARGS
         if (pair) {
@@ -4299,10 +4317,11 @@ extern "C" mx_status mx_backend_cuda_init(mx_backend *out) {
                              (const void *)k_gemm_wg<64, 2, __half>, (const void *)k_gemm_wg<128, 2, __half>,
                              (const void *)k_gemm_wg<64, 4, __nv_bfloat16>, (const void *)k_gemm_wg<128, 4, __nv_bfloat16>,
                              (const void *)k_gemm_wg<64, 4, __half>, (const void *)k_gemm_wg<128, 4, __half>};
-        const void *wgs[] = {(const void *)k_gemm_wg<64, 2, __nv_bfloat16, false, true>, (const void *)k_gemm_wg<128, 2, __nv_bfloat16, false, true>,
-                             (const void *)k_gemm_wg<64, 2, __half, false, true>, (const void *)k_gemm_wg<128, 2, __half, false, true>,
-                             (const void *)k_gemm_wg<64, 4, __nv_bfloat16, false, true>, (const void *)k_gemm_wg<128, 4, __nv_bfloat16, false, true>,
-                             (const void *)k_gemm_wg<64, 4, __half, false, true>, (const void *)k_gemm_wg<128, 4, __half, false, true>};
+        /* stream-K: the 64-token forms only (gq_gemm) */
+        const void *wgs[] = {(const void *)k_gemm_wg<64, 2, __nv_bfloat16, false, true>, NULL,
+                             (const void *)k_gemm_wg<64, 2, __half, false, true>, NULL,
+                             (const void *)k_gemm_wg<64, 4, __nv_bfloat16, false, true>, NULL,
+                             (const void *)k_gemm_wg<64, 4, __half, false, true>, NULL};
         const void *wgp[] = {(const void *)k_gemm_wg<64, 2, __nv_bfloat16, true>, (const void *)k_gemm_wg<128, 2, __nv_bfloat16, true>,
                              (const void *)k_gemm_wg<64, 2, __half, true>, (const void *)k_gemm_wg<128, 2, __half, true>,
                              (const void *)k_gemm_wg<64, 4, __nv_bfloat16, true>, (const void *)k_gemm_wg<128, 4, __nv_bfloat16, true>,
@@ -4316,11 +4335,11 @@ extern "C" mx_status mx_backend_cuda_init(mx_backend *out) {
             if (cudaFuncGetAttributes(&fa, wgk[i]) != cudaSuccess || fa.binaryVersion != 90 ||
                 cudaFuncSetAttribute(wgk[i], cudaFuncAttributeMaxDynamicSharedMemorySize, (int)WG_SMEM(bn, nw4)) != cudaSuccess ||
                 cudaFuncSetAttribute(wgp[i], cudaFuncAttributeMaxDynamicSharedMemorySize, (int)WG_SMEM(bn, nw4)) != cudaSuccess ||
-                cudaFuncSetAttribute(wgs[i], cudaFuncAttributeMaxDynamicSharedMemorySize, (int)WG_SMEM(bn, nw4)) != cudaSuccess ||
+                (wgs[i] && cudaFuncSetAttribute(wgs[i], cudaFuncAttributeMaxDynamicSharedMemorySize, (int)WG_SMEM(bn, nw4)) != cudaSuccess) ||
                 ((i & 2) == 0 && (cudaOccupancyMaxActiveBlocksPerMultiprocessor(bps, wgk[i], 128 * nw4, WG_SMEM(bn, nw4)) != cudaSuccess ||
                                   *bps < 1 ||
-                                  cudaOccupancyMaxActiveBlocksPerMultiprocessor(&c->wg_bps_sk[i >= 4][i & 1], wgs[i], 128 * nw4,
-                                                                                WG_SMEM(bn, nw4)) != cudaSuccess))) {
+                                  (wgs[i] && cudaOccupancyMaxActiveBlocksPerMultiprocessor(&c->wg_bps_sk[i >= 4][i & 1], wgs[i], 128 * nw4,
+                                                                                           WG_SMEM(bn, nw4)) != cudaSuccess)))) {
                 cudaGetLastError();
                 c->wg_ok = false;
             }
