@@ -228,6 +228,8 @@ if has bench && [ $full = 1 ]; then
   MLXCEL_CUDA_ATT_GQ=0 bench llama8b-q4-noattgq-b128-d128 --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 128 -d 128 -r 2
   MLXCEL_CUDA_ATT_GQ=0 bench qwen06-q4-noattgq-b32 --config $Q06 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 32 -r 2
   MLXCEL_CUDA_GEMM_PAIR=1 bench llama8b-q4-pair-b32 --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 32 -r 2
+  # stream-K in the 64-token form of the wgmma GEMM (default on) switched off
+  MLXCEL_CUDA_GEMM_SK=0 bench llama8b-q4-nosk-b32 --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 32 -r 2
   MLXCEL_CUDA_GEMM_ROT=0 bench llama8b-q4-norot-b128-d128 --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 128 -d 128 -r 2
   MLXCEL_CUDA_GEMM=wgmma bench qwen06-q4-wgmma-b128-d128 --config $Q06 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 128 -d 128 -r 2
   bench llama8b-q4-b128-d128-again --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 128 -d 128 -r 2   # drift within the call
