@@ -25,6 +25,8 @@
 #   syncprobe  tools/cuda_probe/sync_probe.cu: a bulk-copy ring's streaming rate, a grid barrier
 #           and an L2 round trip alone and while the ring streams (the persistent decode kernel's
 #           parts, NOTES.md)
+#   mvprobe tools/cuda_probe/mv_probe.cu: the batch-1 matvecs' weight reads alone (Llama-8B's q4
+#           matrix sizes), loaded into registers as k_mv_i8 does or streamed through shared memory
 #   sweep   bench rows listed in the file GPU_CHECK_SWEEP ("LABEL [VAR=VALUE...] -- bench args" a line)
 #   synth   the op-level benchmarks (test_backend_cuda --bench: matvec table, synthetic steps)
 #
@@ -350,6 +352,10 @@ probe_run() {   # label source log timeout pattern
 if has syncprobe; then   # what the persistent decode kernel rests on (tools/cuda_probe/sync_probe.cu)
   echo "== sync probe"
   probe_run syncprobe tools/cuda_probe/sync_probe.cu syncprobe.log 120 '^(PROBE|FAIL)'
+fi
+if has mvprobe; then   # the batch-1 matvecs' weight reads alone, into registers or through shared memory
+  echo "== matvec read probe"
+  probe_run mvprobe tools/cuda_probe/mv_probe.cu mvprobe.log 120 '^(PROBE|FAIL)'
 fi
 if has probe; then   # layout facts for a wgmma GEMM (tools/cuda_probe/wgmma_probe.cu)
   echo "== wgmma layout probe"
