@@ -834,6 +834,24 @@ __device__ __forceinline__ void quant_group(float v, int8_t *xq, float2 *xds, si
     if ((threadIdx.x & 31) == 0) { float dx = amax * (1.f / 127.f); xds[i >> 5] = make_float2(dx, dx * (float)s); }
 }
 
+/* warp-wide, N groups of 32 side by side (independent shuffle chains): the lane's values v[u] to
+ * int8 codes q[u], with each group's largest magnitude am[u] and code sum sq[u] (quant_group's
+ * arithmetic; the caller stores them in its layout) */
+template <int N>
+__device__ __forceinline__ void quant_groups(const float *v, float *am, int *q, int *sq) {
+#pragma unroll
+    for (int u = 0; u < N; u++) am[u] = fabsf(v[u]);
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1)
+#pragma unroll
+        for (int u = 0; u < N; u++) am[u] = fmaxf(am[u], __shfl_xor_sync(0xffffffffu, am[u], off));
+#pragma unroll
+    for (int u = 0; u < N; u++) {
+        q[u] = __float2int_rn(v[u] * (am[u] > 0.f ? 127.f / am[u] : 0.f));
+        sq[u] = __reduce_add_sync(0xffffffffu, q[u]);
+    }
+}
+
 /* x [n, K] f32 -> xq [n, K] int8, xds [n, K/32] (dx, dx * sum of codes); one warp a group */
 __global__ void k_quant_x(const float *__restrict__ x, int8_t *__restrict__ xq, float2 *__restrict__ xds, int n, int K) {
     pdl_entry();
@@ -1757,20 +1775,10 @@ __global__ void k_rmsnorm_r(const float *x, const float *x2, float *xsum, const 
         if (xg && i < d) st_gq(xg, base + i, o[j]);
     }
     if (!xq) return;
-    /* the int8 form, the VPT groups of a warp side by side (independent shuffle chains) */
+    /* the int8 form, the VPT groups of a warp side by side */
     float am[VPT];
-#pragma unroll
-    for (int j = 0; j < VPT; j++) am[j] = fabsf(o[j]);
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1)
-#pragma unroll
-        for (int j = 0; j < VPT; j++) am[j] = fmaxf(am[j], __shfl_xor_sync(0xffffffffu, am[j], off));
     int qv[VPT], qs[VPT];
-#pragma unroll
-    for (int j = 0; j < VPT; j++) {
-        qv[j] = __float2int_rn(o[j] * (am[j] > 0.f ? 127.f / am[j] : 0.f));
-        qs[j] = __reduce_add_sync(0xffffffffu, qv[j]);
-    }
+    quant_groups<VPT>(o, am, qv, qs);
 #pragma unroll
     for (int j = 0; j < VPT; j++) {
         const int i = threadIdx.x + j * blockDim.x;   /* d % 32 == 0: whole warps in or out */
@@ -3123,6 +3131,7 @@ static bool gq_gemm(cu_ctx *c, int nw, const cu_weight *const *w, const float *x
     const size_t shm = (size_t)GQ_ST * (GQ_BM * 8 * 4 + (size_t)bn * GQ_XS * 2);
 #define GQ_ARGS (set, xb, (int)cols, n, gsh, kchunk, part)
     if (wg) {
+/* (the stream-K form is instantiated for 64 tokens only: B == 64 as its SK argument) */
 #define WGL(B, NW, T) do { if (sk_grid && B == 64) PL(c, k_gemm_wg<B, NW, T, false, B == 64>, grid, 128 * NW, WG_SMEM(B, NW))GQ_ARGS; \
                            else PL(c, k_gemm_wg<B, NW, T>, grid, 128 * NW, WG_SMEM(B, NW))GQ_ARGS; } while (0)
 #define WGP(B, NW, T) PL(c, k_gemm_wg<B, NW, T, true>, grid, 128 * NW, WG_SMEM(B, NW))GQ_ARGS

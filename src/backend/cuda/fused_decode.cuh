@@ -279,22 +279,13 @@ template <int FMT> __device__ __forceinline__ int fd_xpos(int e) {
     return FMT == FD_Q4 ? (((e >> 3) * 2 + (e & 1)) << 2) + ((e >> 1) & 3) : e;
 }
 /* warp-wide: groups grp[u] (the lane's values v[u], ok[u]: a group of the row) into their int8
- * form (quant_group's arithmetic), N groups side by side (independent shuffle chains) */
+ * form (quant_groups), N groups side by side, stored in the x layout */
 template <int FMT, int N>
 __device__ __forceinline__ void fd_quant_n(const float *v, const int *grp, const bool *ok, const fd_x &x) {
     const int lane = threadIdx.x & 31, pos = fd_xpos<FMT>(lane);
     float am[N];
-#pragma unroll
-    for (int u = 0; u < N; u++) am[u] = fabsf(v[u]);
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1)
-#pragma unroll
-        for (int u = 0; u < N; u++) am[u] = fmaxf(am[u], __shfl_xor_sync(0xffffffffu, am[u], o));
     int q[N], sq[N];
-#pragma unroll
-    for (int u = 0; u < N; u++) q[u] = __float2int_rn(v[u] * (am[u] > 0.f ? 127.f / am[u] : 0.f));
-#pragma unroll
-    for (int u = 0; u < N; u++) sq[u] = __reduce_add_sync(0xffffffffu, q[u]);
+    quant_groups<N>(v, am, q, sq);
 #pragma unroll
     for (int u = 0; u < N; u++) {
         if (!ok[u]) continue;
