@@ -4,9 +4,14 @@
 // 6,144 x 4096: 2,048-byte rows):
 //   reg U:   k_mv_i8's pattern: a warp a row, U 16-byte loads a lane a batch into registers, the
 //            batches of a row one after another (U = 4 is the backend's);
+//   regp U:  persistent warps over the flat matrix, the next chunk's U loads issued before the
+//            current one is used (two chunks in flight a warp); _bN: N blocks a multiprocessor;
 //   smem S:  a block streams a run of rows through S stages of shared memory with cp.async
 //            (16 bytes a thread a piece, 16 KB a stage), the threads reading each stage after its
-//            wait: what is in flight is bounded by shared memory, not registers.
+//            wait: what is in flight is bounded by shared memory, not registers; _b1: one block
+//            a multiprocessor.
+// Run in the tenth session (NOTES.md): registers read as fast as shared memory here (gate/up
+// 3.74 TB/s, down 3.0-3.2), and the 6-9 MB matrices take ~5.5 us whatever the form.
 // Each launch reads a copy of the matrix not in L2 (copies rotated over > 4x the L2 size), timed
 // over back-to-back launches. Not a test: prints "PROBE name value unit" lines (gpu_check.sh,
 // stage mvprobe). Exit 1 on a CUDA error.
@@ -41,6 +46,28 @@ __global__ void __launch_bounds__(256) k_reg(const uint4 *__restrict__ w, int ro
     }
     for (int o = 16; o; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
     if (lane == 0) out[row] = acc;
+}
+
+/* persistent warps over the flat matrix in chunks of 32 x U vectors, the next chunk's loads issued
+ * before the current one is consumed (two chunks in flight a warp) */
+template <int U>
+__global__ void __launch_bounds__(256) k_regp(const uint4 *__restrict__ w, size_t nvec, unsigned *out) {
+    const int lane = threadIdx.x & 31;
+    const size_t nw = (size_t)gridDim.x * 8, cv = 32 * U, nch = (nvec + cv - 1) / cv;
+    size_t c = (size_t)blockIdx.x * 8 + (threadIdx.x >> 5);
+    uint4 q[U], p[U];
+    unsigned acc = 0;
+    auto load = [&](uint4 *d, size_t ch) {
+#pragma unroll
+        for (int u = 0; u < U; u++) { const size_t v = ch * cv + 32 * u + lane; d[u] = ch < nch && v < nvec ? ld_nc(w + v) : make_uint4(0, 0, 0, 0); }
+    };
+    load(q, c);
+    for (; c < nch; c += nw) {
+        load(p, c + nw);
+#pragma unroll
+        for (int u = 0; u < U; u++) { acc += q[u].x ^ q[u].y ^ q[u].z ^ q[u].w; q[u] = p[u]; }
+    }
+    if (acc == 0x12345678u) out[blockIdx.x] = acc;
 }
 
 __device__ __forceinline__ void cp16(void *s, const void *g) {
@@ -122,6 +149,17 @@ int main() {
         printf("PROBE %s_reg4 %.2f us (%.0f GB/s)\n", sh.name, us, bytes / (us * 1e-6) / 1e9);
         us = timeit([&](const uint4 *w) { k_reg<8><<<blocks, 256>>>(w, sh.rows, sh.rb, out); });
         printf("PROBE %s_reg8 %.2f us (%.0f GB/s)\n", sh.name, us, bytes / (us * 1e-6) / 1e9);
+        {
+            int bps = 0;
+            CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&bps, k_regp<4>, 256, 0));
+            const unsigned g = (unsigned)(bps * sms);
+            us = timeit([&](const uint4 *w) { k_regp<4><<<g, 256>>>(w, bytes / 16, out); });
+            printf("PROBE %s_regp4 %.2f us (%.0f GB/s, %d blocks an SM)\n", sh.name, us, bytes / (us * 1e-6) / 1e9, bps);
+            for (int bl = 1; bl <= 4; bl *= 2) {
+                us = timeit([&](const uint4 *w) { k_regp<4><<<(unsigned)(bl * sms), 256>>>(w, bytes / 16, out); });
+                printf("PROBE %s_regp4_b%d %.2f us (%.0f GB/s)\n", sh.name, bl, us, bytes / (us * 1e-6) / 1e9);
+            }
+        }
         const int S[] = {3, 6, 12};
         for (int si = 0; si < 3; si++) {
             const size_t shm = (size_t)S[si] * 16384;
@@ -132,6 +170,10 @@ int main() {
             const unsigned g = (unsigned)(bps * sms);
             us = timeit([&](const uint4 *w) { kk<<<g, 256, shm>>>(w, bytes / 16, out); });
             printf("PROBE %s_smem%d %.2f us (%.0f GB/s, %d blocks an SM)\n", sh.name, S[si], us, bytes / (us * 1e-6) / 1e9, bps);
+            if (bps > 1) {
+                us = timeit([&](const uint4 *w) { kk<<<(unsigned)sms, 256, shm>>>(w, bytes / 16, out); });
+                printf("PROBE %s_smem%d_b1 %.2f us (%.0f GB/s)\n", sh.name, S[si], us, bytes / (us * 1e-6) / 1e9);
+            }
         }
     }
     printf("PROBE done 1 ok\n");
