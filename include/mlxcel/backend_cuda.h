@@ -109,6 +109,15 @@ bool mx_backend_cuda_set_gemm_rot(mx_backend *b, bool on);
 int mx_backend_cuda_set_gemm_sk(mx_backend *b, int mode, int grid);
 /* How many products ran that way so far (tests). */
 int mx_backend_cuda_sk_launches(mx_backend *b);
+/* The batch-1 q4/q8 matvec on weights bulk-copied into shared memory (MLXCEL_CUDA_MV_RING, on by
+ * default on sm_90 and later; rows of at most 4096 columns): one block a multiprocessor, a ring of
+ * slots a warp. on false: the register form (k_mv_i8) for all; kb, warps, slot > 0 set the ring's
+ * kilobytes a block, warps a block and the most code bytes a slot takes (as
+ * MLXCEL_CUDA_MV_RING_KB, _WARPS, _SLOT; 0 keeps the current value). The results are bit for bit
+ * those of the register form. Returns the previous on/off. */
+bool mx_backend_cuda_set_mv_ring(mx_backend *b, bool on, int kb, int warps, int slot);
+/* How many products ran that way so far (tests). */
+int mx_backend_cuda_ring_launches(mx_backend *b);
 /* On by default (MLXCEL_CUDA_SUM_NORM=0 at init turns it off; Llama-8B, 128 sequences: 13,525
  * against 13,266 tok/s on the H200): a product split along k by the GEMM on packed q4 weights (one weight, no bias,
  * 17..128 rows of x), then an add of its output, then an rmsnorm of that sum: the rmsnorm reads

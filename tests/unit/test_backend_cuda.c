@@ -51,7 +51,9 @@ static void test_select(void) {
                                          {"MLXCEL_CUDA_SUM_QKV", "on"}, {"MLXCEL_CUDA_GRAPHS", "2"},
                                          {"MLXCEL_CUDA_ATT_GQ", "yes"}, {"MLXCEL_CUDA_FUSED", "on"},
                                          {"MLXCEL_CUDA_FUSED_PF", "65"}, {"MLXCEL_CUDA_FUSED_PF", "-1"},
-                                         {"MLXCEL_CUDA_GEMM_SK", "auto"}};
+                                         {"MLXCEL_CUDA_GEMM_SK", "auto"}, {"MLXCEL_CUDA_MV_RING", "yes"},
+                                         {"MLXCEL_CUDA_MV_RING_KB", "500"}, {"MLXCEL_CUDA_MV_RING_WARPS", "0"},
+                                         {"MLXCEL_CUDA_MV_RING_SLOT", "32k"}};
     unsetenv("MLXCEL_DEVICE");
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         setenv(bad[i][0], bad[i][1], 1);
@@ -64,8 +66,11 @@ static void test_select(void) {
     setenv("MLXCEL_CUDA_ATTN_DEC", "lanes", 1); setenv("MLXCEL_CUDA_GEMM", "wgmma", 1); setenv("MLXCEL_CUDA_GEMM_ROT", "0", 1); setenv("MLXCEL_CUDA_GEMM_PAIR", "0", 1); setenv("MLXCEL_CUDA_SUM_NORM", "0", 1);
     setenv("MLXCEL_CUDA_GRAPHS", "auto", 1); setenv("MLXCEL_CUDA_SUM_QKV", "0", 1); setenv("MLXCEL_CUDA_ATT_GQ", "0", 1);
     setenv("MLXCEL_CUDA_FUSED", "1", 1); setenv("MLXCEL_CUDA_FUSED_PF", "4", 1); setenv("MLXCEL_CUDA_GEMM_SK", "0", 1);
+    setenv("MLXCEL_CUDA_MV_RING", "0", 1); setenv("MLXCEL_CUDA_MV_RING_KB", "64", 1); setenv("MLXCEL_CUDA_MV_RING_WARPS", "8", 1);
+    setenv("MLXCEL_CUDA_MV_RING_SLOT", "16384", 1);
     TCHECK(mx_backend_cuda_check_env() == MX_OK, "good switches refused: %s", mx_last_error());
     unsetenv("MLXCEL_CUDA_FUSED"); unsetenv("MLXCEL_CUDA_FUSED_PF"); unsetenv("MLXCEL_CUDA_GEMM_SK");
+    unsetenv("MLXCEL_CUDA_MV_RING"); unsetenv("MLXCEL_CUDA_MV_RING_KB"); unsetenv("MLXCEL_CUDA_MV_RING_WARPS"); unsetenv("MLXCEL_CUDA_MV_RING_SLOT");
     unsetenv("MLXCEL_CUDA_ATTN_DEC"); unsetenv("MLXCEL_CUDA_GEMM"); unsetenv("MLXCEL_CUDA_GEMM_ROT"); unsetenv("MLXCEL_CUDA_GEMM_PAIR"); unsetenv("MLXCEL_CUDA_SUM_NORM"); unsetenv("MLXCEL_CUDA_GRAPHS"); unsetenv("MLXCEL_CUDA_SUM_QKV"); unsetenv("MLXCEL_CUDA_ATT_GQ");
     setenv("MLXCEL_CUDA_ATTN", "", 1);   /* empty: the default */
     TCHECK(mx_backend_cuda_check_env() == MX_OK, "empty switch refused: %s", mx_last_error());
@@ -920,6 +925,82 @@ static const sk_case g_sk[] = {
     {"cuda_gemm_sk_auto_gate_up_14336", 14336, 14336, 4096, 20, false, {0}},
 };
 
+/* The batch-1 q4/q8 matvec on bulk-copied weights (k_mv_ring): nw weights of one format (a set
+ * through matmul_multi when nw > 1) against the CPU and bit for bit against the register form
+ * (k_mv_i8, ring off), with the default ring and with small rings (kb, warps, slot bytes) whose
+ * slots are reused many times (the mbarrier phases wrap), 1, 2 and 4 rows a slot, runs not a
+ * multiple of the rows a slot; a launch counted where it applies (sm_90 and later, rows of at
+ * most 4096 columns, two slots a warp), none elsewhere; twice bit for bit. */
+/* the defaults (backend_cuda.cu's MR_RING_KB, MR_WARPS, MR_SLOT), restored after each case */
+#define MR_DEF_KB 192
+#define MR_DEF_WARPS 16
+#define MR_DEF_SLOT 4096
+typedef struct { const char *name; int rows[3], cols, bits, gs; mx_dtype dt; bool bias; int kb, warps, slot; bool taken; } rg_case;
+static void check_ring(const rg_case *rc) {
+    int nw = 0;
+    while (nw < 3 && rc->rows[nw] > 0) nw++;
+    const int K = rc->cols;
+    tw t[3];
+    const mx_weight *ws[3];
+    int64_t tot = 0, off[3];
+    for (int k = 0; k < nw; k++) {
+        tw_make(&t[k], rc->rows[k], K, rc->bits, rc->gs, rc->dt, rc->bias && k == 0);
+        TREQUIRE(G.i->weight_prepare(G.ctx, &t[k].w) == MX_OK, "prepare: %s", mx_last_error());
+        ws[k] = &t[k].w; off[k] = tot; tot += rc->rows[k];
+    }
+    float *x = malloc((size_t)K * 4), *ref = malloc((size_t)tot * 4);
+    fill(x, K, 1.f);
+    float *cy[3];
+    for (int k = 0; k < nw; k++) cy[k] = ref + off[k];
+    C.i->matmul_multi(C.ctx, nw, ws, x, cy, 1);
+    float *dx = gup(x, K), *out[3] = {NULL, NULL, NULL};
+    char desc[300];
+    mx_backend_cuda_describe(&G, desc, sizeof desc);
+    const bool sm90 = !strstr(desc, "sm_8") && !strstr(desc, "sm_7");
+    /* run 0: the register form; 1, 2: the ring with this case's geometry */
+    for (int run = 0; run < 3; run++) {
+        const bool was = mx_backend_cuda_set_mv_ring(&G, run > 0, run ? rc->kb : 0, run ? rc->warps : 0, run ? rc->slot : 0);
+        float *dy = gnan(tot), *gy[3];
+        for (int k = 0; k < nw; k++) gy[k] = dy + off[k];
+        const int before = mx_backend_cuda_ring_launches(&G);
+        if (nw > 1) G.i->matmul_multi(G.ctx, nw, ws, dx, gy, 1);
+        else G.i->matmul(G.ctx, ws[0], dx, dy, 1);
+        out[run] = gdown(dy, tot);
+        const int got = mx_backend_cuda_ring_launches(&G) - before, want = run > 0 && sm90 && rc->taken ? 1 : 0;
+        TCHECK(got == want, "run %d: %d ring launches, expected %d", run, got, want);
+        mx_backend_cuda_set_mv_ring(&G, was, MR_DEF_KB, MR_DEF_WARPS, MR_DEF_SLOT);
+        G.i->free(G.ctx, dy);
+        const double e = relerr(out[run], ref, tot);
+        TCHECK(e < 1e-2, "run %d: rel err %.3g against the CPU (y[0] %g, ref %g)", run, e, out[run][0], ref[0]);
+    }
+    int64_t diff = 0, first = -1;
+    for (int64_t i = 0; i < tot; i++)
+        if (memcmp(&out[1][i], &out[0][i], 4)) { diff++; if (first < 0) first = i; }
+    TCHECK(diff == 0, "%lld of %lld outputs differ from the register form (first %lld: %.9g against %.9g)", (long long)diff,
+           (long long)tot, (long long)first, first >= 0 ? out[1][first] : 0.f, first >= 0 ? out[0][first] : 0.f);
+    TCHECK(!memcmp(out[1], out[2], (size_t)tot * 4), "two launches differ");
+    TCHECK(mx_backend_cuda_status(&G) == MX_OK, "status: %s", mx_last_error());
+    for (int i = 0; i < 3; i++) free(out[i]);
+    G.i->free(G.ctx, dx);
+    free(x); free(ref);
+    for (int k = 0; k < nw; k++) tw_free(&t[k]);
+}
+static const rg_case g_rg[] = {
+    {"cuda_ring_q4_g64_4096", {1000}, 4096, 4, 64, MX_DTYPE_BF16, true, 0, 0, 0, true},             /* 2 rows a slot */
+    {"cuda_ring_q4_g64_4096_small", {3000}, 4096, 4, 64, MX_DTYPE_BF16, true, 16, 2, 4096, true},   /* a row a slot, wraps */
+    {"cuda_ring_q4_g64_4096_many_rows", {20000}, 4096, 4, 64, MX_DTYPE_BF16, false, 0, 0, 0, true}, /* wraps */
+    {"cuda_ring_q4_g128_f16_2048", {1777}, 2048, 4, 128, MX_DTYPE_F16, false, 12, 3, 2048, true},   /* wraps */
+    {"cuda_ring_q8_g32_4096", {513}, 4096, 8, 32, MX_DTYPE_BF16, true, 0, 0, 0, true},
+    {"cuda_ring_q8_g64_f16_2048", {300}, 2048, 8, 64, MX_DTYPE_F16, false, 0, 0, 0, true},
+    {"cuda_ring_q4_g64_1024_rows4", {151}, 1024, 4, 64, MX_DTYPE_BF16, true, 0, 0, 0, true},        /* 151 = 4 x 37 + 3 */
+    {"cuda_ring_q4_g32_f16_1024_small", {3000}, 1024, 4, 32, MX_DTYPE_F16, false, 8, 1, 512, true}, /* wraps */
+    {"cuda_ring_set_qkv", {1024, 256, 256}, 4096, 4, 64, MX_DTYPE_BF16, false, 0, 0, 0, true},
+    {"cuda_ring_set_gate_up_small", {1500, 1500}, 1024, 4, 64, MX_DTYPE_BF16, false, 8, 1, 512, true},
+    /* not taken: rows of more than 4096 columns; a ring too small for two slots a warp */
+    {"cuda_ring_not_14336", {64}, 14336, 4, 64, MX_DTYPE_BF16, false, 0, 0, 0, false},
+    {"cuda_ring_not_small_ring", {300}, 4096, 4, 64, MX_DTYPE_BF16, false, 8, 16, 0, false},
+};
+
 /* A q4 product split along k, an add of its output, an rmsnorm of the sum (a residual stream):
  * with MLXCEL_CUDA_SUM_NORM the rmsnorm reads the split's partial sums (counted); the normed rows,
  * the sum and the product's output are bit for bit those of the three ops without it (and all
@@ -1645,11 +1726,83 @@ static void bench_model(shape s, int bits, double copy_gbs) {
     bm_free(&m);
 }
 
+/* The batch-1 q4 products of a decode step (Llama-3.1-8B and Qwen3-0.6B shapes, sets as the
+ * models launch them) through the register form and k_mv_ring with ring geometries (kb, warps,
+ * slot bytes): us a launch, back to back, over enough copies that L2 holds none. Ring
+ * geometries from MLXCEL_BENCH_RINGS ("kb/warps/slot,..."), else a built-in list. */
+static void bench_ring(double copy_gbs) {
+    struct { const char *nm; int rows[3], cols; } shp[] = {
+        {"l8-qkv", {4096, 1024, 1024}, 4096}, {"l8-o", {4096}, 4096}, {"l8-gate_up", {14336, 14336}, 4096},
+        {"l8-down", {4096}, 14336}, {"l8-head", {128256}, 4096},
+        {"q06-qkv", {2048, 1024, 1024}, 1024}, {"q06-o", {1024}, 2048}, {"q06-gate_up", {3072, 3072}, 1024},
+        {"q06-down", {1024}, 3072}, {"q06-head", {151936}, 1024}};
+    int cfg[16][3], ncfg = 0;
+    cfg[ncfg][0] = 0; cfg[ncfg][1] = 0; cfg[ncfg][2] = 0; ncfg++;   /* the register form */
+    const char *e = getenv("MLXCEL_BENCH_RINGS");
+    if (!e || !*e) e = "192/16/4096,192/16/8192,220/16/4096,160/16/4096,192/16/2048";
+    while (*e && ncfg < 16) {
+        int kb, wp, it, used = 0;
+        if (sscanf(e, "%d/%d/%d%n", &kb, &wp, &it, &used) != 3) break;
+        cfg[ncfg][0] = kb; cfg[ncfg][1] = wp; cfg[ncfg][2] = it; ncfg++;
+        e += used;
+        if (*e == ',') e++;
+    }
+    printf("\n%-12s %-14s %10s %9s %7s %6s\n", "shape", "ring", "us/call", "GB/s", "of copy", "ring?");
+    for (size_t si = 0; si < sizeof shp / sizeof shp[0]; si++) {
+        int nw = 0;
+        int64_t tot = 0;
+        while (nw < 3 && shp[si].rows[nw] > 0) tot += shp[si].rows[nw++];
+        const int K = shp[si].cols;
+        const double bytes = (double)tot * K * (0.5 + 4.0 / 64);
+        int nc = (int)(160e6 / bytes) + 1;
+        if (nc < 2) nc = 2;
+        if (nc > 64) nc = 64;
+        tw *t = malloc(sizeof(tw) * (size_t)nc * nw);
+        for (int i = 0; i < nc * nw; i++) {
+            tw_make(&t[i], shp[si].rows[i % nw], K, 4, 64, MX_DTYPE_BF16, false);
+            G.i->weight_prepare(G.ctx, &t[i].w);
+            tw_free(&t[i]);
+        }
+        float *x = malloc((size_t)K * 4);
+        fill(x, K, 1.f);
+        float *dx = gup(x, K), *dy = gnan(tot), *ys[3];
+        int64_t o = 0;
+        for (int k = 0; k < nw; k++) { ys[k] = dy + o; o += shp[si].rows[k]; }
+        for (int ci = 0; ci < ncfg; ci++) {
+            const bool was = mx_backend_cuda_set_mv_ring(&G, cfg[ci][0] > 0, cfg[ci][0], cfg[ci][1], cfg[ci][2]);
+            const int reps = 60;
+            int r0 = 0;
+            double t0 = 0;
+            for (int r = -nc; r < reps; r++) {
+                if (r == 0) { G.i->sync(G.ctx); t0 = mx_time_s(); r0 = mx_backend_cuda_ring_launches(&G); }
+                const mx_weight *ws[3];
+                const int c = (r + nc) % nc;
+                for (int k = 0; k < nw; k++) ws[k] = &t[c * nw + k].w;
+                if (nw > 1) G.i->matmul_multi(G.ctx, nw, ws, dx, ys, 1);
+                else G.i->matmul(G.ctx, ws[0], dx, dy, 1);
+            }
+            G.i->sync(G.ctx);
+            const double us = (mx_time_s() - t0) / reps * 1e6;
+            const int rl = mx_backend_cuda_ring_launches(&G) - r0;
+            char rn[32];
+            if (cfg[ci][0]) snprintf(rn, sizeof rn, "%d/%d/%d", cfg[ci][0], cfg[ci][1], cfg[ci][2]);
+            else snprintf(rn, sizeof rn, "registers");
+            printf("RING %-12s %-14s %10.2f %9.0f %6.0f%% %6s\n", shp[si].nm, rn, us, bytes / us / 1e3,
+                   100.0 * bytes / us / 1e3 / copy_gbs, rl == reps ? "yes" : rl ? "some" : "no");
+            mx_backend_cuda_set_mv_ring(&G, was, MR_DEF_KB, MR_DEF_WARPS, MR_DEF_SLOT);
+        }
+        fflush(stdout);
+        G.i->free(G.ctx, dx); G.i->free(G.ctx, dy); free(x);
+        free(t);
+    }
+}
+
 static int run_bench(bool mv_only) {
     double copy = mx_backend_cuda_bench_copy(&G, (size_t)2 << 30);
     printf("device-to-device copy: %.0f GB/s (read + write)\n", copy);
     bench_matvec(copy);
     if (mv_only) return 0;
+    bench_ring(copy);
     bench_model(SH_QWEN06, 4, copy);
     bench_model(SH_LLAMA8B, 4, copy);
     bench_model(SH_LLAMA8B, 0, copy);
@@ -1668,7 +1821,7 @@ static void run_att_cases(const char *sfx) {
 int main(int argc, char **argv) {
     (void)argc; (void)argv;
 #ifdef MLXCEL_HAVE_CUDA
-    bool bench = argc > 1 && (!strcmp(argv[1], "--bench") || !strcmp(argv[1], "--bench-mv"));
+    bool bench = argc > 1 && (!strcmp(argv[1], "--bench") || !strcmp(argv[1], "--bench-mv") || !strcmp(argv[1], "--bench-ring"));
     if (argc > 1 && !strcmp(argv[1], "--bench-copy")) {   /* the copy-rate ceiling alone */
         if (mx_backend_cuda_init(&G) != MX_OK) return 1;
         printf("device-to-device copy: %.0f GB/s (read + write)\n", mx_backend_cuda_bench_copy(&G, (size_t)2 << 30));
@@ -1687,6 +1840,12 @@ int main(int argc, char **argv) {
     char d[300];
     mx_backend_cuda_describe(&G, d, sizeof d);
     printf("# %s\n", d);
+    if (bench && !strcmp(argv[1], "--bench-ring")) {   /* the batch-1 q4 products alone, by ring geometry */
+        bench_ring(mx_backend_cuda_bench_copy(&G, (size_t)2 << 30));
+        const int rc = mx_backend_cuda_status(&G) == MX_OK ? 0 : 1;
+        mx_backend_cuda_free(&G);
+        return rc;
+    }
     if (bench) { int rc = run_bench(!strcmp(argv[1], "--bench-mv")); mx_backend_cuda_free(&G); return rc; }
     if (mx_backend_cpu_init(&C) != MX_OK) { printf("FAIL cpu_init: %s\n", mx_last_error()); return 1; }
     for (size_t i = 0; i < sizeof g_mm / sizeof g_mm[0]; i++) RUN_NAMED(g_mm[i].name, check_matmul, &g_mm[i]);
@@ -1723,6 +1882,7 @@ int main(int argc, char **argv) {
     RUN(test_gq_forms);
     for (size_t i = 0; i < sizeof g_pair / sizeof g_pair[0]; i++) RUN_NAMED(g_pair[i].name, check_pair, &g_pair[i]);
     for (size_t i = 0; i < sizeof g_sk / sizeof g_sk[0]; i++) RUN_NAMED(g_sk[i].name, check_strk, &g_sk[i]);
+    for (size_t i = 0; i < sizeof g_rg / sizeof g_rg[0]; i++) RUN_NAMED(g_rg[i].name, check_ring, &g_rg[i]);
     for (size_t i = 0; i < sizeof g_sn / sizeof g_sn[0]; i++) RUN_NAMED(g_sn[i].name, check_sum_norm, &g_sn[i]);
     for (size_t i = 0; i < sizeof g_sq / sizeof g_sq[0]; i++) RUN_NAMED(g_sq[i].name, check_sum_qkv, &g_sq[i]);
     for (size_t i = 0; i < sizeof g_emb / sizeof g_emb[0]; i++) RUN_NAMED(g_emb[i].name, check_embed, &g_emb[i]);

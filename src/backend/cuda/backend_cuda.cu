@@ -157,6 +157,10 @@ struct cu_ctx {
     int wg_bps[2][2];                      /* k_gemm_wg<64 | 128, 2 | 4 warpgroups>: blocks a multiprocessor
                                             * holds, [nwg == 4][bn == 128] */
     void *xq; size_t xq_cap;               /* activations quantized to int8 (k_quant_x) */
+    int mr_on;                             /* batch-1 q4/q8 matvecs through k_mv_ring (MLXCEL_CUDA_MV_RING) */
+    int mr_kb, mr_slot, mr_warps;          /* its ring (KB a block), most code bytes a slot, warps a block */
+    int n_ring;                            /* its launches (tests) */
+    unsigned mr_attr;                      /* its forms whose shared-memory limit was raised (bit a form) */
     void *tk; size_t tk_cap;               /* topk: device results + scratch */
     void *tkh; size_t tkh_cap;             /* topk: pinned host copy of the results */
     bool mv_f32;                           /* MLXCEL_PRECISE=1 / MLXCEL_CUDA_MV=f32: f32 matvecs */
@@ -228,11 +232,18 @@ static pdl_launch<KArgs...> PL(cu_ctx *c, void (*k)(KArgs...), dim3 g, dim3 b, s
     return l;
 }
 
+/* k_mv_ring's defaults (MLXCEL_CUDA_MV_RING_KB, _SLOT, _WARPS): the ring's shared memory a block,
+ * the most bytes of codes a slot takes (up to 4 rows a slot), warps a block */
+#define MR_RING_KB 192
+#define MR_RING_KB_MAX 220
+#define MR_SLOT 4096
+#define MR_WARPS 16
+
 /* The MLXCEL_CUDA_* switches, each checked against its values in one place: unset or empty means
  * the default; anything else is an error naming the variable and what it takes. */
 enum { GM_AUTO, GM_CUBLAS, GM_MMA, GM_WG, GM_NMODES };   /* MLXCEL_CUDA_GEMM, in k_gemm_modes' order */
 static const char *const k_gemm_modes[] = {"auto", "cublas", "mma", "wgmma"};
-struct cu_switches { int attn, attn_dec, gqa, gemm, gemm_rot, gemm_sk, gemm_pair, sum_norm, sum_qkv, att_gq, pdl, mv, profile, kv, graphs, fused; long dq_mb, fused_pf; };   /* kv: checked here, read by kv_init */
+struct cu_switches { int attn, attn_dec, gqa, gemm, gemm_rot, gemm_sk, gemm_pair, sum_norm, sum_qkv, att_gq, pdl, mv, profile, kv, graphs, fused, mv_ring; long dq_mb, fused_pf, mr_kb, mr_slot, mr_warps; };   /* kv: checked here, read by kv_init */
 static mx_status env_choice(const char *name, const char *const *vals, int n, int def, int *out) {
     const char *e = getenv(name);
     *out = def;
@@ -279,9 +290,13 @@ static mx_status read_switches(cu_switches *sw) {
         (st = env_choice("MLXCEL_CUDA_PROFILE", onoff, 2, 0, &sw->profile)) ||
         (st = env_choice("MLXCEL_CUDA_KV", kv, 2, 0, &sw->kv)) ||
         (st = env_choice("MLXCEL_CUDA_GRAPHS", graphs, 3, 2, &sw->graphs)) ||
-        (st = env_choice("MLXCEL_CUDA_FUSED", onoff, 2, 0, &sw->fused)))
+        (st = env_choice("MLXCEL_CUDA_FUSED", onoff, 2, 0, &sw->fused)) ||
+        (st = env_choice("MLXCEL_CUDA_MV_RING", onoff, 2, 1, &sw->mv_ring)))
         return st;
     if ((st = env_long("MLXCEL_CUDA_FUSED_PF", 0, 64, 0, "chunks", &sw->fused_pf)) ||
+        (st = env_long("MLXCEL_CUDA_MV_RING_KB", 8, MR_RING_KB_MAX, MR_RING_KB, "KB", &sw->mr_kb)) ||
+        (st = env_long("MLXCEL_CUDA_MV_RING_SLOT", 512, 65536, MR_SLOT, "bytes", &sw->mr_slot)) ||
+        (st = env_long("MLXCEL_CUDA_MV_RING_WARPS", 1, 16, MR_WARPS, "warps", &sw->mr_warps)) ||
         (st = env_long("MLXCEL_CUDA_DQ_MB", 1, 65536, 256, "MiB", &sw->dq_mb)))
         return st;
     return MX_OK;
@@ -1569,6 +1584,7 @@ k_gemm_wg(const gq_set set, const __nv_bfloat16 *__restrict__ x, int cols, int n
 /* Any layout, any n: one warp per (row, x row); used for bit widths other than 4/8 and for
  * shapes the vector kernels do not take (cols not a multiple of 32). */
 #include "backend/cuda/fused_decode.cuh"   /* the decode_layers kernel */
+#include "backend/cuda/mv_ring.cuh"        /* the batch-1 matvec on bulk-copied weights */
 
 template <typename ST>
 __global__ void k_mv_generic(cu_weight w, const float *__restrict__ x, float *__restrict__ y, int n) {
@@ -2939,6 +2955,70 @@ static bool mv_i8_ok(const cu_ctx *c, const cu_weight *w, const cu_weight *w0, i
     case 3: PL(c, k_mv_i8<BITS, ST, 2, 8>, blk, MV_WARPS * 32, 0)(set, xq, xds, cols, gsh, n); break; \
     default: PL(c, k_mv_i8<BITS, ST, 2, 16>, blk, MV_WARPS * 32, 0)(set, xq, xds, cols, gsh, n); break; }
 
+/* The batch-1 form on bulk-copied weights (k_mv_ring, mv_ring.cuh): false (nothing launched)
+ * where it does not apply (switched off, a device before sm_90, rows longer than 4096 columns,
+ * rows or pointers not 16-byte aligned for the copies, a ring that holds neither all of a warp's
+ * items nor two slots). The weights share the format (mv_i8_ok). */
+static bool mv_ring(cu_ctx *c, int nw, const cu_weight *const *w, const int8_t *xq, const float2 *xds, float *const *ys) {
+    const int64_t K = w[0]->cols;
+    if (!c->mr_on || c->prop.major < 9 || K > 4096) return false;
+    const int bits = w[0]->bits, gs = (int)w[0]->gs, gsh = log2_exact(w[0]->gs);
+    mr_set set;
+    memset(&set, 0, sizeof set);
+    set.row_wb = (int)(K * bits / 8); set.row_sb = (int)(K / gs * 2); set.ng = (int)(K / 32);
+    if (set.row_wb % 16 || set.row_sb % 16) return false;
+    for (int k = 0; k < nw; k++)
+        if (((uintptr_t)w[k]->w | (uintptr_t)w[k]->scales | (uintptr_t)w[k]->biases) & 15) return false;
+    /* rows a slot: the most (4, 2, 1) whose codes fit the slot cap and leave two slots a warp */
+    const int nwarp = c->mr_warps, ring = c->mr_kb << 10;
+    int rs = 4;
+    while (rs > 1 && (rs * set.row_wb > c->mr_slot || ring / (nwarp * (rs * (set.row_wb + 2 * set.row_sb) + 8)) < 2)) rs /= 2;
+    set.slot_b = rs * (set.row_wb + 2 * set.row_sb);
+    /* blocks: one a multiprocessor (all resident at once), dealt to the weights by their rows */
+    const int nsm = c->prop.multiProcessorCount;
+    int64_t tot = 0, run = 0;   /* run: the most rows a block takes */
+    for (int k = 0; k < nw; k++) tot += w[k]->rows;
+    int blk = 0;
+    for (int k = 0; k < nw; k++) {
+        int64_t nb = w[k]->rows * nsm / tot;
+        if (nb < 1) nb = 1;
+        if (nb > (w[k]->rows + rs - 1) / rs) nb = (w[k]->rows + rs - 1) / rs;
+        if ((w[k]->rows + nb - 1) / nb > run) run = (w[k]->rows + nb - 1) / nb;
+        set.W[k] = (const uint8_t *)w[k]->w; set.S[k] = (const uint8_t *)w[k]->scales; set.B[k] = (const uint8_t *)w[k]->biases;
+        set.bias[k] = w[k]->bias; set.y[k] = ys[k]; set.rows[k] = (int)w[k]->rows; set.blk0[k] = blk;
+        blk += (int)nb;
+    }
+    set.blk0[nw] = blk; set.nw = nw;
+    /* slots: as many as the ring holds, but no more than a warp's items (a small matrix then takes
+     * less shared memory, so its blocks fit beside the kernel before it and all its copies go out
+     * at once, before that kernel ends); fewer than a warp's items need two at least */
+    const int need = (int)(((run + rs - 1) / rs + nwarp - 1) / nwarp);
+    set.slots = ring / (nwarp * (set.slot_b + 8));
+    if (set.slots > MR_MAXSLOTS) set.slots = MR_MAXSLOTS;
+    if (set.slots >= need) set.slots = need;
+    else if (set.slots < 2) return false;
+    const size_t shm = (size_t)nwarp * set.slots * (set.slot_b + 8);
+    const bool bf = w[0]->sdt == SDT_BF16;
+    typedef void (*mr_fn)(const mr_set, const int8_t *, const float2 *, int);
+#define MR_RS(B, T) {k_mv_ring<B, T, 1>, k_mv_ring<B, T, 2>, k_mv_ring<B, T, 4>}
+    static const mr_fn forms[2][2][3] = {{MR_RS(4, __half), MR_RS(4, __nv_bfloat16)}, {MR_RS(8, __half), MR_RS(8, __nv_bfloat16)}};
+#undef MR_RS
+    const int ri = rs == 4 ? 2 : rs == 2 ? 1 : 0, form = ((bits == 8) * 2 + bf) * 3 + ri;
+    const mr_fn kf = forms[bits == 8][bf][ri];
+    if (!(c->mr_attr & (1u << form))) {
+        if (cudaFuncSetAttribute(kf, cudaFuncAttributeMaxDynamicSharedMemorySize, MR_RING_KB_MAX << 10) != cudaSuccess) {
+            cudaGetLastError();
+            c->mr_on = 0;   /* (not on this device: the register form from now on) */
+            return false;
+        }
+        c->mr_attr |= 1u << form;
+    }
+    PL(c, kf, (unsigned)blk, nwarp * 32, shm)(set, xq, xds, gsh);
+    LAUNCHED(c, "matvec (int8 activations, bulk-copied weights)");
+    c->n_ring++;
+    return true;
+}
+
 /* nw (<= 4) q4/q8 weights of one format on x [n, cols] through int8 activations, one quantize
  * and one matvec launch. False (nothing launched) when the weights do not qualify. */
 static bool mv_i8(cu_ctx *c, int nw, const cu_weight *const *w, const float *x, float *const *ys, int n) {
@@ -2953,6 +3033,7 @@ static bool mv_i8(cu_ctx *c, int nw, const cu_weight *const *w, const float *x, 
         LAUNCHED(c, "quantize activations");
         c->xq_src = x; c->xq_count = (int64_t)n * cols;
     }
+    if (n == 1 && mv_ring(c, nw, w, xq, xds, ys)) return true;
     mv_set set;
     memset(&set, 0, sizeof set);
     unsigned blk = 0;
@@ -4284,6 +4365,8 @@ extern "C" mx_status mx_backend_cuda_init(mx_backend *out) {
         c->graph_auto_bytes = (int64_t)1 << 30;
         c->fused = sw.fused;
         c->fused_pf = (int)sw.fused_pf;
+        c->mr_on = sw.mv_ring;
+        c->mr_kb = (int)sw.mr_kb; c->mr_slot = (int)sw.mr_slot; c->mr_warps = (int)sw.mr_warps;
     }
     if ((e = cudaStreamCreateWithFlags(&c->st, cudaStreamNonBlocking)) != cudaSuccess) {
         free(c);
@@ -4423,6 +4506,16 @@ extern "C" int mx_backend_cuda_set_gemm_sk(mx_backend *b, int mode, int grid) {
     return was;
 }
 extern "C" int mx_backend_cuda_sk_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_strk; }
+extern "C" bool mx_backend_cuda_set_mv_ring(mx_backend *b, bool on, int kb, int warps, int slot) {
+    cu_ctx *c = switch_ctx(b);
+    const bool was = c->mr_on != 0;
+    c->mr_on = on;
+    if (kb > 0) c->mr_kb = kb < 8 ? 8 : kb > MR_RING_KB_MAX ? MR_RING_KB_MAX : kb;
+    if (warps > 0) c->mr_warps = warps > 16 ? 16 : warps;
+    if (slot > 0) c->mr_slot = slot < 512 ? 512 : slot > 65536 ? 65536 : slot;
+    return was;
+}
+extern "C" int mx_backend_cuda_ring_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_ring; }
 extern "C" void mx_backend_cuda_set_sum_norm(mx_backend *b, bool on) { switch_ctx(b)->sum_norm = on; }
 extern "C" void mx_backend_cuda_set_sum_qkv(mx_backend *b, bool on) { switch_ctx(b)->sum_qkv = on; }
 extern "C" int mx_backend_cuda_sum_qkv_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_sum_qkv; }
