@@ -113,8 +113,8 @@ int mx_backend_cuda_sk_launches(mx_backend *b);
  * default on sm_90 and later; rows of at most 4096 columns): one block a multiprocessor, a ring of
  * slots a warp. on false: the register form (k_mv_i8) for all; kb, warps, slot > 0 set the ring's
  * kilobytes a block, warps a block and the most code bytes a slot takes (as
- * MLXCEL_CUDA_MV_RING_KB, _WARPS, _SLOT; 0 keeps the current value). The results are bit for bit
- * those of the register form. Returns the previous on/off. */
+ * MLXCEL_CUDA_MV_RING_KB, _WARPS, _SLOT; 0 keeps the current value, < 0 restores the one of init).
+ * The results are bit for bit those of the register form. Returns the previous on/off. */
 bool mx_backend_cuda_set_mv_ring(mx_backend *b, bool on, int kb, int warps, int slot);
 /* How many products ran that way so far (tests). */
 int mx_backend_cuda_ring_launches(mx_backend *b);

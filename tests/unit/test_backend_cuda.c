@@ -931,10 +931,6 @@ static const sk_case g_sk[] = {
  * slots are reused many times (the mbarrier phases wrap), 1, 2 and 4 rows a slot, runs not a
  * multiple of the rows a slot; a launch counted where it applies (sm_90 and later, rows of at
  * most 4096 columns, two slots a warp), none elsewhere; twice bit for bit. */
-/* the defaults (backend_cuda.cu's MR_RING_KB, MR_WARPS, MR_SLOT), restored after each case */
-#define MR_DEF_KB 192
-#define MR_DEF_WARPS 16
-#define MR_DEF_SLOT 4096
 typedef struct { const char *name; int rows[3], cols, bits, gs; mx_dtype dt; bool bias; int kb, warps, slot; bool taken; } rg_case;
 static void check_ring(const rg_case *rc) {
     int nw = 0;
@@ -968,7 +964,7 @@ static void check_ring(const rg_case *rc) {
         out[run] = gdown(dy, tot);
         const int got = mx_backend_cuda_ring_launches(&G) - before, want = run > 0 && sm90 && rc->taken ? 1 : 0;
         TCHECK(got == want, "run %d: %d ring launches, expected %d", run, got, want);
-        mx_backend_cuda_set_mv_ring(&G, was, MR_DEF_KB, MR_DEF_WARPS, MR_DEF_SLOT);
+        mx_backend_cuda_set_mv_ring(&G, was, -1, -1, -1);   /* the geometry of init */
         G.i->free(G.ctx, dy);
         const double e = relerr(out[run], ref, tot);
         TCHECK(e < 1e-2, "run %d: rel err %.3g against the CPU (y[0] %g, ref %g)", run, e, out[run][0], ref[0]);
@@ -1789,7 +1785,7 @@ static void bench_ring(double copy_gbs) {
             else snprintf(rn, sizeof rn, "registers");
             printf("RING %-12s %-14s %10.2f %9.0f %6.0f%% %6s\n", shp[si].nm, rn, us, bytes / us / 1e3,
                    100.0 * bytes / us / 1e3 / copy_gbs, rl == reps ? "yes" : rl ? "some" : "no");
-            mx_backend_cuda_set_mv_ring(&G, was, MR_DEF_KB, MR_DEF_WARPS, MR_DEF_SLOT);
+            mx_backend_cuda_set_mv_ring(&G, was, -1, -1, -1);   /* the geometry of init */
         }
         fflush(stdout);
         G.i->free(G.ctx, dx); G.i->free(G.ctx, dy); free(x);

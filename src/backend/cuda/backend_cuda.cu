@@ -159,6 +159,7 @@ struct cu_ctx {
     void *xq; size_t xq_cap;               /* activations quantized to int8 (k_quant_x) */
     int mr_on;                             /* batch-1 q4/q8 matvecs through k_mv_ring (MLXCEL_CUDA_MV_RING) */
     int mr_kb, mr_slot, mr_warps;          /* its ring (KB a block), most code bytes a slot, warps a block */
+    int mr_init[3];                        /* those three as init set them (the switches) */
     int n_ring;                            /* its launches (tests) */
     unsigned mr_attr;                      /* its forms whose shared-memory limit was raised (bit a form) */
     void *tk; size_t tk_cap;               /* topk: device results + scratch */
@@ -2971,8 +2972,9 @@ static bool mv_ring(cu_ctx *c, int nw, const cu_weight *const *w, const int8_t *
         if (((uintptr_t)w[k]->w | (uintptr_t)w[k]->scales | (uintptr_t)w[k]->biases) & 15) return false;
     /* rows a slot: the most (4, 2, 1) whose codes fit the slot cap and leave two slots a warp */
     const int nwarp = c->mr_warps, ring = c->mr_kb << 10;
+    auto slots_of = [&](int r) { return ring / (nwarp * (r * (set.row_wb + 2 * set.row_sb) + 8)); };   /* (+8: a slot's mbarrier) */
     int rs = 4;
-    while (rs > 1 && (rs * set.row_wb > c->mr_slot || ring / (nwarp * (rs * (set.row_wb + 2 * set.row_sb) + 8)) < 2)) rs /= 2;
+    while (rs > 1 && (rs * set.row_wb > c->mr_slot || slots_of(rs) < 2)) rs /= 2;
     set.slot_b = rs * (set.row_wb + 2 * set.row_sb);
     /* blocks: one a multiprocessor (all resident at once), dealt to the weights by their rows */
     const int nsm = c->prop.multiProcessorCount;
@@ -2993,7 +2995,7 @@ static bool mv_ring(cu_ctx *c, int nw, const cu_weight *const *w, const int8_t *
      * less shared memory, so its blocks fit beside the kernel before it and all its copies go out
      * at once, before that kernel ends); fewer than a warp's items need two at least */
     const int need = (int)(((run + rs - 1) / rs + nwarp - 1) / nwarp);
-    set.slots = ring / (nwarp * (set.slot_b + 8));
+    set.slots = slots_of(rs);
     if (set.slots > MR_MAXSLOTS) set.slots = MR_MAXSLOTS;
     if (set.slots >= need) set.slots = need;
     else if (set.slots < 2) return false;
@@ -4367,6 +4369,7 @@ extern "C" mx_status mx_backend_cuda_init(mx_backend *out) {
         c->fused_pf = (int)sw.fused_pf;
         c->mr_on = sw.mv_ring;
         c->mr_kb = (int)sw.mr_kb; c->mr_slot = (int)sw.mr_slot; c->mr_warps = (int)sw.mr_warps;
+        c->mr_init[0] = c->mr_kb; c->mr_init[1] = c->mr_warps; c->mr_init[2] = c->mr_slot;
     }
     if ((e = cudaStreamCreateWithFlags(&c->st, cudaStreamNonBlocking)) != cudaSuccess) {
         free(c);
@@ -4511,8 +4514,11 @@ extern "C" bool mx_backend_cuda_set_mv_ring(mx_backend *b, bool on, int kb, int 
     const bool was = c->mr_on != 0;
     c->mr_on = on;
     if (kb > 0) c->mr_kb = kb < 8 ? 8 : kb > MR_RING_KB_MAX ? MR_RING_KB_MAX : kb;
+    else if (kb < 0) c->mr_kb = c->mr_init[0];
     if (warps > 0) c->mr_warps = warps > 16 ? 16 : warps;
+    else if (warps < 0) c->mr_warps = c->mr_init[1];
     if (slot > 0) c->mr_slot = slot < 512 ? 512 : slot > 65536 ? 65536 : slot;
+    else if (slot < 0) c->mr_slot = c->mr_init[2];
     return was;
 }
 extern "C" int mx_backend_cuda_ring_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_ring; }
