@@ -29,8 +29,9 @@
 #           matrix sizes), loaded into registers as k_mv_i8 does or streamed through shared memory
 #   sweep   bench rows listed in the file GPU_CHECK_SWEEP ("LABEL [VAR=VALUE...] -- bench args" a line)
 #   synth   the op-level benchmarks (test_backend_cuda --bench: matvec table, ring table, synthetic steps)
-#   ring    the batch-1 q4 products of Llama-8B and Qwen3-0.6B through k_mv_i8 and k_mv_ring's ring
-#           geometries (test_backend_cuda --bench-ring; MLXCEL_BENCH_RINGS="kb/warps/slot,...")
+#   ring    the batch-1 q4 products of Llama-8B and Qwen3-0.6B and Llama-8B's bf16 ones through the
+#           register forms and the rings' geometries (test_backend_cuda --bench-ring;
+#           MLXCEL_BENCH_RINGS="kb/warps/slot,...", MLXCEL_BENCH_SHAPES=substring, e.g. l8b-)
 #
 # The full build needs the -dev packages of scripts/setup.sh. A bare GPU machine without network
 # can take them from .deb files in .gpudeps/ (fetch them on a Debian machine with
@@ -152,7 +153,7 @@ if has models && [ $full = 1 ]; then
   # programmatic dependent launch; the q4 GEMMs on packed weights; PDL without the early release;
   # the decode attention kernel whose lanes split a head's values):
   # the same goldens through them
-  for v in MLXCEL_CUDA_ATTN=tiled "MLXCEL_CUDA_ATTN=pertoken MLXCEL_CUDA_PDL=0" MLXCEL_CUDA_GEMM=mma MLXCEL_CUDA_GEMM=wgmma MLXCEL_CUDA_GEMM=cublas MLXCEL_CUDA_PDL=1 MLXCEL_CUDA_ATTN_DEC=lanes MLXCEL_CUDA_GEMM_PAIR=1 MLXCEL_CUDA_SUM_NORM=0 MLXCEL_CUDA_SUM_QKV=0 MLXCEL_CUDA_ATT_GQ=0 MLXCEL_CUDA_GRAPHS=1 MLXCEL_CUDA_FUSED=1 MLXCEL_CUDA_MV_RING=0 ${GPU_CHECK_MODEL_VARIANTS:-}; do
+  for v in MLXCEL_CUDA_ATTN=tiled "MLXCEL_CUDA_ATTN=pertoken MLXCEL_CUDA_PDL=0" MLXCEL_CUDA_GEMM=mma MLXCEL_CUDA_GEMM=wgmma MLXCEL_CUDA_GEMM=cublas MLXCEL_CUDA_PDL=1 MLXCEL_CUDA_ATTN_DEC=lanes MLXCEL_CUDA_GEMM_PAIR=1 MLXCEL_CUDA_SUM_NORM=0 MLXCEL_CUDA_SUM_QKV=0 MLXCEL_CUDA_ATT_GQ=0 MLXCEL_CUDA_GRAPHS=1 MLXCEL_CUDA_FUSED=1 MLXCEL_CUDA_MV_RING=0 MLXCEL_CUDA_RING_NORM=0 MLXCEL_CUDA_RING_NORM=1 MLXCEL_CUDA_MV_RING_BF16=1 ${GPU_CHECK_MODEL_VARIANTS:-}; do
     # shellcheck disable=SC2086
     env MLXCEL_ROOT="$(pwd)" MLXCEL_DEVICE=gpu ${v//,/ } $B/tests/test_models >"$OUTD/models_${v%%[ ,]*}.log" 2>&1
     say "model tests (MLXCEL_DEVICE=gpu ${v//,/ }): $(grep -c '^PASS ' "$OUTD/models_${v%%[ ,]*}.log") passed, $(grep -c '^FAIL ' "$OUTD/models_${v%%[ ,]*}.log") failed"
@@ -236,6 +237,12 @@ if has bench && [ $full = 1 ]; then
   # the batch-1 q4/q8 matvecs on registers (k_mv_i8) instead of bulk-copied weights (default on)
   MLXCEL_CUDA_MV_RING=0 bench llama8b-q4-noring --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -r 3 --bandwidth
   MLXCEL_CUDA_MV_RING=0 bench qwen06-q4-noring --config $Q06 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -r 3
+  MLXCEL_CUDA_MV_RING=0 bench llama8b-bf16-noring --config $L8 --random --dtype bf16 -p 0 -n 128 -r 3 --bandwidth
+  # the batch-1 rmsnorm in the ring products' prologue: for q4/q8 products too (default: bf16 only);
+  # off (a kernel of its own); bf16 products through the ring where they do not run the norm too
+  MLXCEL_CUDA_RING_NORM=1 bench llama8b-q4-ringnorm --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -r 3
+  MLXCEL_CUDA_RING_NORM=0 bench llama8b-bf16-noringnorm --config $L8 --random --dtype bf16 -p 0 -n 128 -r 3
+  MLXCEL_CUDA_MV_RING_BF16=1 bench llama8b-bf16-ringbf-all --config $L8 --random --dtype bf16 -p 0 -n 128 -r 3
   MLXCEL_CUDA_GEMM_SK=0 bench llama8b-q4-nosk-b32 --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 32 -r 2
   MLXCEL_CUDA_GEMM_ROT=0 bench llama8b-q4-norot-b128-d128 --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 128 -d 128 -r 2
   MLXCEL_CUDA_GEMM=wgmma bench qwen06-q4-wgmma-b128-d128 --config $Q06 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 128 -d 128 -r 2

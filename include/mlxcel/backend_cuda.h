@@ -118,6 +118,16 @@ int mx_backend_cuda_sk_launches(mx_backend *b);
 bool mx_backend_cuda_set_mv_ring(mx_backend *b, bool on, int kb, int warps, int slot);
 /* How many products ran that way so far (tests). */
 int mx_backend_cuda_ring_launches(mx_backend *b);
+/* Dense bf16 batch-1 products through the ring (k_mv_ring_bf; MLXCEL_CUDA_MV_RING_BF16): 0 never,
+ * 1 ("norm", the default) only those that run the rmsnorm of their x (q/k/v, gate/up, the LM head),
+ * 2 ("1") all; returns the previous mode. */
+int mx_backend_cuda_set_mv_ring_bf16(mx_backend *b, int mode);
+/* The batch-1 rmsnorm of a product's x run in that product's prologue, one launch for both
+ * (MLXCEL_CUDA_RING_NORM): 0 never, 1 ("bf16", the default) for dense bf16 products (k_mv_ring_bf),
+ * 2 ("1") also q4/q8 ones (k_mv_ring; measured slower on Llama-8B, so not the default). Returns the
+ * previous mode. Then: how many ring launches ran the norm (tests). */
+int mx_backend_cuda_set_ring_norm(mx_backend *b, int mode);
+int mx_backend_cuda_ring_norm_launches(mx_backend *b);
 /* On by default (MLXCEL_CUDA_SUM_NORM=0 at init turns it off; Llama-8B, 128 sequences: 13,525
  * against 13,266 tok/s on the H200): a product split along k by the GEMM on packed q4 weights (one weight, no bias,
  * 17..128 rows of x), then an add of its output, then an rmsnorm of that sum: the rmsnorm reads

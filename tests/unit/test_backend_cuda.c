@@ -53,7 +53,8 @@ static void test_select(void) {
                                          {"MLXCEL_CUDA_FUSED_PF", "65"}, {"MLXCEL_CUDA_FUSED_PF", "-1"},
                                          {"MLXCEL_CUDA_GEMM_SK", "auto"}, {"MLXCEL_CUDA_MV_RING", "yes"},
                                          {"MLXCEL_CUDA_MV_RING_KB", "500"}, {"MLXCEL_CUDA_MV_RING_WARPS", "0"},
-                                         {"MLXCEL_CUDA_MV_RING_SLOT", "32k"}};
+                                         {"MLXCEL_CUDA_MV_RING_SLOT", "32k"}, {"MLXCEL_CUDA_RING_NORM", "on"}, {"MLXCEL_CUDA_RING_NORM", "2"},
+                                         {"MLXCEL_CUDA_MV_RING_BF16", "2"}};
     unsetenv("MLXCEL_DEVICE");
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         setenv(bad[i][0], bad[i][1], 1);
@@ -67,10 +68,12 @@ static void test_select(void) {
     setenv("MLXCEL_CUDA_GRAPHS", "auto", 1); setenv("MLXCEL_CUDA_SUM_QKV", "0", 1); setenv("MLXCEL_CUDA_ATT_GQ", "0", 1);
     setenv("MLXCEL_CUDA_FUSED", "1", 1); setenv("MLXCEL_CUDA_FUSED_PF", "4", 1); setenv("MLXCEL_CUDA_GEMM_SK", "0", 1);
     setenv("MLXCEL_CUDA_MV_RING", "0", 1); setenv("MLXCEL_CUDA_MV_RING_KB", "64", 1); setenv("MLXCEL_CUDA_MV_RING_WARPS", "8", 1);
-    setenv("MLXCEL_CUDA_MV_RING_SLOT", "16384", 1);
+    setenv("MLXCEL_CUDA_MV_RING_SLOT", "16384", 1); setenv("MLXCEL_CUDA_RING_NORM", "bf16", 1);
+    setenv("MLXCEL_CUDA_MV_RING_BF16", "norm", 1);
     TCHECK(mx_backend_cuda_check_env() == MX_OK, "good switches refused: %s", mx_last_error());
     unsetenv("MLXCEL_CUDA_FUSED"); unsetenv("MLXCEL_CUDA_FUSED_PF"); unsetenv("MLXCEL_CUDA_GEMM_SK");
     unsetenv("MLXCEL_CUDA_MV_RING"); unsetenv("MLXCEL_CUDA_MV_RING_KB"); unsetenv("MLXCEL_CUDA_MV_RING_WARPS"); unsetenv("MLXCEL_CUDA_MV_RING_SLOT");
+    unsetenv("MLXCEL_CUDA_RING_NORM"); unsetenv("MLXCEL_CUDA_MV_RING_BF16");
     unsetenv("MLXCEL_CUDA_ATTN_DEC"); unsetenv("MLXCEL_CUDA_GEMM"); unsetenv("MLXCEL_CUDA_GEMM_ROT"); unsetenv("MLXCEL_CUDA_GEMM_PAIR"); unsetenv("MLXCEL_CUDA_SUM_NORM"); unsetenv("MLXCEL_CUDA_GRAPHS"); unsetenv("MLXCEL_CUDA_SUM_QKV"); unsetenv("MLXCEL_CUDA_ATT_GQ");
     setenv("MLXCEL_CUDA_ATTN", "", 1);   /* empty: the default */
     TCHECK(mx_backend_cuda_check_env() == MX_OK, "empty switch refused: %s", mx_last_error());
@@ -930,7 +933,9 @@ static const sk_case g_sk[] = {
  * (k_mv_i8, ring off), with the default ring and with small rings (kb, warps, slot bytes) whose
  * slots are reused many times (the mbarrier phases wrap), 1, 2 and 4 rows a slot, runs not a
  * multiple of the rows a slot; a launch counted where it applies (sm_90 and later, rows of at
- * most 4096 columns, two slots a warp), none elsewhere; twice bit for bit. */
+ * most 4096 columns, two slots a warp), none elsewhere; twice bit for bit. bits 0: dense bf16
+ * weights (k_mv_ring_bf; x in shared memory, rows cut into segments longer than a slot), within
+ * 1e-5 of the register form (k_mv_dense_sk; f32 sums in another order) and 2e-5 of the CPU. */
 typedef struct { const char *name; int rows[3], cols, bits, gs; mx_dtype dt; bool bias; int kb, warps, slot; bool taken; } rg_case;
 static void check_ring(const rg_case *rc) {
     int nw = 0;
@@ -956,6 +961,7 @@ static void check_ring(const rg_case *rc) {
     /* run 0: the register form; 1, 2: the ring with this case's geometry */
     for (int run = 0; run < 3; run++) {
         const bool was = mx_backend_cuda_set_mv_ring(&G, run > 0, run ? rc->kb : 0, run ? rc->warps : 0, run ? rc->slot : 0);
+        const int was_bf = mx_backend_cuda_set_mv_ring_bf16(&G, 2);   /* (bf16: all products, not only those after a norm) */
         float *dy = gnan(tot), *gy[3];
         for (int k = 0; k < nw; k++) gy[k] = dy + off[k];
         const int before = mx_backend_cuda_ring_launches(&G);
@@ -965,14 +971,19 @@ static void check_ring(const rg_case *rc) {
         const int got = mx_backend_cuda_ring_launches(&G) - before, want = run > 0 && sm90 && rc->taken ? 1 : 0;
         TCHECK(got == want, "run %d: %d ring launches, expected %d", run, got, want);
         mx_backend_cuda_set_mv_ring(&G, was, -1, -1, -1);   /* the geometry of init */
+        mx_backend_cuda_set_mv_ring_bf16(&G, was_bf);
         G.i->free(G.ctx, dy);
         const double e = relerr(out[run], ref, tot);
-        TCHECK(e < 1e-2, "run %d: rel err %.3g against the CPU (y[0] %g, ref %g)", run, e, out[run][0], ref[0]);
+        TCHECK(e < (rc->bits ? 1e-2 : 2e-5), "run %d: rel err %.3g against the CPU (y[0] %g, ref %g)", run, e, out[run][0], ref[0]);
+    }
+    if (!rc->bits) {
+        const double e = relerr(out[1], out[0], tot);
+        TCHECK(e < 1e-5, "rel err %.3g against the register form", e);
     }
     int64_t diff = 0, first = -1;
     for (int64_t i = 0; i < tot; i++)
         if (memcmp(&out[1][i], &out[0][i], 4)) { diff++; if (first < 0) first = i; }
-    TCHECK(diff == 0, "%lld of %lld outputs differ from the register form (first %lld: %.9g against %.9g)", (long long)diff,
+    TCHECK(!rc->bits || diff == 0, "%lld of %lld outputs differ from the register form (first %lld: %.9g against %.9g)", (long long)diff,
            (long long)tot, (long long)first, first >= 0 ? out[1][first] : 0.f, first >= 0 ? out[0][first] : 0.f);
     TCHECK(!memcmp(out[1], out[2], (size_t)tot * 4), "two launches differ");
     TCHECK(mx_backend_cuda_status(&G) == MX_OK, "status: %s", mx_last_error());
@@ -995,6 +1006,108 @@ static const rg_case g_rg[] = {
     /* not taken: rows of more than 4096 columns; a ring too small for two slots a warp */
     {"cuda_ring_not_14336", {64}, 14336, 4, 64, MX_DTYPE_BF16, false, 0, 0, 0, false},
     {"cuda_ring_not_small_ring", {300}, 4096, 4, 64, MX_DTYPE_BF16, false, 8, 16, 0, false},
+    /* dense bf16 (k_mv_ring_bf): 4096 columns in two segments of 2048; a small ring that wraps */
+    {"cuda_ring_bf16_4096", {1000}, 4096, 0, 0, MX_DTYPE_BF16, true, 0, 0, 0, true},
+    {"cuda_ring_bf16_4096_small", {3000}, 4096, 0, 0, MX_DTYPE_BF16, false, 24, 2, 4096, true},
+    {"cuda_ring_bf16_14336", {300}, 14336, 0, 0, MX_DTYPE_BF16, true, 0, 0, 0, true},            /* 7 segments, x 56 KB */
+    {"cuda_ring_bf16_14336_slot5000", {257}, 14336, 0, 0, MX_DTYPE_BF16, false, 64, 4, 5000, true}, /* 5 x 2560 + 1536 */
+    {"cuda_ring_bf16_2304", {500}, 2304, 0, 0, MX_DTYPE_BF16, false, 0, 0, 0, true},               /* 1280 + 1024: odd chunks */
+    {"cuda_ring_bf16_1024_rows4", {151}, 1024, 0, 0, MX_DTYPE_BF16, true, 0, 4, 8192, true},      /* 151 = 4 x 37 + 3 */
+    {"cuda_ring_bf16_1024_rows2", {151}, 1024, 0, 0, MX_DTYPE_BF16, false, 0, 0, 0, true},
+    {"cuda_ring_bf16_set_qkv", {1024, 256, 256}, 4096, 0, 0, MX_DTYPE_BF16, true, 0, 0, 0, true},
+    {"cuda_ring_bf16_set_gate_up_small", {1500, 1500}, 768, 0, 0, MX_DTYPE_BF16, false, 8, 1, 2048, true}, /* wraps */
+    /* not taken: columns not a multiple of 256; x too large for shared memory; a ring too small */
+    {"cuda_ring_bf16_not_1032", {64}, 1032, 0, 0, MX_DTYPE_BF16, false, 0, 0, 0, false},
+    {"cuda_ring_bf16_not_65536", {16}, 65536, 0, 0, MX_DTYPE_BF16, false, 0, 0, 0, false},
+    {"cuda_ring_bf16_not_small_ring", {300}, 4096, 0, 0, MX_DTYPE_BF16, false, 8, 16, 0, false},
+};
+
+/* The batch-1 rmsnorm run in the next ring product's prologue (MLXCEL_CUDA_RING_NORM): h = h + o
+ * in place (the decoder's residual add), x = rmsnorm(h), then the product(s) of x, with the switch
+ * off (the norm kernel, then the product) and on (one ring launch that ran the norm, counted),
+ * three times in a row (the blocks' counter resets itself, or the sum and x would not be stored
+ * again): h bit for bit, x within 1e-6 and the products within 2e-3 (q4/q8: a code of x's int8 form
+ * may round the other way where 1/rms differs in its last bit) or 1e-5 (bf16) of the switch off,
+ * and all against the CPU. other_first: a product of another vector comes between (the norm is
+ * launched by it). Not taken: rows not a multiple of 256, or longer than 4096. */
+typedef struct { const char *name; int rows[3], d, bits, gs; bool add, gamma, add_one, other_first, taken; } rn_case;
+static void check_ring_norm(const rn_case *rc) {
+    int nw = 0;
+    while (nw < 3 && rc->rows[nw] > 0) nw++;
+    const int D = rc->d;
+    tw t[3];
+    const mx_weight *ws[3];
+    int64_t tot = 0, off[3];
+    for (int k = 0; k < nw; k++) {
+        tw_make(&t[k], rc->rows[k], D, rc->bits, rc->gs, MX_DTYPE_BF16, false);
+        TREQUIRE(G.i->weight_prepare(G.ctx, &t[k].w) == MX_OK, "prepare: %s", mx_last_error());
+        ws[k] = &t[k].w; off[k] = tot; tot += rc->rows[k];
+    }
+    mx_vec g; void *gb;
+    vec_make(&g, &gb, D, MX_DTYPE_BF16, rc->add_one ? 0.f : 1.f);
+    TREQUIRE(G.i->vec_prepare(G.ctx, &g) == MX_OK, "vec prepare");
+    const mx_vec *gp = rc->gamma ? &g : NULL;
+    const float add_one = rc->add_one ? 1.f : 0.f;
+    float *h = malloc((size_t)D * 4), *o = malloc((size_t)D * 4), *z = malloc((size_t)D * 4);
+    fill(h, D, 3.f); fill(o, D, 3.f); fill(z, D, 1.f);
+    /* the CPU */
+    float *hc = malloc((size_t)D * 4), *xc = malloc((size_t)D * 4), *ref = malloc((size_t)tot * 4), *cy[3];
+    memcpy(hc, h, (size_t)D * 4);
+    if (rc->add) C.i->add(C.ctx, hc, o, hc, D);
+    C.i->rmsnorm(C.ctx, hc, gp, 1e-5f, add_one, xc, 1, D);
+    for (int k = 0; k < nw; k++) cy[k] = ref + off[k];
+    C.i->matmul_multi(C.ctx, nw, ws, xc, cy, 1);
+    char desc[300];
+    mx_backend_cuda_describe(&G, desc, sizeof desc);
+    const bool sm90 = !strstr(desc, "sm_8") && !strstr(desc, "sm_7");
+    float *dov = gup(o, D), *dz = gup(z, D), *res[2][3][3];
+    for (int mode = 0; mode < 2; mode++) {
+        const int was = mx_backend_cuda_set_ring_norm(&G, mode == 1 ? 2 : 0);   /* (2: q4/q8 products too) */
+        for (int rep = 0; rep < 3; rep++) {
+            float *dh = gup(h, D), *dx = gnan(D), *dy = gnan(tot), *gy[3];
+            for (int k = 0; k < nw; k++) gy[k] = dy + off[k];
+            const int before = mx_backend_cuda_ring_norm_launches(&G);
+            if (rc->add) G.i->add(G.ctx, dh, dov, dh, D);
+            G.i->rmsnorm(G.ctx, dh, gp, 1e-5f, add_one, dx, 1, D);
+            if (rc->other_first) G.i->matmul(G.ctx, ws[0], dz, dy, 1);
+            if (nw > 1) G.i->matmul_multi(G.ctx, nw, ws, dx, gy, 1);
+            else G.i->matmul(G.ctx, ws[0], dx, dy, 1);
+            const int got = mx_backend_cuda_ring_norm_launches(&G) - before, want = mode == 1 && sm90 && rc->taken ? 1 : 0;
+            TCHECK(got == want, "mode %d rep %d: %d ring launches ran the norm, expected %d", mode, rep, got, want);
+            res[mode][rep][0] = gdown(dh, D); res[mode][rep][1] = gdown(dx, D); res[mode][rep][2] = gdown(dy, tot);
+            G.i->free(G.ctx, dh); G.i->free(G.ctx, dx); G.i->free(G.ctx, dy);
+            TCHECK(mx_backend_cuda_status(&G) == MX_OK, "status: %s", mx_last_error());
+            TCHECK(!memcmp(res[mode][rep][0], hc, (size_t)D * 4), "mode %d rep %d: the sum differs from the CPU's", mode, rep);
+            const double ex = relerr(res[mode][rep][1], xc, D), ey = relerr(res[mode][rep][2], ref, tot);
+            TCHECK(ex < 1e-5, "mode %d rep %d: normed row: rel err %.3g against the CPU", mode, rep, ex);
+            TCHECK(ey < (rc->bits ? 1e-2 : 2e-5), "mode %d rep %d: products: rel err %.3g against the CPU", mode, rep, ey);
+        }
+        mx_backend_cuda_set_ring_norm(&G, was);
+    }
+    const double ex = relerr(res[1][0][1], res[0][0][1], D), ey = relerr(res[1][0][2], res[0][0][2], tot);
+    TCHECK(ex < 1e-6, "normed row: rel err %.3g against the norm kernel's", ex);
+    TCHECK(ey < (rc->bits ? 2e-3 : 1e-5), "products: rel err %.3g against the norm kernel's", ey);
+    for (int rep = 1; rep < 3; rep++) {
+        TCHECK(!memcmp(res[1][rep][1], res[1][0][1], (size_t)D * 4), "rep %d: the normed row differs from rep 0", rep);
+        TCHECK(!memcmp(res[1][rep][2], res[1][0][2], (size_t)tot * 4), "rep %d: the products differ from rep 0", rep);
+    }
+    for (int m = 0; m < 2; m++)
+        for (int r = 0; r < 3; r++)
+            for (int i = 0; i < 3; i++) free(res[m][r][i]);
+    G.i->free(G.ctx, dov); G.i->free(G.ctx, dz);
+    free(h); free(o); free(z); free(hc); free(xc); free(ref); free(gb);
+    for (int k = 0; k < nw; k++) tw_free(&t[k]);
+}
+static const rn_case g_rn[] = {
+    {"cuda_ring_norm_q4_qkv_4096", {1024, 256, 256}, 4096, 4, 64, true, true, false, false, true},
+    {"cuda_ring_norm_q4_gate_up_1024_add_one", {1500, 1500}, 1024, 4, 64, true, true, true, false, true},
+    {"cuda_ring_norm_q8_no_add_2048", {700}, 2048, 8, 32, false, true, false, false, true},
+    {"cuda_ring_norm_q4_no_gamma_1024", {300}, 1024, 4, 64, true, false, false, false, true},
+    {"cuda_ring_norm_bf16_qkv_4096", {1024, 256, 256}, 4096, 0, 0, true, true, false, false, true},
+    {"cuda_ring_norm_bf16_1024_add_one", {513}, 1024, 0, 0, false, true, true, false, true},
+    {"cuda_ring_norm_other_first", {300}, 1024, 4, 64, true, true, false, true, false},
+    {"cuda_ring_norm_not_1056", {300}, 1056, 4, 32, true, true, false, false, false},
+    {"cuda_ring_norm_not_8192", {200}, 8192, 4, 64, true, true, false, false, false},
 };
 
 /* A q4 product split along k, an add of its output, an rmsnorm of the sum (a residual stream):
@@ -1723,15 +1836,19 @@ static void bench_model(shape s, int bits, double copy_gbs) {
 }
 
 /* The batch-1 q4 products of a decode step (Llama-3.1-8B and Qwen3-0.6B shapes, sets as the
- * models launch them) through the register form and k_mv_ring with ring geometries (kb, warps,
- * slot bytes): us a launch, back to back, over enough copies that L2 holds none. Ring
- * geometries from MLXCEL_BENCH_RINGS ("kb/warps/slot,..."), else a built-in list. */
+ * models launch them) and Llama-8B's bf16 ones ("l8b-") through the register forms and the rings
+ * (k_mv_ring, k_mv_ring_bf) with ring geometries (kb, warps, slot bytes): us a launch, back to
+ * back, over enough copies that L2 holds none. Ring geometries from MLXCEL_BENCH_RINGS
+ * ("kb/warps/slot,..."), else a built-in list; shapes whose name holds MLXCEL_BENCH_SHAPES. */
 static void bench_ring(double copy_gbs) {
-    struct { const char *nm; int rows[3], cols; } shp[] = {
-        {"l8-qkv", {4096, 1024, 1024}, 4096}, {"l8-o", {4096}, 4096}, {"l8-gate_up", {14336, 14336}, 4096},
-        {"l8-down", {4096}, 14336}, {"l8-head", {128256}, 4096},
-        {"q06-qkv", {2048, 1024, 1024}, 1024}, {"q06-o", {1024}, 2048}, {"q06-gate_up", {3072, 3072}, 1024},
-        {"q06-down", {1024}, 3072}, {"q06-head", {151936}, 1024}};
+    struct { const char *nm; int rows[3], cols, bits; } shp[] = {
+        {"l8-qkv", {4096, 1024, 1024}, 4096, 4}, {"l8-o", {4096}, 4096, 4}, {"l8-gate_up", {14336, 14336}, 4096, 4},
+        {"l8-down", {4096}, 14336, 4}, {"l8-head", {128256}, 4096, 4},
+        {"q06-qkv", {2048, 1024, 1024}, 1024, 4}, {"q06-o", {1024}, 2048, 4}, {"q06-gate_up", {3072, 3072}, 1024, 4},
+        {"q06-down", {1024}, 3072, 4}, {"q06-head", {151936}, 1024, 4},
+        {"l8b-qkv", {4096, 1024, 1024}, 4096, 0}, {"l8b-o", {4096}, 4096, 0}, {"l8b-gate_up", {14336, 14336}, 4096, 0},
+        {"l8b-down", {4096}, 14336, 0}, {"l8b-head", {128256}, 4096, 0}};
+    const char *only = getenv("MLXCEL_BENCH_SHAPES");   /* a substring of the shapes to run (e.g. "l8b-") */
     int cfg[16][3], ncfg = 0;
     cfg[ncfg][0] = 0; cfg[ncfg][1] = 0; cfg[ncfg][2] = 0; ncfg++;   /* the register form */
     const char *e = getenv("MLXCEL_BENCH_RINGS");
@@ -1745,17 +1862,18 @@ static void bench_ring(double copy_gbs) {
     }
     printf("\n%-12s %-14s %10s %9s %7s %6s\n", "shape", "ring", "us/call", "GB/s", "of copy", "ring?");
     for (size_t si = 0; si < sizeof shp / sizeof shp[0]; si++) {
+        if (only && *only && !strstr(shp[si].nm, only)) continue;
         int nw = 0;
         int64_t tot = 0;
         while (nw < 3 && shp[si].rows[nw] > 0) tot += shp[si].rows[nw++];
         const int K = shp[si].cols;
-        const double bytes = (double)tot * K * (0.5 + 4.0 / 64);
+        const double bytes = (double)tot * K * (shp[si].bits ? 0.5 + 4.0 / 64 : 2.0);
         int nc = (int)(160e6 / bytes) + 1;
         if (nc < 2) nc = 2;
         if (nc > 64) nc = 64;
         tw *t = malloc(sizeof(tw) * (size_t)nc * nw);
         for (int i = 0; i < nc * nw; i++) {
-            tw_make(&t[i], shp[si].rows[i % nw], K, 4, 64, MX_DTYPE_BF16, false);
+            tw_make(&t[i], shp[si].rows[i % nw], K, shp[si].bits, shp[si].bits ? 64 : 0, MX_DTYPE_BF16, false);
             G.i->weight_prepare(G.ctx, &t[i].w);
             tw_free(&t[i]);
         }
@@ -1766,6 +1884,7 @@ static void bench_ring(double copy_gbs) {
         for (int k = 0; k < nw; k++) { ys[k] = dy + o; o += shp[si].rows[k]; }
         for (int ci = 0; ci < ncfg; ci++) {
             const bool was = mx_backend_cuda_set_mv_ring(&G, cfg[ci][0] > 0, cfg[ci][0], cfg[ci][1], cfg[ci][2]);
+            const int was_bf = mx_backend_cuda_set_mv_ring_bf16(&G, 2);
             const int reps = 60;
             int r0 = 0;
             double t0 = 0;
@@ -1786,6 +1905,7 @@ static void bench_ring(double copy_gbs) {
             printf("RING %-12s %-14s %10.2f %9.0f %6.0f%% %6s\n", shp[si].nm, rn, us, bytes / us / 1e3,
                    100.0 * bytes / us / 1e3 / copy_gbs, rl == reps ? "yes" : rl ? "some" : "no");
             mx_backend_cuda_set_mv_ring(&G, was, -1, -1, -1);   /* the geometry of init */
+            mx_backend_cuda_set_mv_ring_bf16(&G, was_bf);
         }
         fflush(stdout);
         G.i->free(G.ctx, dx); G.i->free(G.ctx, dy); free(x);
@@ -1879,6 +1999,7 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < sizeof g_pair / sizeof g_pair[0]; i++) RUN_NAMED(g_pair[i].name, check_pair, &g_pair[i]);
     for (size_t i = 0; i < sizeof g_sk / sizeof g_sk[0]; i++) RUN_NAMED(g_sk[i].name, check_strk, &g_sk[i]);
     for (size_t i = 0; i < sizeof g_rg / sizeof g_rg[0]; i++) RUN_NAMED(g_rg[i].name, check_ring, &g_rg[i]);
+    for (size_t i = 0; i < sizeof g_rn / sizeof g_rn[0]; i++) RUN_NAMED(g_rn[i].name, check_ring_norm, &g_rn[i]);
     for (size_t i = 0; i < sizeof g_sn / sizeof g_sn[0]; i++) RUN_NAMED(g_sn[i].name, check_sum_norm, &g_sn[i]);
     for (size_t i = 0; i < sizeof g_sq / sizeof g_sq[0]; i++) RUN_NAMED(g_sq[i].name, check_sum_qkv, &g_sq[i]);
     for (size_t i = 0; i < sizeof g_emb / sizeof g_emb[0]; i++) RUN_NAMED(g_emb[i].name, check_embed, &g_emb[i]);

@@ -162,6 +162,13 @@ struct cu_ctx {
     int mr_init[3];                        /* those three as init set them (the switches) */
     int n_ring;                            /* its launches (tests) */
     unsigned mr_attr;                      /* its forms whose shared-memory limit was raised (bit a form) */
+    int mr_bf;                             /* dense bf16 through k_mv_ring_bf: 0 never, 1 where it runs the norm, 2 always (MLXCEL_CUDA_MV_RING_BF16) */
+    int rn_on;                             /* a batch-1 rmsnorm in the next ring product's prologue (MLXCEL_CUDA_RING_NORM):
+                                            * 0 never, 1 dense bf16 products only, 2 q4/q8 ones too */
+    unsigned *rn_count;                    /* its block counter (zero between launches) */
+    int n_ring_norm;                       /* ring launches that ran the norm (tests) */
+    struct { const float *a, *b; float *sum; const float *g; float eps, add_one; float *y; int d; bool on; } pn;
+                                           /* that norm (one row) not yet launched: a product of y takes it */
     void *tk; size_t tk_cap;               /* topk: device results + scratch */
     void *tkh; size_t tkh_cap;             /* topk: pinned host copy of the results */
     bool mv_f32;                           /* MLXCEL_PRECISE=1 / MLXCEL_CUDA_MV=f32: f32 matvecs */
@@ -244,7 +251,7 @@ static pdl_launch<KArgs...> PL(cu_ctx *c, void (*k)(KArgs...), dim3 g, dim3 b, s
  * the default; anything else is an error naming the variable and what it takes. */
 enum { GM_AUTO, GM_CUBLAS, GM_MMA, GM_WG, GM_NMODES };   /* MLXCEL_CUDA_GEMM, in k_gemm_modes' order */
 static const char *const k_gemm_modes[] = {"auto", "cublas", "mma", "wgmma"};
-struct cu_switches { int attn, attn_dec, gqa, gemm, gemm_rot, gemm_sk, gemm_pair, sum_norm, sum_qkv, att_gq, pdl, mv, profile, kv, graphs, fused, mv_ring; long dq_mb, fused_pf, mr_kb, mr_slot, mr_warps; };   /* kv: checked here, read by kv_init */
+struct cu_switches { int attn, attn_dec, gqa, gemm, gemm_rot, gemm_sk, gemm_pair, sum_norm, sum_qkv, att_gq, pdl, mv, profile, kv, graphs, fused, mv_ring, ring_norm, ring_bf; long dq_mb, fused_pf, mr_kb, mr_slot, mr_warps; };   /* kv: checked here, read by kv_init */
 static mx_status env_choice(const char *name, const char *const *vals, int n, int def, int *out) {
     const char *e = getenv(name);
     *out = def;
@@ -274,7 +281,8 @@ static mx_status read_switches(cu_switches *sw) {
                              *const onoff[] = {"0", "1"},
                              *const pdl[] = {"0", "1", "2"},
                              *const mv[] = {"i8", "f32"}, *const kv[] = {"bf16", "f32"},
-                             *const graphs[] = {"0", "1", "auto"};
+                             *const graphs[] = {"0", "1", "auto"}, *const ring_bf[] = {"0", "norm", "1"},
+                             *const ring_norm[] = {"0", "bf16", "1"};
     mx_status st;
     if ((st = env_choice("MLXCEL_CUDA_ATTN", attn, 3, 0, &sw->attn)) ||
         (st = env_choice("MLXCEL_CUDA_ATTN_DEC", attn_dec, 2, 0, &sw->attn_dec)) ||
@@ -292,7 +300,9 @@ static mx_status read_switches(cu_switches *sw) {
         (st = env_choice("MLXCEL_CUDA_KV", kv, 2, 0, &sw->kv)) ||
         (st = env_choice("MLXCEL_CUDA_GRAPHS", graphs, 3, 2, &sw->graphs)) ||
         (st = env_choice("MLXCEL_CUDA_FUSED", onoff, 2, 0, &sw->fused)) ||
-        (st = env_choice("MLXCEL_CUDA_MV_RING", onoff, 2, 1, &sw->mv_ring)))
+        (st = env_choice("MLXCEL_CUDA_MV_RING", onoff, 2, 1, &sw->mv_ring)) ||
+        (st = env_choice("MLXCEL_CUDA_RING_NORM", ring_norm, 3, 1, &sw->ring_norm)) ||
+        (st = env_choice("MLXCEL_CUDA_MV_RING_BF16", ring_bf, 3, 1, &sw->ring_bf)))
         return st;
     if ((st = env_long("MLXCEL_CUDA_FUSED_PF", 0, 64, 0, "chunks", &sw->fused_pf)) ||
         (st = env_long("MLXCEL_CUDA_MV_RING_KB", 8, MR_RING_KB_MAX, MR_RING_KB, "KB", &sw->mr_kb)) ||
@@ -2661,7 +2671,9 @@ static bool xq_buf(cu_ctx *c, int64_t count, int8_t **q, float2 **ds) {
 }
 static void pg_flush(cu_ctx *c);
 static void psum_launch(cu_ctx *c, const cu_ctx::cu_psum *p);
+static void pn_flush(cu_ctx *c);
 static void pend_flush(cu_ctx *c) {
+    pn_flush(c);
     pg_flush(c);
     if (c->ps.on) { c->ps.on = false; psum_launch(c, &c->ps.p); }
     if (!c->pend.on) return;
@@ -2880,6 +2892,88 @@ static int log2_exact(int v) {   /* -1 unless v is a power of two */
     return s;
 }
 
+/* a ring product may run the norm nm of its x (K values) in its prologue: the norm's buffers
+ * 16-byte aligned and apart from the product's outputs (blocks write those while others read a) */
+static bool rn_apart(const mr_norm *nm, int64_t K, int nw, const cu_weight *const *w, float *const *ys) {
+    const float *bufs[4] = {nm->a, nm->b, nm->sum, nm->y};
+    if (((uintptr_t)nm->a | (uintptr_t)nm->b | (uintptr_t)nm->sum | (uintptr_t)nm->y | (uintptr_t)nm->g) & 15) return false;
+    for (int k = 0; k < nw; k++)
+        for (int i = 0; i < 4; i++)
+            if (bufs[i] && ys[k] < bufs[i] + K && bufs[i] < ys[k] + w[k]->rows) return false;
+    return true;
+}
+
+/* The batch-1 dense bf16 form on bulk-copied weights (k_mv_ring_bf, mv_ring.cuh): false (nothing
+ * launched) where it does not apply (switched off, a device before sm_90, columns not a multiple
+ * of 256 or x too large for shared memory beside two slots a warp, pointers not 16-byte aligned,
+ * an output over x). Rows of up to MLXCEL_CUDA_MV_RING_SLOT bytes go 4, 2 or 1 a slot (the most
+ * that leave two slots a warp); longer rows are cut into segments of about that size. */
+static bool mv_ring_bf(cu_ctx *c, int nw, const cu_weight *const *w, const float *x, float *const *ys, const mr_norm *nm) {
+    const int64_t K = w[0]->cols;
+    if (!c->mr_on || c->prop.major < 9 || nw < 1 || nw > 4 || K % 256 || ((uintptr_t)x & 15)) return false;
+    const int nwarp = c->mr_warps;
+    if (nm && (K > 256 * nwarp || !rn_apart(nm, K, nw, w, ys))) return false;
+    for (int k = 0; k < nw; k++) {
+        if (w[k]->bits || w[k]->dtype != MX_DTYPE_BF16 || w[k]->cols != K || ((uintptr_t)w[k]->w & 15)) return false;
+        if (ys[k] < x + K && x < ys[k] + w[k]->rows) return false;   /* blocks write y while others stage x */
+    }
+    const int64_t optin = (int64_t)c->prop.sharedMemPerBlockOptin - 1024, xb = K * 4, rowb = K * 2;   /* (-1024: static) */
+    int64_t ring = (int64_t)c->mr_kb << 10;
+    if (ring > optin - xb) ring = optin - xb;
+    auto slots_of = [&](int64_t b) { return ring > 0 ? (int)(ring / (nwarp * (b + 8))) : 0; };   /* (+8: a slot's mbarrier) */
+    mrb_set set;
+    memset(&set, 0, sizeof set);
+    int rs = 1;
+    set.cols = (int)K; set.seg = (int)K; set.nseg = 1;
+    if (rowb <= c->mr_slot) {
+        rs = 4;
+        while (rs > 1 && (rs * rowb > c->mr_slot || slots_of(rs * rowb) < 2)) rs /= 2;
+    } else {   /* segments of a row: as many as the slot cap asks, each a multiple of 256 columns */
+        const int64_t ns = (rowb + c->mr_slot - 1) / c->mr_slot;
+        set.seg = (int)((K / ns + 255) / 256 * 256);
+        set.nseg = (int)((K + set.seg - 1) / set.seg);
+    }
+    set.slot_b = rs * set.seg * 2;
+    const int nsm = c->prop.multiProcessorCount;
+    int64_t tot = 0, run = 0;
+    for (int k = 0; k < nw; k++) tot += w[k]->rows;
+    int blk = 0;
+    for (int k = 0; k < nw; k++) {   /* blocks dealt to the weights by their rows, as in mv_ring */
+        int64_t nb = w[k]->rows * nsm / tot;
+        if (nb < 1) nb = 1;
+        if (nb > (w[k]->rows + rs - 1) / rs) nb = (w[k]->rows + rs - 1) / rs;
+        if ((w[k]->rows + nb - 1) / nb > run) run = (w[k]->rows + nb - 1) / nb;
+        set.W[k] = (const uint8_t *)w[k]->w; set.bias[k] = w[k]->bias; set.y[k] = ys[k];
+        set.rows[k] = (int)w[k]->rows; set.blk0[k] = blk;
+        blk += (int)nb;
+    }
+    set.blk0[nw] = blk; set.nw = nw;
+    const int need = (int)(((run + rs - 1) / rs + nwarp - 1) / nwarp) * set.nseg;   /* a warp's items */
+    set.slots = slots_of(set.slot_b);
+    if (set.slots > MR_MAXSLOTS) set.slots = MR_MAXSLOTS;
+    if (set.slots >= need) set.slots = need;
+    else if (set.slots < 2) return false;
+    const size_t shm = (size_t)xb + (size_t)nwarp * set.slots * (set.slot_b + 8);
+    typedef void (*mrb_fn)(const mrb_set, const float *, const mr_norm);
+    static const mrb_fn forms[3] = {k_mv_ring_bf<1>, k_mv_ring_bf<2>, k_mv_ring_bf<4>};
+    const int ri = rs == 4 ? 2 : rs == 2 ? 1 : 0, form = 12 + ri;   /* (bits 0-11: k_mv_ring's forms) */
+    if (!(c->mr_attr & (1u << form))) {
+        if (cudaFuncSetAttribute(forms[ri], cudaFuncAttributeMaxDynamicSharedMemorySize, (int)optin) != cudaSuccess) {
+            cudaGetLastError();
+            c->mr_on = 0;   /* (not on this device: the register forms from now on) */
+            return false;
+        }
+        c->mr_attr |= 1u << form;
+    }
+    mr_norm no;
+    memset(&no, 0, sizeof no);
+    PL(c, forms[ri], (unsigned)blk, nwarp * 32, shm)(set, x, nm ? *nm : no);
+    LAUNCHED(c, nm ? "matvec (bf16, bulk-copied weights) + rmsnorm" : "matvec (bf16, bulk-copied weights)");
+    c->n_ring++;
+    if (nm) c->n_ring_norm++;
+    return true;
+}
+
 /* up to 4 dense bf16 weights of equal columns sharing x, n <= 8 rows: one k_mv_dense_sk launch
  * (q/k/v, gate/up as one: under ncu the 1024-row k and v of Llama-8B took 5.3 us each alone, 38%
  * of copy bandwidth; Llama-8B bf16 decode 218.9 -> 226.4 tok/s, Qwen3-0.6B bf16 840 -> 866, in one
@@ -2888,6 +2982,9 @@ static bool mv_dense_set(cu_ctx *c, int nw, const cu_weight *const *w, const flo
     if (nw < 1 || nw > 4 || n < 1 || n > 8 || ((uintptr_t)x & 15)) return false;
     for (int k = 0; k < nw; k++)
         if (w[k]->bits || w[k]->dtype != MX_DTYPE_BF16 || w[k]->cols != w[0]->cols || w[k]->cols % 8) return false;
+    /* batch 1 on bulk-copied weights where MLXCEL_CUDA_MV_RING_BF16=1 (default: only the products
+     * that also run the norm of their x, rn_product: the others were 2% slower that way) */
+    if (n == 1 && c->mr_bf == 2 && mv_ring_bf(c, nw, w, x, ys, NULL)) return true;
     /* R rows a block: 4 up to 2 rows of x, else 2 (measured: Llama-8B bf16 decode 193 -> 217 tok/s
      * against k_mv_dense) */
     const int R = n <= 2 ? 4 : 2, cols = (int)w[0]->cols;
@@ -2960,9 +3057,11 @@ static bool mv_i8_ok(const cu_ctx *c, const cu_weight *w, const cu_weight *w0, i
  * where it does not apply (switched off, a device before sm_90, rows longer than 4096 columns,
  * rows or pointers not 16-byte aligned for the copies, a ring that holds neither all of a warp's
  * items nor two slots). The weights share the format (mv_i8_ok). */
-static bool mv_ring(cu_ctx *c, int nw, const cu_weight *const *w, const int8_t *xq, const float2 *xds, float *const *ys) {
+static bool mv_ring(cu_ctx *c, int nw, const cu_weight *const *w, const int8_t *xq, const float2 *xds, float *const *ys,
+                    const mr_norm *nm) {
     const int64_t K = w[0]->cols;
     if (!c->mr_on || c->prop.major < 9 || K > 4096) return false;
+    if (nm && (K > 256 * c->mr_warps || K % 32 || !rn_apart(nm, K, nw, w, ys))) return false;
     const int bits = w[0]->bits, gs = (int)w[0]->gs, gsh = log2_exact(w[0]->gs);
     mr_set set;
     memset(&set, 0, sizeof set);
@@ -2999,25 +3098,31 @@ static bool mv_ring(cu_ctx *c, int nw, const cu_weight *const *w, const int8_t *
     if (set.slots > MR_MAXSLOTS) set.slots = MR_MAXSLOTS;
     if (set.slots >= need) set.slots = need;
     else if (set.slots < 2) return false;
-    const size_t shm = (size_t)nwarp * set.slots * (set.slot_b + 8);
+    size_t shm = (size_t)nwarp * set.slots * (set.slot_b + 8);
+    if (nm) shm = ((shm + 15) & ~(size_t)15) + (size_t)K + (size_t)K / 32 * 8;   /* x's int8 form, after the ring */
+    const size_t optin = c->prop.sharedMemPerBlockOptin - 1024;   /* (-1024: static) */
+    if (shm > optin) return false;
     const bool bf = w[0]->sdt == SDT_BF16;
-    typedef void (*mr_fn)(const mr_set, const int8_t *, const float2 *, int);
+    typedef void (*mr_fn)(const mr_set, const int8_t *, const float2 *, int, const mr_norm);
 #define MR_RS(B, T) {k_mv_ring<B, T, 1>, k_mv_ring<B, T, 2>, k_mv_ring<B, T, 4>}
     static const mr_fn forms[2][2][3] = {{MR_RS(4, __half), MR_RS(4, __nv_bfloat16)}, {MR_RS(8, __half), MR_RS(8, __nv_bfloat16)}};
 #undef MR_RS
     const int ri = rs == 4 ? 2 : rs == 2 ? 1 : 0, form = ((bits == 8) * 2 + bf) * 3 + ri;
     const mr_fn kf = forms[bits == 8][bf][ri];
     if (!(c->mr_attr & (1u << form))) {
-        if (cudaFuncSetAttribute(kf, cudaFuncAttributeMaxDynamicSharedMemorySize, MR_RING_KB_MAX << 10) != cudaSuccess) {
+        if (cudaFuncSetAttribute(kf, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)optin) != cudaSuccess) {
             cudaGetLastError();
             c->mr_on = 0;   /* (not on this device: the register form from now on) */
             return false;
         }
         c->mr_attr |= 1u << form;
     }
-    PL(c, kf, (unsigned)blk, nwarp * 32, shm)(set, xq, xds, gsh);
-    LAUNCHED(c, "matvec (int8 activations, bulk-copied weights)");
+    mr_norm no;
+    memset(&no, 0, sizeof no);
+    PL(c, kf, (unsigned)blk, nwarp * 32, shm)(set, xq, xds, gsh, nm ? *nm : no);
+    LAUNCHED(c, nm ? "matvec (int8 activations, bulk-copied weights) + rmsnorm" : "matvec (int8 activations, bulk-copied weights)");
     c->n_ring++;
+    if (nm) c->n_ring_norm++;
     return true;
 }
 
@@ -3035,7 +3140,7 @@ static bool mv_i8(cu_ctx *c, int nw, const cu_weight *const *w, const float *x, 
         LAUNCHED(c, "quantize activations");
         c->xq_src = x; c->xq_count = (int64_t)n * cols;
     }
-    if (n == 1 && mv_ring(c, nw, w, xq, xds, ys)) return true;
+    if (n == 1 && mv_ring(c, nw, w, xq, xds, ys, NULL)) return true;
     mv_set set;
     memset(&set, 0, sizeof set);
     unsigned blk = 0;
@@ -3058,12 +3163,21 @@ static bool gq_gemm(cu_ctx *c, int nw, const cu_weight *const *w, const float *x
                     const gq_pair *pair = NULL);
 static bool gq_rows(const cu_ctx *c, int n, int64_t cols);
 static void pdl_mode(cu_ctx *c, bool small);
+struct mr_norm;
+static bool rn_take(cu_ctx *c, const float *x, int n, mr_norm *nm, int *d);
+static bool rn_product(cu_ctx *c, int nw, const cu_weight *const *w, const float *x, float *const *ys, const mr_norm *nm, int d);
 static void c_matmul(void *ctx, const mx_weight *wt, const float *x, float *y, int n) {
     cu_ctx *c = (cu_ctx *)ctx;
     pdl_mode(c, n <= MV_I8_MAX);   /* before GOP_PURE: also ahead of a replayed graph */
     GOP_PURE(c, 1, PU(wt), PU(x), PU(y), (uint64_t)n);
-    FLUSH_ALL(c);
     const cu_weight *w = get_w(c, wt);
+    mr_norm nm;
+    int d;
+    if (w && rn_take(c, x, n, &nm, &d)) {   /* x is the deferred norm's output */
+        FLUSH_ALL(c);
+        if (rn_product(c, 1, &w, x, &y, &nm, d)) { forget_overlap(c, y, (int64_t)n * w->rows); return; }
+    }
+    FLUSH_ALL(c);
     if (!w || n <= 0) return;
     int xb_have = 0;
     c->ps_allow = true;   /* a split-k sum may wait for the add that reads y (MLXCEL_CUDA_SUM_NORM) */
@@ -3078,10 +3192,19 @@ static void c_matmul_multi(void *ctx, int nw, const mx_weight *const *ws, const 
     GOP_PURE(c, 13, (uint64_t)nw, nw > 0 ? PU(ws[0]) : 0, nw > 1 ? PU(ws[1]) : 0, nw > 2 ? PU(ws[2]) : 0,
              nw > 3 ? PU(ws[3]) : 0, PU(x), nw > 0 ? PU(ys[0]) : 0, nw > 1 ? PU(ys[1]) : 0, nw > 2 ? PU(ys[2]) : 0,
              nw > 3 ? PU(ys[3]) : 0, (uint64_t)n);
-    FLUSH_ALL(c);
-    if (nw < 1 || nw > 4 || n <= 0) return;
+    if (nw < 1 || nw > 4 || n <= 0) { FLUSH_ALL(c); return; }
     const cu_weight *w[4];
-    for (int k = 0; k < nw; k++) if (!(w[k] = get_w(c, ws[k]))) return;
+    for (int k = 0; k < nw; k++) if (!(w[k] = get_w(c, ws[k]))) { FLUSH_ALL(c); return; }
+    mr_norm nm;
+    int d;
+    if (rn_take(c, x, n, &nm, &d)) {   /* x is the deferred norm's output */
+        FLUSH_ALL(c);
+        if (rn_product(c, nw, w, x, ys, &nm, d)) {
+            for (int k = 0; k < nw; k++) forget_overlap(c, ys[k], (int64_t)n * w[k]->rows);
+            return;
+        }
+    }
+    FLUSH_ALL(c);
     /* a gate/up pair the fused form takes (MLXCEL_CUDA_GEMM_PAIR=1): deferred, so that a
      * following act_mul of its outputs runs in the GEMM's epilogue (any other op launches it as it
      * is first) */
@@ -3454,6 +3577,8 @@ static void c_embed(void *ctx, const mx_weight *wt, const int32_t *ids_host, int
 
 static int norm_threads(int d) { int t = ((d + 31) / 32) * 32; return t > 1024 ? 1024 : t < 32 ? 32 : t; }
 
+static void rn_launch(cu_ctx *c, const float *x, const float *x2, float *xsum, const float *gd, float eps, float add_one,
+                      float *y, int n, int d, const rn_part *pp);
 static void c_rmsnorm(void *ctx, const float *x, const mx_vec *g, float eps, float add_one, float *y, int n, int d) {
     cu_ctx *c = (cu_ctx *)ctx;
     GOP_PURE(c, 3, PU(x), PU(g), fbits(eps), fbits(add_one), PU(y), (uint64_t)n, (uint64_t)d);
@@ -3495,13 +3620,54 @@ static void c_rmsnorm(void *ctx, const float *x, const mx_vec *g, float eps, flo
     }
     OP_ENTER(c);
     if (n <= 0 || d <= 0) return;
+    /* one row, the norm of a ring product's x: deferred, for the product's prologue (rn_take) */
+    if (n == 1 && !pp.p && c->rn_on && c->rn_count && c->mr_on && c->prop.major >= 9 && !c->mv_f32 &&
+        d % 256 == 0 && d <= 256 * c->mr_warps && !((uintptr_t)gd & 15)) {
+        c->pn.a = x; c->pn.b = x2; c->pn.sum = xsum; c->pn.g = gd; c->pn.eps = eps; c->pn.add_one = add_one;
+        c->pn.y = y; c->pn.d = d; c->pn.on = true;
+        return;
+    }
+    rn_launch(c, x, x2, xsum, gd, eps, add_one, y, n, d, pp.p ? &pp : NULL);
+}
+/* the rmsnorm kernel, with the int8 and bf16 forms of y the next product reads */
+static void rn_launch(cu_ctx *c, const float *x, const float *x2, float *xsum, const float *gd, float eps, float add_one,
+                      float *y, int n, int d, const rn_part *pp) {
     int8_t *xq = NULL; float2 *xds = NULL;
     if (!c->mv_f32 && n <= MV_I8_MAX && d % 32 == 0 && !xq_buf(c, (int64_t)n * d, &xq, &xds)) return;
     __nv_bfloat16 *xg = NULL;
     if (gq_rows(c, n, d) && !(xg = (__nv_bfloat16 *)scratch(c, &c->xg, &c->xg_cap, (size_t)n * d * 2))) return;
-    launch_rmsnorm(c, x, x2, xsum, gd, eps, add_one, y, n, d, xq, xds, xg, pp.p ? &pp : NULL);
+    launch_rmsnorm(c, x, x2, xsum, gd, eps, add_one, y, n, d, xq, xds, xg, pp);
     if (xq) { c->xq_src = y; c->xq_count = (int64_t)n * d; }
     if (xg) { c->xg_src = y; c->xg_count = (int64_t)n * d; }
+}
+/* the deferred norm: launched (flush), or taken by a product of its output (rn_take) */
+static void pn_flush(cu_ctx *c) {
+    if (!c->pn.on) return;
+    c->pn.on = false;
+    rn_launch(c, c->pn.a, c->pn.b, c->pn.sum, c->pn.g, c->pn.eps, c->pn.add_one, c->pn.y, 1, c->pn.d, NULL);
+}
+static bool rn_take(cu_ctx *c, const float *x, int n, mr_norm *nm, int *d) {
+    if (!c->pn.on || c->pn.y != x || n != 1) return false;
+    c->pn.on = false;
+    *d = c->pn.d;
+    nm->a = c->pn.a; nm->b = c->pn.b; nm->sum = c->pn.sum; nm->g = c->pn.g; nm->eps = c->pn.eps;
+    nm->add_one = c->pn.add_one; nm->y = c->pn.y; nm->count = c->rn_count;
+    return true;
+}
+/* a product of x = the deferred norm's output: through a ring form that runs the norm (true), or
+ * the norm launched and false (the caller goes on with x in memory) */
+static bool rn_product(cu_ctx *c, int nw, const cu_weight *const *w, const float *x, float *const *ys, const mr_norm *nm, int d) {
+    bool q = true, b = true;
+    for (int k = 0; k < nw; k++) {
+        q = q && mv_i8_ok(c, w[k], w[0], 1);
+        b = b && !w[k]->bits && w[k]->dtype == MX_DTYPE_BF16;
+        if (w[k]->cols != w[0]->cols) q = b = false;
+    }
+    if (nw >= 1 && nw <= 4 && w[0]->cols == (int64_t)d &&
+        ((q && c->rn_on == 2 && mv_ring(c, nw, w, NULL, NULL, ys, nm)) || (b && c->mr_bf && mv_ring_bf(c, nw, w, x, ys, nm))))
+        return true;
+    rn_launch(c, nm->a, nm->b, nm->sum, nm->g, nm->eps, nm->add_one, nm->y, 1, d, NULL);
+    return false;
 }
 static void c_layernorm(void *ctx, const float *x, const mx_vec *g, const mx_vec *b, float eps, float *y, int n, int d) {
     cu_ctx *c = (cu_ctx *)ctx;
@@ -4370,6 +4536,8 @@ extern "C" mx_status mx_backend_cuda_init(mx_backend *out) {
         c->mr_on = sw.mv_ring;
         c->mr_kb = (int)sw.mr_kb; c->mr_slot = (int)sw.mr_slot; c->mr_warps = (int)sw.mr_warps;
         c->mr_init[0] = c->mr_kb; c->mr_init[1] = c->mr_warps; c->mr_init[2] = c->mr_slot;
+        c->rn_on = sw.ring_norm;
+        c->mr_bf = sw.ring_bf;
     }
     if ((e = cudaStreamCreateWithFlags(&c->st, cudaStreamNonBlocking)) != cudaSuccess) {
         free(c);
@@ -4448,6 +4616,12 @@ extern "C" mx_status mx_backend_cuda_init(mx_backend *out) {
             c->strk_cnt = NULL;
         }
     }
+    if (cudaMalloc((void **)&c->rn_count, sizeof(unsigned)) != cudaSuccess ||
+        cudaMemsetAsync(c->rn_count, 0, sizeof(unsigned), c->st) != cudaSuccess) {   /* (without it: no norm in the rings) */
+        cudaGetLastError();
+        if (c->rn_count) cudaFree(c->rn_count);
+        c->rn_count = NULL;
+    }
     set_pdl_early_symbol(c);
     if (c->prof_on && (c->prof = (cu_prof *)calloc(1, sizeof *c->prof)))
         for (int i = 0; i < PROF_N; i++) cudaEventCreate(&c->prof->ev[i]);
@@ -4522,6 +4696,19 @@ extern "C" bool mx_backend_cuda_set_mv_ring(mx_backend *b, bool on, int kb, int 
     return was;
 }
 extern "C" int mx_backend_cuda_ring_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_ring; }
+extern "C" int mx_backend_cuda_set_mv_ring_bf16(mx_backend *b, int mode) {
+    cu_ctx *c = switch_ctx(b);
+    const int was = c->mr_bf;
+    c->mr_bf = mode < 0 ? 0 : mode > 2 ? 2 : mode;
+    return was;
+}
+extern "C" int mx_backend_cuda_set_ring_norm(mx_backend *b, int mode) {
+    cu_ctx *c = switch_ctx(b);
+    const int was = c->rn_on;
+    c->rn_on = mode < 0 ? 0 : mode > 2 ? 2 : mode;
+    return was;
+}
+extern "C" int mx_backend_cuda_ring_norm_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_ring_norm; }
 extern "C" void mx_backend_cuda_set_sum_norm(mx_backend *b, bool on) { switch_ctx(b)->sum_norm = on; }
 extern "C" void mx_backend_cuda_set_sum_qkv(mx_backend *b, bool on) { switch_ctx(b)->sum_qkv = on; }
 extern "C" int mx_backend_cuda_sum_qkv_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_sum_qkv; }
@@ -4719,6 +4906,7 @@ extern "C" void mx_backend_cuda_free(mx_backend *b) {
     if (c->gpart) cudaFree(c->gpart);
     if (c->strk_part) cudaFree(c->strk_part);
     if (c->strk_cnt) cudaFree(c->strk_cnt);
+    if (c->rn_count) cudaFree(c->rn_count);
     if (c->xq) cudaFree(c->xq);
     if (c->xg) cudaFree(c->xg);
     if (c->xg2) cudaFree(c->xg2);

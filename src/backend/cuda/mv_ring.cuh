@@ -21,7 +21,14 @@
  * of k_mv_i8.
  * Measured on the H200 (NOTES.md, tenth session): larger copies matter more than more slots
  * (Llama-8B q4 decode 390 tok/s with a row a slot, 470 with two), fewer warps are slower; rows
- * longer than 4096 columns (x from L1 for each row) were slower than k_mv_i8, so they stay there. */
+ * longer than 4096 columns (x from L1 for each row) were slower than k_mv_i8, so they stay there.
+ *
+ * Also here (eleventh session): k_mv_ring_bf, the same for dense bf16 weights (x staged in shared
+ * memory, long rows in segments; host mv_ring_bf), and the batch-1 rmsnorm of x run in either
+ * kernel's prologue (mr_norm; host rn_product, MLXCEL_CUDA_RING_NORM). Measured (Llama-8B, H200):
+ * bf16 decode 238.4 tok/s with the norm in the ring for q/k/v, gate/up and the LM head (the other
+ * bf16 products on registers), against 227.1-230.2 with neither; the norm in k_mv_ring (q4) was
+ * slower, 461.8 against 487.0, so q4/q8 keep the norm kernel by default. */
 
 #define MR_MAXSLOTS 16
 
@@ -35,11 +42,42 @@ struct mr_set {                  /* up to 4 weights of one format sharing x, as 
     int slots, slot_b;           /* slots a warp, bytes a slot (RS rows) */
 };
 
+/* The rmsnorm before a ring product, run in the product's prologue (MLXCEL_CUDA_RING_NORM): each
+ * block computes x = rmsnorm(a (+ b)) of the one row itself (8 values a thread), so the norm is not
+ * a kernel of its own; the block that reads a and b last (a counter in device memory, which it
+ * resets) stores the sum (a + b: the residual stream) and the normed row, as the norm would have:
+ * no block can then read a value another has overwritten (a may be the sum's own buffer).
+ * Arithmetic: k_rmsnorm_r's (the sum, v * inv * (g + add_one), quant_group's int8 form), but the
+ * sum of squares is reduced in another order, so x may differ from the norm kernel's in the last
+ * bit. a null: no norm (x is the previous kernel's output). */
+struct mr_norm {
+    const float *a, *b;          /* the row (b null: a alone) */
+    float *sum;                  /* a + b stored here (b non-null) */
+    const float *g;              /* gamma (null: 1), plus add_one */
+    float eps, add_one;
+    float *y;                    /* the normed row stored here */
+    unsigned *count;             /* blocks that have read a and b (the last resets it) */
+};
+
+/* the block's share of the sum of squares -> 1 / rms; *last: this block stores sum and y */
+__device__ __forceinline__ float mr_norm_inv(const mr_norm &nm, float ss, int d, float *sh, bool *last) {
+    ss = block_sum(ss, sh);   /* (every thread's loads of a and b have returned) */
+    if (threadIdx.x == 0) {
+        const bool l = atomicAdd(nm.count, 1u) == gridDim.x - 1;
+        if (l) *nm.count = 0;   /* (every other block has taken its turn) */
+        sh[32] = l ? 1.f : 0.f;
+    }
+    __syncthreads();
+    *last = sh[32] != 0.f;
+    return rsqrtf(ss / (float)d + nm.eps);
+}
+
 template <int BITS, typename ST, int RS>
 __global__ void __launch_bounds__(512, 1)
-k_mv_ring(const mr_set set, const int8_t *__restrict__ xq, const float2 *__restrict__ xds, int gs_shift) {
+k_mv_ring(const mr_set set, const int8_t *__restrict__ xq, const float2 *__restrict__ xds, int gs_shift, const mr_norm nm) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     extern __shared__ __align__(128) uint8_t mr_smem[];
+    __shared__ float sh[33];
     bool waited = pdl_entry_weights_first();
     int k = 0;
 #pragma unroll
@@ -76,6 +114,35 @@ k_mv_ring(const mr_set set, const int8_t *__restrict__ xq, const float2 *__restr
     float *y = set.y[k];
     const int ng = set.ng, ssw = set.row_sb / 2;
     constexpr int V = BITS / 4;   /* 16-byte vectors a group of 32 codes */
+    /* the norm (nm.a): warp w quantizes groups w, w + nwarp, ... (up to 8) into shared memory,
+     * after the ring and its mbarriers: codes, then (dx, dx * code sum) a group */
+    int8_t *xq_s = (int8_t *)(mr_smem + (((size_t)nwarp * S * (set.slot_b + 8) + 15) & ~(size_t)15));
+    float2 *xds_s = (float2 *)(xq_s + (ng << 5));
+    if (nm.a) {
+        const int d = ng << 5;
+        float v[8], ss = 0.f;
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const int g = wid + nwarp * j, i = (g << 5) + lane;
+            v[j] = g < ng ? nm.a[i] + (nm.b ? nm.b[i] : 0.f) : 0.f;
+            ss = fmaf(v[j], v[j], ss);
+        }
+        bool last;
+        const float inv = mr_norm_inv(nm, ss, d, sh, &last);
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const int g = wid + nwarp * j, i = (g << 5) + lane;
+            if (g >= ng) break;   /* (uniform in the warp) */
+            const float o = v[j] * inv * (nm.g ? nm.g[i] + nm.add_one : 1.f);
+            if (last) { if (nm.b) nm.sum[i] = v[j]; nm.y[i] = o; }
+            const float amax = warp_max(fabsf(o));
+            const int q = __float2int_rn(o * (amax > 0.f ? 127.f / amax : 0.f));
+            xq_s[i] = (int8_t)q;
+            const int qs = __reduce_add_sync(0xffffffffu, q);
+            if (lane == 0) { const float dx = amax * (1.f / 127.f); xds_s[g] = make_float2(dx, dx * (float)qs); }
+        }
+        __syncthreads();
+    }
     /* x of the lane's groups (lane + 32 uu) as 8 words, q4 in nibble order: the even columns of
      * each 8 in one word, the odd ones in the next (the codes' low and high nibbles multiply them
      * without byte permutes; the integer dot products are the same) */
@@ -85,15 +152,20 @@ k_mv_ring(const mr_set set, const int8_t *__restrict__ xq, const float2 *__restr
     for (int uu = 0; uu < 4; uu++) {
         const int g = 32 * uu + lane;
         if (g >= ng) break;
-        const uint4 *xp = (const uint4 *)(xq + ((size_t)g << 5));
-        const uint4 xa = __ldg(xp), xb = __ldg(xp + 1);
+        uint4 xa, xb;
+        if (nm.a) {
+            const uint4 *xp = (const uint4 *)(xq_s + (g << 5));
+            xa = xp[0]; xb = xp[1]; ds[uu] = xds_s[g];
+        } else {
+            const uint4 *xp = (const uint4 *)(xq + ((size_t)g << 5));
+            xa = __ldg(xp); xb = __ldg(xp + 1); ds[uu] = __ldg(xds + g);
+        }
         const uint32_t v[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
 #pragma unroll
         for (int h = 0; h < 4; h++) {
             xv[uu][2 * h] = BITS == 4 ? __byte_perm(v[2 * h], v[2 * h + 1], 0x6420) : v[2 * h];
             xv[uu][2 * h + 1] = BITS == 4 ? __byte_perm(v[2 * h], v[2 * h + 1], 0x7531) : v[2 * h + 1];
         }
-        ds[uu] = __ldg(xds + g);
     }
     for (int t = 0; t < nitem; t++) {
         const int r0 = rb0 + (wid + nwarp * t) * RS, nr = min(RS, rb1 - r0);
@@ -141,5 +213,148 @@ k_mv_ring(const mr_set set, const int8_t *__restrict__ xq, const float2 *__restr
     }
 #else
     __trap();   /* launched only on sm_90 and later (mv_ring checks the device) */
+#endif
+}
+
+/* The same for dense bf16 weights (k_mv_ring_bf): x (f32) staged in shared memory once a block,
+ * after the wait, each 256 columns as the lanes' low halves then their high halves (a lane's two
+ * float4 reads then fall on consecutive words, no bank conflicts); the weights bulk-copied into
+ * per-warp rings as in k_mv_ring, an item being RS whole rows (one copy) when a row fits the slot
+ * cap, else one segment of a row (rows longer than a slot are cut into nseg segments of seg
+ * columns, a multiple of 256, the warp keeping the row's sums across them). Columns: a multiple of
+ * 256. A lane takes the 8-column vectors lane, lane + 32, ... of an item's columns; two partial
+ * sums a row (even and odd vectors), then the warp sum: not bit for bit k_mv_dense_sk's order
+ * (f32 sums of the same products; the tests bound the difference). */
+struct mrb_set {                 /* up to 4 dense bf16 weights of equal columns sharing x */
+    const uint8_t *W[4];
+    const float *bias[4];
+    float *y[4];
+    int rows[4], blk0[5], nw;
+    int cols, seg, nseg;         /* columns; columns a segment (= cols unless RS == 1), segments a row */
+    int slots, slot_b;           /* slots a warp, bytes a slot */
+};
+
+template <int RS>
+__global__ void __launch_bounds__(512, 1)
+k_mv_ring_bf(const mrb_set set, const float *__restrict__ x, const mr_norm nm) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    extern __shared__ __align__(128) uint8_t mr_smem[];
+    __shared__ float sh[33];
+    bool waited = pdl_entry_weights_first();
+    int k = 0;
+#pragma unroll
+    for (int i = 1; i < 4; i++) if (i < set.nw && (int)blockIdx.x >= set.blk0[i]) k = i;
+    const int nb = set.blk0[k + 1] - set.blk0[k], lb = (int)blockIdx.x - set.blk0[k], rows = set.rows[k];
+    const int rb0 = (int)((int64_t)lb * rows / nb), rb1 = (int)((int64_t)(lb + 1) * rows / nb);
+    const int nwarp = (int)(blockDim.x >> 5), wid = (int)(threadIdx.x >> 5), lane = (int)(threadIdx.x & 31);
+    const int nunit = (rb1 - rb0 + RS - 1) / RS, S = set.slots, nseg = set.nseg, cols = set.cols;
+    const int nitem = (nunit > wid ? (nunit - wid + nwarp - 1) / nwarp : 0) * nseg;
+    float *xs = (float *)mr_smem;
+    uint8_t *ring = mr_smem + (size_t)cols * 4 + (size_t)wid * S * set.slot_b;
+    uint64_t *bar = (uint64_t *)(mr_smem + (size_t)cols * 4 + (size_t)nwarp * S * set.slot_b) + wid * S;
+    const uint8_t *Wk = set.W[k];
+    uint64_t pol;
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+    /* (lane 0) item t of this warp into its slot: unit t / nseg, segment t % nseg */
+    auto issue = [&](int t) {
+        const int u = t / nseg, j = t - u * nseg;
+        const int r0 = rb0 + (wid + nwarp * u) * RS, nr = min(RS, rb1 - r0);
+        const int c0 = j * set.seg, sc = min(set.seg, cols - c0);
+        const uint32_t bytes = (uint32_t)(nr * sc * 2);
+        uint64_t *b = bar + t % S;
+        fd_mbar_expect(b, bytes);
+        fd_bulk(ring + (size_t)(t % S) * set.slot_b, Wk + ((size_t)r0 * cols + c0) * 2, bytes, b, pol);
+    };
+    if (lane == 0) {
+        for (int s = 0; s < S; s++) fd_mbar_init(bar + s, 1);
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        for (int t = 0; t < S && t < nitem; t++) issue(t);
+    }
+    __syncwarp();
+    if (!waited) pdl_wait();   /* x below is the previous kernel's output */
+    if (nm.a) {   /* the norm (nm.a): float4 f = thread + blockDim j of the row, j < 2 */
+        float4 v[2];
+        float ss = 0.f;
+#pragma unroll
+        for (int j = 0; j < 2; j++) {
+            const int f = (int)threadIdx.x + (int)blockDim.x * j;
+            v[j] = make_float4(0.f, 0.f, 0.f, 0.f);
+            if (f < cols / 4) {
+                v[j] = ((const float4 *)nm.a)[f];
+                if (nm.b) {
+                    const float4 w = ((const float4 *)nm.b)[f];
+                    v[j].x += w.x; v[j].y += w.y; v[j].z += w.z; v[j].w += w.w;
+                }
+            }
+            ss = fmaf(v[j].x, v[j].x, ss); ss = fmaf(v[j].y, v[j].y, ss);
+            ss = fmaf(v[j].z, v[j].z, ss); ss = fmaf(v[j].w, v[j].w, ss);
+        }
+        bool last;
+        const float inv = mr_norm_inv(nm, ss, cols, sh, &last);
+#pragma unroll
+        for (int j = 0; j < 2; j++) {
+            const int f = (int)threadIdx.x + (int)blockDim.x * j, vv = f >> 1;
+            if (f >= cols / 4) break;
+            float4 gm = make_float4(1.f, 1.f, 1.f, 1.f);
+            if (nm.g) {
+                gm = ((const float4 *)nm.g)[f];
+                gm.x += nm.add_one; gm.y += nm.add_one; gm.z += nm.add_one; gm.w += nm.add_one;
+            }
+            const float4 o = make_float4(v[j].x * inv * gm.x, v[j].y * inv * gm.y, v[j].z * inv * gm.z, v[j].w * inv * gm.w);
+            if (last) {
+                if (nm.b) ((float4 *)nm.sum)[f] = v[j];
+                ((float4 *)nm.y)[f] = o;
+            }
+            *(float4 *)(xs + (vv >> 5) * 256 + (f & 1) * 128 + (vv & 31) * 4) = o;
+        }
+    } else {
+        for (int f = (int)threadIdx.x; f < cols / 4; f += (int)blockDim.x) {
+            const int v = f >> 1;
+            *(float4 *)(xs + (v >> 5) * 256 + (f & 1) * 128 + (v & 31) * 4) = __ldg((const float4 *)x + f);
+        }
+    }
+    __syncthreads();
+    const float *bias = set.bias[k];
+    float *y = set.y[k];
+    float a0[RS], a1[RS];
+#pragma unroll
+    for (int r = 0; r < RS; r++) a0[r] = a1[r] = 0.f;
+    for (int t = 0; t < nitem; t++) {
+        const int u = t / nseg, j = t - u * nseg;
+        const int r0 = rb0 + (wid + nwarp * u) * RS, nr = min(RS, rb1 - r0);
+        const int c0 = j * set.seg, sc = min(set.seg, cols - c0), nv = sc >> 3, nc = sc >> 8;
+        fd_mbar_wait(bar + t % S, (uint32_t)(t / S) & 1u);
+        const uint4 *d = (const uint4 *)(ring + (size_t)(t % S) * set.slot_b) + lane;
+        const float *xc = xs + c0 + lane * 4;
+        /* the lane's vector of chunk i (256 columns) times x, into a */
+        auto vec = [&](int i, float (&a)[RS]) {
+            const float4 xa = *(const float4 *)(xc + 256 * i), xb = *(const float4 *)(xc + 256 * i + 128);
+#pragma unroll
+            for (int r = 0; r < RS; r++) {
+                if (r >= nr) break;
+                float f[8];
+                unpack_vec<__nv_bfloat16>(d[r * nv + 32 * i], f);
+                float s = a[r];
+                s = fmaf(f[0], xa.x, s); s = fmaf(f[1], xa.y, s); s = fmaf(f[2], xa.z, s); s = fmaf(f[3], xa.w, s);
+                s = fmaf(f[4], xb.x, s); s = fmaf(f[5], xb.y, s); s = fmaf(f[6], xb.z, s); s = fmaf(f[7], xb.w, s);
+                a[r] = s;
+            }
+        };
+        int i = 0;
+        for (; i + 1 < nc; i += 2) { vec(i, a0); vec(i + 1, a1); }
+        if (i < nc) vec(i, a0);
+        __syncwarp();   /* every lane has read the slot: it may be refilled */
+        if (lane == 0 && t + S < nitem) issue(t + S);
+        if (j == nseg - 1) {
+#pragma unroll
+            for (int r = 0; r < RS; r++) {
+                const float a = warp_sum(a0[r] + a1[r]);
+                if (lane == 0 && r < nr) y[r0 + r] = a + (bias ? bias[r0 + r] : 0.f);
+                a0[r] = a1[r] = 0.f;
+            }
+        }
+    }
+#else
+    __trap();   /* launched only on sm_90 and later (mv_ring_bf checks the device) */
 #endif
 }
