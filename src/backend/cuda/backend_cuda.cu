@@ -2892,6 +2892,19 @@ static int log2_exact(int v) {   /* -1 unless v is a power of two */
     return s;
 }
 
+/* a ring kernel form's shared-memory limit raised to bytes, once (bit form of mr_attr); false
+ * where the device refuses it: the rings are then off for good (the register forms from now on) */
+static bool mr_raise(cu_ctx *c, const void *fn, int form, int bytes) {
+    if (c->mr_attr & (1u << form)) return true;
+    if (cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) != cudaSuccess) {
+        cudaGetLastError();
+        c->mr_on = 0;
+        return false;
+    }
+    c->mr_attr |= 1u << form;
+    return true;
+}
+
 /* a ring product may run the norm nm of its x (K values) in its prologue: the norm's buffers
  * 16-byte aligned and apart from the product's outputs (blocks write those while others read a) */
 static bool rn_apart(const mr_norm *nm, int64_t K, int nw, const cu_weight *const *w, float *const *ys) {
@@ -2957,14 +2970,7 @@ static bool mv_ring_bf(cu_ctx *c, int nw, const cu_weight *const *w, const float
     typedef void (*mrb_fn)(const mrb_set, const float *, const mr_norm);
     static const mrb_fn forms[3] = {k_mv_ring_bf<1>, k_mv_ring_bf<2>, k_mv_ring_bf<4>};
     const int ri = rs == 4 ? 2 : rs == 2 ? 1 : 0, form = 12 + ri;   /* (bits 0-11: k_mv_ring's forms) */
-    if (!(c->mr_attr & (1u << form))) {
-        if (cudaFuncSetAttribute(forms[ri], cudaFuncAttributeMaxDynamicSharedMemorySize, (int)optin) != cudaSuccess) {
-            cudaGetLastError();
-            c->mr_on = 0;   /* (not on this device: the register forms from now on) */
-            return false;
-        }
-        c->mr_attr |= 1u << form;
-    }
+    if (!mr_raise(c, (const void *)forms[ri], form, (int)optin)) return false;
     mr_norm no;
     memset(&no, 0, sizeof no);
     PL(c, forms[ri], (unsigned)blk, nwarp * 32, shm)(set, x, nm ? *nm : no);
@@ -3109,14 +3115,7 @@ static bool mv_ring(cu_ctx *c, int nw, const cu_weight *const *w, const int8_t *
 #undef MR_RS
     const int ri = rs == 4 ? 2 : rs == 2 ? 1 : 0, form = ((bits == 8) * 2 + bf) * 3 + ri;
     const mr_fn kf = forms[bits == 8][bf][ri];
-    if (!(c->mr_attr & (1u << form))) {
-        if (cudaFuncSetAttribute(kf, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)optin) != cudaSuccess) {
-            cudaGetLastError();
-            c->mr_on = 0;   /* (not on this device: the register form from now on) */
-            return false;
-        }
-        c->mr_attr |= 1u << form;
-    }
+    if (!mr_raise(c, (const void *)kf, form, (int)optin)) return false;
     mr_norm no;
     memset(&no, 0, sizeof no);
     PL(c, kf, (unsigned)blk, nwarp * 32, shm)(set, xq, xds, gsh, nm ? *nm : no);
