@@ -2905,6 +2905,33 @@ static bool mr_raise(cu_ctx *c, const void *fn, int form, int bytes) {
     return true;
 }
 
+/* The blocks of a ring launch, one a multiprocessor (all resident at once), dealt to the nw weights
+ * by their rows, whole units of rs rows: weight k gets blocks blk0[k] .. blk0[k + 1] - 1 (blk0[nw]:
+ * the grid). Returns the most rows a block takes. */
+static int64_t mr_deal(const cu_ctx *c, int nw, const cu_weight *const *w, int rs, int *blk0) {
+    const int nsm = c->prop.multiProcessorCount;
+    int64_t tot = 0, run = 0;
+    for (int k = 0; k < nw; k++) tot += w[k]->rows;
+    blk0[0] = 0;
+    for (int k = 0; k < nw; k++) {
+        int64_t nb = w[k]->rows * nsm / tot;
+        if (nb < 1) nb = 1;
+        if (nb > (w[k]->rows + rs - 1) / rs) nb = (w[k]->rows + rs - 1) / rs;
+        if ((w[k]->rows + nb - 1) / nb > run) run = (w[k]->rows + nb - 1) / nb;
+        blk0[k + 1] = blk0[k] + (int)nb;
+    }
+    return run;
+}
+/* Slots a warp: as many as the ring holds (fit, at most MR_MAXSLOTS) but no more than a warp's
+ * items (need: a small matrix then takes less shared memory, so its blocks fit beside the kernel
+ * before it and all its copies go out at once, before that kernel ends); fewer than a warp's items
+ * need two at least, else 0 (the ring does not apply). */
+static int mr_slots(int fit, int need) {
+    if (fit > MR_MAXSLOTS) fit = MR_MAXSLOTS;
+    if (fit >= need) return need;
+    return fit < 2 ? 0 : fit;
+}
+
 /* a ring product may run the norm nm of its x (K values) in its prologue: the norm's buffers
  * 16-byte aligned and apart from the product's outputs (blocks write those while others read a) */
 static bool rn_apart(const mr_norm *nm, int64_t K, int nw, const cu_weight *const *w, float *const *ys) {
@@ -2947,25 +2974,13 @@ static bool mv_ring_bf(cu_ctx *c, int nw, const cu_weight *const *w, const float
         set.nseg = (int)((K + set.seg - 1) / set.seg);
     }
     set.slot_b = rs * set.seg * 2;
-    const int nsm = c->prop.multiProcessorCount;
-    int64_t tot = 0, run = 0;
-    for (int k = 0; k < nw; k++) tot += w[k]->rows;
-    int blk = 0;
-    for (int k = 0; k < nw; k++) {   /* blocks dealt to the weights by their rows, as in mv_ring */
-        int64_t nb = w[k]->rows * nsm / tot;
-        if (nb < 1) nb = 1;
-        if (nb > (w[k]->rows + rs - 1) / rs) nb = (w[k]->rows + rs - 1) / rs;
-        if ((w[k]->rows + nb - 1) / nb > run) run = (w[k]->rows + nb - 1) / nb;
-        set.W[k] = (const uint8_t *)w[k]->w; set.bias[k] = w[k]->bias; set.y[k] = ys[k];
-        set.rows[k] = (int)w[k]->rows; set.blk0[k] = blk;
-        blk += (int)nb;
+    const int64_t run = mr_deal(c, nw, w, rs, set.blk0);
+    const int blk = set.blk0[nw];
+    for (int k = 0; k < nw; k++) {
+        set.W[k] = (const uint8_t *)w[k]->w; set.bias[k] = w[k]->bias; set.y[k] = ys[k]; set.rows[k] = (int)w[k]->rows;
     }
-    set.blk0[nw] = blk; set.nw = nw;
-    const int need = (int)(((run + rs - 1) / rs + nwarp - 1) / nwarp) * set.nseg;   /* a warp's items */
-    set.slots = slots_of(set.slot_b);
-    if (set.slots > MR_MAXSLOTS) set.slots = MR_MAXSLOTS;
-    if (set.slots >= need) set.slots = need;
-    else if (set.slots < 2) return false;
+    set.nw = nw;
+    if (!(set.slots = mr_slots(slots_of(set.slot_b), (int)(((run + rs - 1) / rs + nwarp - 1) / nwarp) * set.nseg))) return false;
     const size_t shm = (size_t)xb + (size_t)nwarp * set.slots * (set.slot_b + 8);
     typedef void (*mrb_fn)(const mrb_set, const float *, const mr_norm);
     static const mrb_fn forms[3] = {k_mv_ring_bf<1>, k_mv_ring_bf<2>, k_mv_ring_bf<4>};
@@ -3081,29 +3096,14 @@ static bool mv_ring(cu_ctx *c, int nw, const cu_weight *const *w, const int8_t *
     int rs = 4;
     while (rs > 1 && (rs * set.row_wb > c->mr_slot || slots_of(rs) < 2)) rs /= 2;
     set.slot_b = rs * (set.row_wb + 2 * set.row_sb);
-    /* blocks: one a multiprocessor (all resident at once), dealt to the weights by their rows */
-    const int nsm = c->prop.multiProcessorCount;
-    int64_t tot = 0, run = 0;   /* run: the most rows a block takes */
-    for (int k = 0; k < nw; k++) tot += w[k]->rows;
-    int blk = 0;
+    const int64_t run = mr_deal(c, nw, w, rs, set.blk0);
+    const int blk = set.blk0[nw];
     for (int k = 0; k < nw; k++) {
-        int64_t nb = w[k]->rows * nsm / tot;
-        if (nb < 1) nb = 1;
-        if (nb > (w[k]->rows + rs - 1) / rs) nb = (w[k]->rows + rs - 1) / rs;
-        if ((w[k]->rows + nb - 1) / nb > run) run = (w[k]->rows + nb - 1) / nb;
         set.W[k] = (const uint8_t *)w[k]->w; set.S[k] = (const uint8_t *)w[k]->scales; set.B[k] = (const uint8_t *)w[k]->biases;
-        set.bias[k] = w[k]->bias; set.y[k] = ys[k]; set.rows[k] = (int)w[k]->rows; set.blk0[k] = blk;
-        blk += (int)nb;
+        set.bias[k] = w[k]->bias; set.y[k] = ys[k]; set.rows[k] = (int)w[k]->rows;
     }
-    set.blk0[nw] = blk; set.nw = nw;
-    /* slots: as many as the ring holds, but no more than a warp's items (a small matrix then takes
-     * less shared memory, so its blocks fit beside the kernel before it and all its copies go out
-     * at once, before that kernel ends); fewer than a warp's items need two at least */
-    const int need = (int)(((run + rs - 1) / rs + nwarp - 1) / nwarp);
-    set.slots = slots_of(rs);
-    if (set.slots > MR_MAXSLOTS) set.slots = MR_MAXSLOTS;
-    if (set.slots >= need) set.slots = need;
-    else if (set.slots < 2) return false;
+    set.nw = nw;
+    if (!(set.slots = mr_slots(slots_of(rs), (int)(((run + rs - 1) / rs + nwarp - 1) / nwarp)))) return false;
     size_t shm = (size_t)nwarp * set.slots * (set.slot_b + 8);
     if (nm) shm = ((shm + 15) & ~(size_t)15) + (size_t)K + (size_t)K / 32 * 8;   /* x's int8 form, after the ring */
     const size_t optin = c->prop.sharedMemPerBlockOptin - 1024;   /* (-1024: static) */

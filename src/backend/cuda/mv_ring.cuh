@@ -72,6 +72,25 @@ __device__ __forceinline__ float mr_norm_inv(const mr_norm &nm, float ss, int d,
     return rsqrtf(ss / (float)d + nm.eps);
 }
 
+/* the weight of a set (mr_set, mrb_set) this block takes, and its rows [rb0, rb1): the blocks
+ * blk0[k] .. blk0[k + 1] - 1 take equal runs of weight k's rows */
+template <typename SET>
+__device__ __forceinline__ int mr_block(const SET &set, int *rb0, int *rb1) {
+    int k = 0;
+#pragma unroll
+    for (int i = 1; i < 4; i++) if (i < set.nw && (int)blockIdx.x >= set.blk0[i]) k = i;
+    const int nb = set.blk0[k + 1] - set.blk0[k], lb = (int)blockIdx.x - set.blk0[k], rows = set.rows[k];
+    *rb0 = (int)((int64_t)lb * rows / nb);
+    *rb1 = (int)((int64_t)(lb + 1) * rows / nb);
+    return k;
+}
+/* the L2 policy of the rings' copies: weights are read once a step */
+__device__ __forceinline__ uint64_t mr_evict_first() {
+    uint64_t pol;
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+    return pol;
+}
+
 template <int BITS, typename ST, int RS>
 __global__ void __launch_bounds__(512, 1)
 k_mv_ring(const mr_set set, const int8_t *__restrict__ xq, const float2 *__restrict__ xds, int gs_shift, const mr_norm nm) {
@@ -79,19 +98,15 @@ k_mv_ring(const mr_set set, const int8_t *__restrict__ xq, const float2 *__restr
     extern __shared__ __align__(128) uint8_t mr_smem[];
     __shared__ float sh[33];
     bool waited = pdl_entry_weights_first();
-    int k = 0;
-#pragma unroll
-    for (int i = 1; i < 4; i++) if (i < set.nw && (int)blockIdx.x >= set.blk0[i]) k = i;
-    const int nb = set.blk0[k + 1] - set.blk0[k], lb = (int)blockIdx.x - set.blk0[k], rows = set.rows[k];
-    const int rb0 = (int)((int64_t)lb * rows / nb), rb1 = (int)((int64_t)(lb + 1) * rows / nb);
+    int rb0, rb1;
+    const int k = mr_block(set, &rb0, &rb1);
     const int nwarp = (int)(blockDim.x >> 5), wid = (int)(threadIdx.x >> 5), lane = (int)(threadIdx.x & 31);
     const int nunit = (rb1 - rb0 + RS - 1) / RS, S = set.slots;
     const int nitem = nunit > wid ? (nunit - wid + nwarp - 1) / nwarp : 0;
     uint8_t *ring = mr_smem + (size_t)wid * S * set.slot_b;
     uint64_t *bar = (uint64_t *)(mr_smem + (size_t)nwarp * S * set.slot_b) + wid * S;
     const uint8_t *Wk = set.W[k], *Sk = set.S[k], *Bk = set.B[k];
-    uint64_t pol;
-    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+    const uint64_t pol = mr_evict_first();
     /* (lane 0) item t of this warp into its slot */
     auto issue = [&](int t) {
         const int r0 = rb0 + (wid + nwarp * t) * RS, nr = min(RS, rb1 - r0);
@@ -241,11 +256,8 @@ k_mv_ring_bf(const mrb_set set, const float *__restrict__ x, const mr_norm nm) {
     extern __shared__ __align__(128) uint8_t mr_smem[];
     __shared__ float sh[33];
     bool waited = pdl_entry_weights_first();
-    int k = 0;
-#pragma unroll
-    for (int i = 1; i < 4; i++) if (i < set.nw && (int)blockIdx.x >= set.blk0[i]) k = i;
-    const int nb = set.blk0[k + 1] - set.blk0[k], lb = (int)blockIdx.x - set.blk0[k], rows = set.rows[k];
-    const int rb0 = (int)((int64_t)lb * rows / nb), rb1 = (int)((int64_t)(lb + 1) * rows / nb);
+    int rb0, rb1;
+    const int k = mr_block(set, &rb0, &rb1);
     const int nwarp = (int)(blockDim.x >> 5), wid = (int)(threadIdx.x >> 5), lane = (int)(threadIdx.x & 31);
     const int nunit = (rb1 - rb0 + RS - 1) / RS, S = set.slots, nseg = set.nseg, cols = set.cols;
     const int nitem = (nunit > wid ? (nunit - wid + nwarp - 1) / nwarp : 0) * nseg;
@@ -253,8 +265,7 @@ k_mv_ring_bf(const mrb_set set, const float *__restrict__ x, const mr_norm nm) {
     uint8_t *ring = mr_smem + (size_t)cols * 4 + (size_t)wid * S * set.slot_b;
     uint64_t *bar = (uint64_t *)(mr_smem + (size_t)cols * 4 + (size_t)nwarp * S * set.slot_b) + wid * S;
     const uint8_t *Wk = set.W[k];
-    uint64_t pol;
-    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+    const uint64_t pol = mr_evict_first();
     /* (lane 0) item t of this warp into its slot: unit t / nseg, segment t % nseg */
     auto issue = [&](int t) {
         const int u = t / nseg, j = t - u * nseg;
