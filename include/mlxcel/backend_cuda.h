@@ -69,6 +69,13 @@ void mx_backend_cuda_set_mma_attention(mx_backend *b, bool on);
  * the bf16 cache; a power-of-two cache block size); on by default, MLXCEL_CUDA_ATTN_DEC=lanes at
  * init (or off here) keeps the kernel whose lanes split a head's values (any head size). */
 void mx_backend_cuda_set_vec_attention(mx_backend *b, bool on);
+/* One-token decode: the deferred q/k norms and ropes and the cache write done inside that kernel
+ * (its 16-warp form) instead of a q/k preparation kernel before it: 1 (default) where the product
+ * before it (q/k/v) had dense bf16 weights (measured faster there, slower after q4 products), 2
+ * always, 0 never; MLXCEL_CUDA_ATTN_PREP=bf16|1|0 at init sets the same. Returns the previous
+ * mode; the count is of attentions that did it. */
+int mx_backend_cuda_set_attn_prep(mx_backend *b, int mode);
+int mx_backend_cuda_attn_prep_launches(mx_backend *b);
 /* Decode attention with the query heads of a KV head in one block (each K/V row read once for
  * them): 1 (default) when the batch has enough blocks for it, 0 never (MLXCEL_CUDA_ATTN_GQA=0 at
  * init), 2 always (for tests). */

@@ -54,7 +54,8 @@ static void test_select(void) {
                                          {"MLXCEL_CUDA_GEMM_SK", "auto"}, {"MLXCEL_CUDA_MV_RING", "yes"},
                                          {"MLXCEL_CUDA_MV_RING_KB", "500"}, {"MLXCEL_CUDA_MV_RING_WARPS", "0"},
                                          {"MLXCEL_CUDA_MV_RING_SLOT", "32k"}, {"MLXCEL_CUDA_RING_NORM", "on"}, {"MLXCEL_CUDA_RING_NORM", "2"},
-                                         {"MLXCEL_CUDA_MV_RING_BF16", "2"}};
+                                         {"MLXCEL_CUDA_MV_RING_BF16", "2"}, {"MLXCEL_CUDA_ATTN_PREP", "on"},
+                                         {"MLXCEL_CUDA_ATTN_PREP", "2"}};
     unsetenv("MLXCEL_DEVICE");
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         setenv(bad[i][0], bad[i][1], 1);
@@ -69,8 +70,9 @@ static void test_select(void) {
     setenv("MLXCEL_CUDA_FUSED", "1", 1); setenv("MLXCEL_CUDA_FUSED_PF", "4", 1); setenv("MLXCEL_CUDA_GEMM_SK", "0", 1);
     setenv("MLXCEL_CUDA_MV_RING", "0", 1); setenv("MLXCEL_CUDA_MV_RING_KB", "64", 1); setenv("MLXCEL_CUDA_MV_RING_WARPS", "8", 1);
     setenv("MLXCEL_CUDA_MV_RING_SLOT", "16384", 1); setenv("MLXCEL_CUDA_RING_NORM", "bf16", 1);
-    setenv("MLXCEL_CUDA_MV_RING_BF16", "norm", 1);
+    setenv("MLXCEL_CUDA_MV_RING_BF16", "norm", 1); setenv("MLXCEL_CUDA_ATTN_PREP", "0", 1);
     TCHECK(mx_backend_cuda_check_env() == MX_OK, "good switches refused: %s", mx_last_error());
+    unsetenv("MLXCEL_CUDA_ATTN_PREP");
     unsetenv("MLXCEL_CUDA_FUSED"); unsetenv("MLXCEL_CUDA_FUSED_PF"); unsetenv("MLXCEL_CUDA_GEMM_SK");
     unsetenv("MLXCEL_CUDA_MV_RING"); unsetenv("MLXCEL_CUDA_MV_RING_KB"); unsetenv("MLXCEL_CUDA_MV_RING_WARPS"); unsetenv("MLXCEL_CUDA_MV_RING_SLOT");
     unsetenv("MLXCEL_CUDA_RING_NORM"); unsetenv("MLXCEL_CUDA_MV_RING_BF16");
@@ -457,6 +459,134 @@ static const att_case g_att[] = {
     {"cuda_attention_rope_fused", 8, 2, 128, 0, 0.f, true, false, 1},
     {"cuda_attention_qknorm_rope_fused", 16, 8, 128, 0, 0.f, true, false, 2},
     {"cuda_attention_qknorm_rope_fused_bf16kv_hd64", 8, 4, 64, 0, 0.f, false, false, 2},
+};
+
+/* One-token decode with the q/k preparation (norms, ropes, cache write) inside the attention
+ * (mx_backend_cuda_set_attn_prep) against the separate preparation kernel: a prompt of 21 tokens
+ * (prepared separately in all modes), then 20 decode tokens that cross two cache blocks, over two
+ * layers, the last of them outside the sequences (its output zeros, its q and k still prepared).
+ * Modes: 0 off; 1 always; 2 and 3 the default (after a dense bf16 product), each layer's ops after
+ * a small product of other buffers with bf16 weights (2, fused) or q4 weights (3, not fused).
+ * Each step's attention output, q, k (prepared in place) and v must be equal bit for bit between
+ * the modes; later steps read the cache entries that earlier fused steps wrote. The output of
+ * mode 1 is also compared with the CPU reference, and the fused launches are counted. */
+typedef struct { const char *name; int n_heads, n_kv, hd; bool f32kv, qknorm, rope; } ap_case;
+/* the per-head q/k norms and ropes of a case, as the decoder calls them */
+static void ap_ops(mx_backend *B, const ap_case *a, float *q, float *k, const mx_vec *gq, const mx_vec *gk, const mx_rope *rp,
+                   const mx_attn_meta *m, int n) {
+    if (a->qknorm) {
+        B->i->rmsnorm(B->ctx, q, gq, 1e-6f, 0.f, q, n * a->n_heads, a->hd);
+        B->i->rmsnorm(B->ctx, k, gk, 1e-6f, 0.f, k, n * a->n_kv, a->hd);
+    }
+    if (a->rope) {
+        B->i->rope(B->ctx, q, n, a->n_heads, a->hd, rp, m);
+        B->i->rope(B->ctx, k, n, a->n_kv, a->hd, rp, m);
+    }
+}
+static void check_attn_prep(const ap_case *a) {
+    enum { BS = 16, NB = 6, P0 = 21, STEPS = 20, L = 2 };
+    if (a->f32kv) setenv("MLXCEL_CUDA_KV", "f32", 1); else unsetenv("MLXCEL_CUDA_KV");
+    const int qd = a->n_heads * a->hd, kvd = a->n_kv * a->hd;
+    int32_t bt[NB] = {4, 1, 5, 0, 3, 2};
+    float inv[128];
+    for (int i = 0; i < a->hd / 2; i++) inv[i] = (float)pow(10000.0, -2.0 * i / a->hd);
+    mx_rope rp = {a->hd, inv, 1.f};
+    mx_vec gq, gk, gq2, gk2; void *bq, *bk;
+    vec_make(&gq, &bq, a->hd, MX_DTYPE_BF16, 1.f); gq2 = gq; gq2.dev = NULL;
+    vec_make(&gk, &bk, a->hd, MX_DTYPE_BF16, 0.5f); gk2 = gk; gk2.dev = NULL;
+    mx_attn_params p = {a->n_heads, a->n_kv, a->hd, 1.f / sqrtf((float)a->hd), 0, 0.f, NULL};
+    /* the raw q, k, v of every step and layer */
+    float *raw[1 + STEPS][L][3], *res[4][1 + STEPS][L][4];
+    tw pw[2];   /* the products before the ops in modes 2 and 3 */
+    tw_make(&pw[0], 32, 256, 0, 0, MX_DTYPE_BF16, false);
+    tw_make(&pw[1], 32, 256, 4, 64, MX_DTYPE_BF16, false);
+    for (int i = 0; i < 2; i++) TREQUIRE(G.i->weight_prepare(G.ctx, &pw[i].w) == MX_OK, "prepare: %s", mx_last_error());
+    float *px = gnan(256), *py = gnan(32);
+    for (int st = 0; st <= STEPS; st++)
+        for (int l = 0; l < L; l++) {
+            const int n = st == 0 ? P0 : 1;
+            for (int k = 0; k < 3; k++) {
+                const int64_t cnt = (int64_t)n * (k == 0 ? qd : kvd);
+                raw[st][l][k] = malloc((size_t)cnt * 4);
+                fill(raw[st][l][k], cnt, k == 2 ? 1.f : 2.f);
+            }
+        }
+    double worst = 0;
+    G.i->write(G.ctx, px, raw[0][0][0], 256 * 4);
+    const int was = mx_backend_cuda_set_attn_prep(&G, 0);
+    for (int mode = 0; mode < 4; mode++) {
+        mx_backend_cuda_set_attn_prep(&G, mode == 0 ? 0 : mode == 1 ? 2 : 1);
+        mx_kv_desc kg = {L, a->n_kv, a->hd, BS, NB, MX_DTYPE_F32}, kc = kg;
+        TREQUIRE(G.i->kv_init(G.ctx, &kg) == MX_OK && (mode != 1 || C.i->kv_init(C.ctx, &kc) == MX_OK), "kv_init: %s", mx_last_error());
+        const int before = mx_backend_cuda_attn_prep_launches(&G);
+        for (int st = 0; st <= STEPS; st++) {
+            const int n = st == 0 ? P0 : 1;
+            int32_t pos[P0], slot[P0], seq[P0];
+            for (int t = 0; t < n; t++) {
+                pos[t] = st == 0 ? t : P0 + st - 1;
+                seq[t] = st == STEPS ? 1 : 0;   /* the last token outside the sequences: zeros, still prepared */
+                slot[t] = bt[pos[t] / BS] * BS + pos[t] % BS;
+            }
+            mx_attn_meta m = {n, pos, slot, seq, 1, NB, bt};
+            for (int l = 0; l < L; l++) {
+                float *dq = gup(raw[st][l][0], (int64_t)n * qd), *dk = gup(raw[st][l][1], (int64_t)n * kvd),
+                      *dv = gup(raw[st][l][2], (int64_t)n * kvd), *dout = gnan((int64_t)n * qd);
+                if (mode >= 2) G.i->matmul(G.ctx, &pw[mode - 2].w, px, py, 1);
+                ap_ops(&G, a, dq, dk, &gq, &gk, &rp, &m, n);
+                G.i->attention(G.ctx, l, dq, dk, dv, dout, &p, &m);
+                res[mode][st][l][0] = gdown(dout, (int64_t)n * qd); res[mode][st][l][1] = gdown(dq, (int64_t)n * qd);
+                res[mode][st][l][2] = gdown(dk, (int64_t)n * kvd); res[mode][st][l][3] = gdown(dv, (int64_t)n * kvd);
+                G.i->free(G.ctx, dq); G.i->free(G.ctx, dk); G.i->free(G.ctx, dv); G.i->free(G.ctx, dout);
+                if (mode == 1) {   /* the CPU reference */
+                    float *q = malloc((size_t)n * qd * 4), *k = malloc((size_t)n * kvd * 4), *ref = malloc((size_t)n * qd * 4);
+                    memcpy(q, raw[st][l][0], (size_t)n * qd * 4); memcpy(k, raw[st][l][1], (size_t)n * kvd * 4);
+                    ap_ops(&C, a, q, k, &gq2, &gk2, &rp, &m, n);
+                    C.i->attention(C.ctx, l, q, k, raw[st][l][2], ref, &p, &m);
+                    const double e = relerr(res[1][st][l][0], ref, (int64_t)n * qd);
+                    if (e > worst) worst = e;
+                    free(q); free(k); free(ref);
+                }
+            }
+        }
+        const int fused = mx_backend_cuda_attn_prep_launches(&G) - before, want = mode == 1 || mode == 2 ? STEPS * L : 0;
+        TCHECK(fused == want, "mode %d: %d attentions did the q/k preparation (expected %d)", mode, fused, want);
+        TCHECK(mx_backend_cuda_status(&G) == MX_OK, "status: %s", mx_last_error());
+        G.i->kv_free(G.ctx);
+        if (mode == 1) C.i->kv_free(C.ctx);
+    }
+    mx_backend_cuda_set_attn_prep(&G, was);
+    static const char *const what[4] = {"attention output", "q", "k", "v"};
+    int bad = 0;
+    for (int st = 0; st <= STEPS; st++)
+        for (int l = 0; l < L; l++) {
+            const int n = st == 0 ? P0 : 1;
+            for (int k = 0; k < 4; k++) {
+                const int64_t cnt = (int64_t)n * (k < 2 ? qd : kvd);
+                for (int mode = 1; mode < 4; mode++) {
+                    bool finite = true;
+                    for (int64_t i = 0; i < cnt; i++) finite = finite && isfinite(res[mode][st][l][k][i]);
+                    if (bad < 3 && (!finite || memcmp(res[0][st][l][k], res[mode][st][l][k], (size_t)cnt * 4))) {
+                        TCHECK(0, "mode %d step %d layer %d: %s %s", mode, st, l, what[k], finite ? "differs from mode 0" : "not written");
+                        bad++;
+                    }
+                }
+                for (int mode = 0; mode < 4; mode++) free(res[mode][st][l][k]);
+            }
+            for (int k = 0; k < 3; k++) free(raw[st][l][k]);
+        }
+    const double tol = a->f32kv ? 2e-5 : 1e-2;
+    TCHECK(worst < tol, "against the CPU: rel err %.3g > %.3g", worst, tol);
+    free(bq); free(bk);
+    G.i->free(G.ctx, px); G.i->free(G.ctx, py);
+    tw_free(&pw[0]); tw_free(&pw[1]);
+    unsetenv("MLXCEL_CUDA_KV");
+}
+static const ap_case g_ap[] = {
+    {"cuda_attn_prep_llama_gqa4", 32, 8, 128, false, false, true},
+    {"cuda_attn_prep_qwen3_qknorm", 16, 8, 128, false, true, true},
+    {"cuda_attn_prep_hd64_f32kv", 8, 2, 64, true, false, true},
+    {"cuda_attn_prep_mha_hd256_qknorm", 4, 4, 256, false, true, true},
+    {"cuda_attn_prep_norm_no_rope_f32kv", 8, 4, 128, true, true, false},
 };
 
 /* Decode over long contexts (up to 323 positions in shuffled blocks of 16): several chunks per warp
@@ -2002,6 +2132,7 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < sizeof g_rn / sizeof g_rn[0]; i++) RUN_NAMED(g_rn[i].name, check_ring_norm, &g_rn[i]);
     for (size_t i = 0; i < sizeof g_sn / sizeof g_sn[0]; i++) RUN_NAMED(g_sn[i].name, check_sum_norm, &g_sn[i]);
     for (size_t i = 0; i < sizeof g_sq / sizeof g_sq[0]; i++) RUN_NAMED(g_sq[i].name, check_sum_qkv, &g_sq[i]);
+    for (size_t i = 0; i < sizeof g_ap / sizeof g_ap[0]; i++) RUN_NAMED(g_ap[i].name, check_attn_prep, &g_ap[i]);
     for (size_t i = 0; i < sizeof g_emb / sizeof g_emb[0]; i++) RUN_NAMED(g_emb[i].name, check_embed, &g_emb[i]);
     RUN(test_norms);
     RUN(test_rope);

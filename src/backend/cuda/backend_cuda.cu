@@ -113,6 +113,12 @@ struct cu_ctx {
                                               MLXCEL_CUDA_ATTN_GQA=0), always (2: tests) */
     bool attn_vec;                         /* decode attention through k_attn_vec where it applies
                                               (MLXCEL_CUDA_ATTN_DEC=lanes: k_attn) */
+    int attn_prep;                         /* batch-1 decode: the q/k preparation inside k_attn_vec
+                                              (MLXCEL_CUDA_ATTN_PREP): 0 never (k_qk_prep before it),
+                                              1 after a dense bf16 product (last_bf16), 2 always */
+    bool last_bf16;                        /* the last product's weights were dense bf16 */
+    unsigned *att_cnt;                     /* its per-KV-head block counters, ATT_CNT_MAX (zero between launches) */
+    int n_attn_prep;                       /* attentions that did the preparation (tests) */
     bool attn_mma;                         /* k_attn_mma where it applies (MLXCEL_CUDA_ATTN=tiled|pertoken: off) */
     int gemm_mode;                         /* q4 above the matvecs (MLXCEL_CUDA_GEMM): GM_AUTO, GM_CUBLAS
                                               (dequantize + cuBLAS), GM_MMA (k_gemm_gq up to
@@ -251,7 +257,7 @@ static pdl_launch<KArgs...> PL(cu_ctx *c, void (*k)(KArgs...), dim3 g, dim3 b, s
  * the default; anything else is an error naming the variable and what it takes. */
 enum { GM_AUTO, GM_CUBLAS, GM_MMA, GM_WG, GM_NMODES };   /* MLXCEL_CUDA_GEMM, in k_gemm_modes' order */
 static const char *const k_gemm_modes[] = {"auto", "cublas", "mma", "wgmma"};
-struct cu_switches { int attn, attn_dec, gqa, gemm, gemm_rot, gemm_sk, gemm_pair, sum_norm, sum_qkv, att_gq, pdl, mv, profile, kv, graphs, fused, mv_ring, ring_norm, ring_bf; long dq_mb, fused_pf, mr_kb, mr_slot, mr_warps; };   /* kv: checked here, read by kv_init */
+struct cu_switches { int attn, attn_dec, attn_prep, gqa, gemm, gemm_rot, gemm_sk, gemm_pair, sum_norm, sum_qkv, att_gq, pdl, mv, profile, kv, graphs, fused, mv_ring, ring_norm, ring_bf; long dq_mb, fused_pf, mr_kb, mr_slot, mr_warps; };   /* kv: checked here, read by kv_init */
 static mx_status env_choice(const char *name, const char *const *vals, int n, int def, int *out) {
     const char *e = getenv(name);
     *out = def;
@@ -287,6 +293,7 @@ static mx_status read_switches(cu_switches *sw) {
     if ((st = env_choice("MLXCEL_CUDA_ATTN", attn, 3, 0, &sw->attn)) ||
         (st = env_choice("MLXCEL_CUDA_ATTN_DEC", attn_dec, 2, 0, &sw->attn_dec)) ||
         (st = env_choice("MLXCEL_CUDA_ATTN_GQA", onoff, 2, 1, &sw->gqa)) ||
+        (st = env_choice("MLXCEL_CUDA_ATTN_PREP", ring_norm, 3, 1, &sw->attn_prep)) ||
         (st = env_choice("MLXCEL_CUDA_GEMM", k_gemm_modes, GM_NMODES, GM_AUTO, &sw->gemm)) ||
         (st = env_choice("MLXCEL_CUDA_GEMM_ROT", onoff, 2, 1, &sw->gemm_rot)) ||
         (st = env_choice("MLXCEL_CUDA_GEMM_SK", onoff, 2, 1, &sw->gemm_sk)) ||
@@ -1964,6 +1971,7 @@ __device__ __forceinline__ void att_merge(const float (*sm)[G], const float (*sl
  * shared memory (sbt_n entries; 0: read from global memory), and each step loads the K and V
  * rows of its ATT_P positions before using any, so a step waits for memory once. */
 #define ATT_SBT_MAX 4096
+#define ATT_CNT_MAX 256   /* KV heads the q/k preparation inside the decode attention takes */
 template <typename T, int ATT_WARPS, int ATT_P, int NI, int G>
 __global__ void __launch_bounds__(ATT_WARPS * 32)
 k_attn(const float *q, const T *kp, const T *vp, float *out, const int32_t *pos, const int32_t *seq,
@@ -2083,6 +2091,62 @@ __device__ __forceinline__ void halve_sum(float *v, int lane, int &base) {
     }
 }
 
+/* The q/k preparation before attention in one kernel, for the ops the backend deferred
+ * (c_rmsnorm per head in place, c_rope with rot_dim == head_dim): block (t, hh) takes head hh of
+ * q (hh < nh), of k (nh <= hh < nh + nkv; also stored to the cache at slot[t]) or of v (stored
+ * to the cache); thread i holds the pair (i, i + D/2): norm over the head, then the rotation,
+ * with the arithmetic of k_rmsnorm_r / k_rope.
+ * With part (MLXCEL_CUDA_SUM_QKV): q, k and v are the split-k partial sums of their product
+ * (c_matmul_multi's, deferred), added here in split order with k_gq_sum's arithmetic; the sums
+ * of v are stored to v (those of q and k end as the prepared q and k, as without it).
+ * For one token after a dense bf16 q/k/v product (MLXCEL_CUDA_ATTN_PREP), the decode attention
+ * does the same itself (k_attn_vec<.., PREP>) and k_qk_prep is not launched. */
+struct qk_prep_args {
+    float *q, *k; const float *v;
+    const float *qg, *kg; float qeps, keps, qa1, ka1; int qnorm, knorm;
+    const float *qf, *kf; float qaf, kaf; int qrope, krope;
+    int nh, nkv, D;
+    const float *part; float *vw; int nsplit; int64_t ptot, kofs, vofs;   /* kofs, vofs: k's, v's parts */
+};
+/* value j of the output buf (q, k or v) or, with a.part, the sum of its parts at ofs + j */
+__device__ __forceinline__ float qk_in(const qk_prep_args &a, const float *buf, int64_t ofs, int64_t j) {
+    if (!a.part) return buf[j];
+    float s = 0.f;
+    for (int z = 0; z < a.nsplit; z++) s += a.part[(size_t)z * a.ptot + ofs + j];
+    return s + 0.f;   /* k_gq_sum's "+ 0.f" without a bias */
+}
+/* Head hd of q (isq) or k of token t prepared, in two steps around the sum of squares over the head
+ * (a block reduction whose arithmetic its callers share): qk_load gives thread i (ok: i < D/2) the
+ * pair (i, i + D/2), qk_finish norms it (with that sum, when the head has a norm) and rotates it.
+ * Shared by k_qk_prep and the decode attention that does the preparation itself
+ * (k_attn_vec<.., PREP>). */
+__device__ __forceinline__ void qk_load(const qk_prep_args &a, bool isq, int hd, int t, int i, bool ok, float &x0, float &x1) {
+    const int half = a.D / 2;
+    const int64_t j = isq ? ((int64_t)t * a.nh + hd) * a.D : ((int64_t)t * a.nkv + hd) * a.D;
+    const float *xr = (isq ? a.q : a.k) + j;
+    const int64_t po = isq ? 0 : a.kofs;
+    x0 = ok ? qk_in(a, xr, po + j, i) : 0.f; x1 = ok ? qk_in(a, xr, po + j, i + half) : 0.f;
+}
+__device__ __forceinline__ void qk_finish(const qk_prep_args &a, bool isq, int t, int i, bool ok, const int32_t *pos, float ss,
+                                          float &x0, float &x1) {
+    const int half = a.D / 2;
+    if (isq ? a.qnorm : a.knorm) {
+        const float *g = isq ? a.qg : a.kg;
+        const float a1 = isq ? a.qa1 : a.ka1, eps = isq ? a.qeps : a.keps;
+        const float g0 = g ? (ok ? g[i] + a1 : 0.f) : 1.f, g1 = g ? (ok ? g[i + half] + a1 : 0.f) : 1.f;
+        const float inv = rsqrtf(ss / a.D + eps);
+        x0 = x0 * inv * g0; x1 = x1 * inv * g1;
+    }
+    if (ok && (isq ? a.qrope : a.krope)) {
+        const float *f = isq ? a.qf : a.kf;
+        const float af = isq ? a.qaf : a.kaf;
+        float sn, cs;
+        sincosf((float)pos[t] * f[i], &sn, &cs);
+        sn *= af; cs *= af;
+        const float r0 = x0 * cs - x1 * sn, r1 = x1 * cs + x0 * sn;
+        x0 = r0; x1 = r1;
+    }
+}
 /* Decode attention with 16-byte K/V loads. A K or V row (D values) is LPK lanes' 16-byte vectors, so
  * one warp load covers KPL = 32 / LPK keys; a warp takes chunks of U loads (CH keys) in turn and
  * issues all of a chunk's K and V loads before using any. Then:
@@ -2097,11 +2161,12 @@ __device__ __forceinline__ void halve_sum(float *v, int lane, int &base) {
  * (bshift). On the H200, Qwen3-0.6B with 128 sequences of 128-256 positions: 27 us a layer at 55%
  * of the DRAM peak, against 58 us (26%) for k_attn, which reads 2-4 bytes a lane and reduces over
  * the warp for every key and head. */
-template <typename T, int D, int G, int W, int U>
+template <typename T, int D, int G, int W, int U, bool PREP = false>
 __global__ void __launch_bounds__(W * 32)
-k_attn_vec(const float *q, const T *kp, const T *vp, float *out, const int32_t *pos, const int32_t *seq,
+k_attn_vec(const float *q, T *kp, T *vp, float *out, const int32_t *pos, const int32_t *seq,
            const int32_t *bt, int n_seqs, int max_blocks, int bshift, int n_blocks, int n_heads, int n_kv, float scale,
-           int window, float softcap, const float *sinks, int8_t *xq, float2 *xds, __nv_bfloat16 *xg, int sbt_n) {
+           int window, float softcap, const float *sinks, int8_t *xq, float2 *xds, __nv_bfloat16 *xg, int sbt_n,
+           const qk_prep_args pa, const int32_t *slot, int64_t nslots, unsigned *cnt) {
     constexpr int VPL = 16 / (int)sizeof(T), LPK = D / VPL, KPL = 32 / LPK, CH = KPL * U;
     constexpr int NV = G * U, REM = NV >= LPK ? NV / LPK : 1, E = G * CH, NJ = (E + 31) / 32, SEG = CH < 32 ? CH : 32;
     static_assert(D % VPL == 0 && LPK >= 1 && LPK <= 32 && 32 % LPK == 0, "a K row is 1..32 lanes' 16-byte vectors");
@@ -2113,7 +2178,72 @@ k_attn_vec(const float *q, const T *kp, const T *vp, float *out, const int32_t *
     extern __shared__ int32_t sbt[];
     const int t = blockIdx.x, h0 = blockIdx.y * G, lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     const int kvh = h0 / (n_heads / n_kv), kvdim = n_kv * D, bmask = (1 << bshift) - 1;
-    if (seq[t] < 0 || seq[t] >= n_seqs || pos[t] < 0) { att_zero(out, xq, xds, ((size_t)t * n_heads + h0) * D, G * D); return; }
+    /* PREP (one token, G = 1, MLXCEL_CUDA_ATTN_PREP): the deferred q/k norms and ropes and the cache
+     * write of k_qk_prep done here, by three groups of D/2 threads side by side: the block's query
+     * head (in place: no other block reads it), its KV head's new key and its new value (both in
+     * shared memory, rounded as the cache holds them, read instead of the cache at their slot). The
+     * KV head's first block writes them to the cache. At the end the KV head's blocks count
+     * themselves in cnt[kvh] (each read k in its prologue); the last one stores the prepared k in
+     * place and resets the count. */
+    constexpr int PH = D / 2;
+    static_assert(!PREP || (G == 1 && 3 * PH <= W * 32 && PH % 32 == 0), "PREP: one query head; D/2 whole warps");
+    __shared__ __align__(16) T knew[PREP ? D : 1], vnew[PREP ? D : 1];
+    __shared__ float psh[PREP ? W : 1];
+    __shared__ bool plast;
+    int64_t pslot = -1;
+    float px0 = 0.f, px1 = 0.f;   /* this thread's pair of its group's head, prepared */
+    const int prole = (int)threadIdx.x / PH, pi = (int)threadIdx.x % PH;   /* group 0 q, 1 k, 2 v, 3 and up none */
+    if constexpr (PREP) {
+        const int64_t s = slot[t];
+        pslot = s >= 0 && s < nslots ? s : -1;
+        if (prole == 0) qk_load(pa, true, h0, t, pi, true, px0, px1);
+        else if (prole == 1) qk_load(pa, false, kvh, t, pi, true, px0, px1);
+        else if (prole == 2) {
+            const float *vr = pa.v + ((int64_t)t * n_kv + kvh) * D;
+            px0 = vr[pi]; px1 = vr[pi + PH];
+        }
+        float ss = 0.f;
+        if (pa.qnorm || pa.knorm) {   /* block_sum's arithmetic over each group's warps */
+            constexpr int NWR = PH / 32;
+            const float v = warp_sum(fmaf(px1, px1, px0 * px0));
+            if (lane == 0) psh[w] = v;
+            __syncthreads();
+            if (prole < 2) ss = warp_sum(lane < NWR ? psh[prole * NWR + lane] : 0.f);
+        }
+        if (prole < 2) qk_finish(pa, prole == 0, t, pi, true, pos, ss, px0, px1);
+        if (prole == 0) {
+            float *xr = pa.q + ((int64_t)t * n_heads + h0) * D;
+            xr[pi] = px0; xr[pi + PH] = px1;
+        } else if (prole <= 2) {
+            T *sn = prole == 1 ? knew : vnew;
+            st_kv(&sn[pi], px0); st_kv(&sn[pi + PH], px1);
+            if (pslot >= 0 && h0 % (n_heads / n_kv) == 0) {
+                T *cd = (prole == 1 ? kp : vp) + pslot * kvdim + (size_t)kvh * D;
+                st_kv(cd + pi, px0); st_kv(cd + pi + PH, px1);
+            }
+        }
+        __syncthreads();   /* the new key and value, and this block's q, before the loads below */
+    }
+    /* (PREP) the count, and the prepared k stored by the KV head's last block */
+    const auto prep_end = [&]() {
+        if constexpr (PREP) {
+            __syncthreads();
+            if (threadIdx.x == 0) {
+                plast = atomicAdd(&cnt[kvh], 1u) == (unsigned)(n_heads / n_kv) - 1;
+                if (plast) cnt[kvh] = 0;
+            }
+            __syncthreads();
+            if (plast && prole == 1) {
+                float *kr = pa.k + ((int64_t)t * n_kv + kvh) * D;
+                kr[pi] = px0; kr[pi + PH] = px1;
+            }
+        }
+    };
+    if (seq[t] < 0 || seq[t] >= n_seqs || pos[t] < 0) {
+        att_zero(out, xq, xds, ((size_t)t * n_heads + h0) * D, G * D);
+        prep_end();
+        return;
+    }
     const int kg = lane / LPK, d0 = (lane % LPK) * VPL;   /* this lane's key within a load, first value */
     float qv[G][VPL], acc[G][VPL];
 #pragma unroll
@@ -2151,9 +2281,14 @@ k_attn_vec(const float *q, const T *kp, const T *vp, float *out, const int32_t *
             okm |= (uint32_t)ok << u;
             kr[u] = vr[u] = make_uint4(0, 0, 0, 0);
             if (ok) {
-                const size_t o = ((size_t)blk << bshift | (size_t)(pj & bmask)) * kvdim + (size_t)kvh * D + d0;
-                kr[u] = *(const uint4 *)(kp + o);
-                vr[u] = *(const uint4 *)(vp + o);
+                const size_t sl = (size_t)blk << bshift | (size_t)(pj & bmask), o = sl * kvdim + (size_t)kvh * D + d0;
+                if (PREP && (int64_t)sl == pslot) {   /* the new key and value */
+                    kr[u] = *(const uint4 *)(knew + d0);
+                    vr[u] = *(const uint4 *)(vnew + d0);
+                } else {
+                    kr[u] = *(const uint4 *)(kp + o);
+                    vr[u] = *(const uint4 *)(vp + o);
+                }
             }
         }
         float v[NV];   /* partial dots: v[g U + u] */
@@ -2251,30 +2386,9 @@ k_attn_vec(const float *q, const T *kp, const T *vp, float *out, const int32_t *
     }
     __syncthreads();
     att_merge<W, G>(sm, sl, &sacc[0][0][0], D, D, sinks, h0, out, ((size_t)t * n_heads + h0) * D, xq, xds, xg);
+    prep_end();
 }
 
-/* The q/k preparation before attention in one kernel, for the ops the backend deferred
- * (c_rmsnorm per head in place, c_rope with rot_dim == head_dim): block (t, hh) takes head hh of
- * q (hh < nh), of k (nh <= hh < nh + nkv; also stored to the cache at slot[t]) or of v (stored
- * to the cache); thread i holds the pair (i, i + D/2): norm over the head, then the rotation,
- * with the arithmetic of k_rmsnorm_r / k_rope.
- * With part (MLXCEL_CUDA_SUM_QKV): q, k and v are the split-k partial sums of their product
- * (c_matmul_multi's, deferred), added here in split order with k_gq_sum's arithmetic; the sums
- * of v are stored to v (those of q and k end as the prepared q and k, as without it). */
-struct qk_prep_args {
-    float *q, *k; const float *v;
-    const float *qg, *kg; float qeps, keps, qa1, ka1; int qnorm, knorm;
-    const float *qf, *kf; float qaf, kaf; int qrope, krope;
-    int nh, nkv, D;
-    const float *part; float *vw; int nsplit; int64_t ptot, kofs, vofs;   /* kofs, vofs: k's, v's parts */
-};
-/* value j of the output buf (q, k or v) or, with a.part, the sum of its parts at ofs + j */
-__device__ __forceinline__ float qk_in(const qk_prep_args &a, const float *buf, int64_t ofs, int64_t j) {
-    if (!a.part) return buf[j];
-    float s = 0.f;
-    for (int z = 0; z < a.nsplit; z++) s += a.part[(size_t)z * a.ptot + ofs + j];
-    return s + 0.f;   /* k_gq_sum's "+ 0.f" without a bias */
-}
 template <typename T>
 __global__ void k_qk_prep(const qk_prep_args a, T *kp, T *vp, const int32_t *slot, const int32_t *pos, int64_t nslots) {
     pdl_entry();
@@ -2299,29 +2413,12 @@ __global__ void k_qk_prep(const qk_prep_args a, T *kp, T *vp, const int32_t *slo
     }
     const bool isq = hh < a.nh;
     const int hd = isq ? hh : hh - a.nh;
-    const int64_t j = isq ? ((int64_t)t * a.nh + hd) * a.D : ((int64_t)t * a.nkv + hd) * a.D;
-    float *xr = (isq ? a.q : a.k) + j;
-    const int64_t po = isq ? 0 : a.kofs;
-    float x0 = ok ? qk_in(a, xr, po + j, i) : 0.f, x1 = ok ? qk_in(a, xr, po + j, i + half) : 0.f;
-    if (isq ? a.qnorm : a.knorm) {
-        const float *g = isq ? a.qg : a.kg;
-        const float a1 = isq ? a.qa1 : a.ka1, eps = isq ? a.qeps : a.keps;
-        const float g0 = g ? (ok ? g[i] + a1 : 0.f) : 1.f, g1 = g ? (ok ? g[i + half] + a1 : 0.f) : 1.f;
-        float ss = fmaf(x1, x1, x0 * x0);
-        ss = block_sum(ss, sh);
-        const float inv = rsqrtf(ss / a.D + eps);
-        x0 = x0 * inv * g0; x1 = x1 * inv * g1;
-    }
-    if (ok && (isq ? a.qrope : a.krope)) {
-        const float *f = isq ? a.qf : a.kf;
-        const float af = isq ? a.qaf : a.kaf;
-        float sn, cs;
-        sincosf((float)pos[t] * f[i], &sn, &cs);
-        sn *= af; cs *= af;
-        const float r0 = x0 * cs - x1 * sn, r1 = x1 * cs + x0 * sn;
-        x0 = r0; x1 = r1;
-    }
+    float x0, x1;
+    qk_load(a, isq, hd, t, i, ok, x0, x1);
+    const float ss = (isq ? a.qnorm : a.knorm) ? block_sum(fmaf(x1, x1, x0 * x0), sh) : 0.f;
+    qk_finish(a, isq, t, i, ok, pos, ss, x0, x1);
     if (!ok) return;
+    float *xr = (isq ? a.q : a.k) + (isq ? ((int64_t)t * a.nh + hd) * a.D : ((int64_t)t * a.nkv + hd) * a.D);
     xr[i] = x0; xr[i + half] = x1;
     if (!isq && store) {
         st_kv(kp + s * kvdim + (size_t)hd * a.D + i, x0);
@@ -3170,6 +3267,7 @@ static void c_matmul(void *ctx, const mx_weight *wt, const float *x, float *y, i
     pdl_mode(c, n <= MV_I8_MAX);   /* before GOP_PURE: also ahead of a replayed graph */
     GOP_PURE(c, 1, PU(wt), PU(x), PU(y), (uint64_t)n);
     const cu_weight *w = get_w(c, wt);
+    c->last_bf16 = w && !w->bits && w->dtype == MX_DTYPE_BF16;
     mr_norm nm;
     int d;
     if (w && rn_take(c, x, n, &nm, &d)) {   /* x is the deferred norm's output */
@@ -3194,6 +3292,7 @@ static void c_matmul_multi(void *ctx, int nw, const mx_weight *const *ws, const 
     if (nw < 1 || nw > 4 || n <= 0) { FLUSH_ALL(c); return; }
     const cu_weight *w[4];
     for (int k = 0; k < nw; k++) if (!(w[k] = get_w(c, ws[k]))) { FLUSH_ALL(c); return; }
+    c->last_bf16 = !w[0]->bits && w[0]->dtype == MX_DTYPE_BF16;
     mr_norm nm;
     int d;
     if (rn_take(c, x, n, &nm, &d)) {   /* x is the deferred norm's output */
@@ -3905,33 +4004,42 @@ static bool launch_attn_tiled(cu_ctx *c, const float *q, float *out, const mx_at
  * (token, head) with short chunks; else 4 warps a (token, G query heads), 8 loads a chunk where a
  * K row is 16 lanes or fewer (bf16 128: 16 keys a chunk), else 4. */
 template <typename T, int D>
-static void launch_attn_vec_d(cu_ctx *c, dim3 grid, int G, bool wide, size_t shm, const float *q, const T *kp, const T *vp,
+static void launch_attn_vec_d(cu_ctx *c, dim3 grid, int G, bool wide, size_t shm, const float *q, T *kp, T *vp,
                               float *out, const dmeta &dm, const mx_attn_meta *meta, const mx_attn_params *p, const float *sk,
-                              int8_t *xq, float2 *xds, __nv_bfloat16 *xg, int sbt_n) {
+                              int8_t *xq, float2 *xds, __nv_bfloat16 *xg, int sbt_n, const qk_prep_args *pa, int64_t nslots) {
     constexpr int U = D * (int)sizeof(T) <= 256 ? 8 : 4, U4 = 4;   /* G = 4: 4 loads a chunk (registers) */
+    qk_prep_args none;
+    memset(&none, 0, sizeof none);
 #define VEC_ARGS (q, kp, vp, out, dm.pos, dm.seq, dm.bt, meta->n_seqs, meta->max_blocks, bshift, c->kv.n_blocks, \
-                  p->n_heads, p->n_kv_heads, p->scale, p->sliding_window, p->softcap, sk, xq, xds, xg, sbt_n)
+                  p->n_heads, p->n_kv_heads, p->scale, p->sliding_window, p->softcap, sk, xq, xds, xg, sbt_n, \
+                  pa ? *pa : none, dm.slot, nslots, c->att_cnt)
     const int bshift = log2_exact(c->kv.block_size);
-    if (wide) PL(c, k_attn_vec<T, D, 1, 16, 2>, grid, 512, shm)VEC_ARGS;
+    if (wide && pa) PL(c, (k_attn_vec<T, D, 1, 16, 2, true>), grid, 512, shm)VEC_ARGS;
+    else if (wide) PL(c, k_attn_vec<T, D, 1, 16, 2>, grid, 512, shm)VEC_ARGS;
     else if (G == 2) PL(c, k_attn_vec<T, D, 2, 4, U>, grid, 128, shm)VEC_ARGS;
     else if (G == 1) PL(c, k_attn_vec<T, D, 1, 4, U>, grid, 128, shm)VEC_ARGS;
     else if constexpr (D <= 128) PL(c, k_attn_vec<T, D, 4, 4, U4>, grid, 128, shm)VEC_ARGS;   /* launch_attn: G = 4 up to 128 */
 #undef VEC_ARGS
 }
+/* whether launch_attn_vec takes this head size and cache */
+static bool attn_vec_takes(const cu_ctx *c, int hd, size_t tsize) {
+    return c->attn_vec && log2_exact(c->kv.block_size) >= 0 && (hd == 64 || hd == 128 || (hd == 256 && tsize == 2));
+}
+/* pa: the q/k preparation in the kernel (wide only; see k_attn_vec's PREP) */
 template <typename T>
 static bool launch_attn_vec(cu_ctx *c, const float *q, float *out, const mx_attn_params *p, const mx_attn_meta *meta,
-                            const dmeta &dm, const T *kp, const T *vp, const float *sk, int8_t *xq, float2 *xds,
-                            __nv_bfloat16 *xg, dim3 grid,
-                            int G, bool wide, int sbt_n, size_t shm) {
+                            const dmeta &dm, T *kp, T *vp, const float *sk, int8_t *xq, float2 *xds,
+                            __nv_bfloat16 *xg, dim3 grid, int G, bool wide, int sbt_n, size_t shm,
+                            const qk_prep_args *pa, int64_t nslots) {
     const int hd = p->head_dim;
-    if (log2_exact(c->kv.block_size) < 0) return false;
-    if (hd == 64) launch_attn_vec_d<T, 64>(c, grid, G, wide, shm, q, kp, vp, out, dm, meta, p, sk, xq, xds, xg, sbt_n);
-    else if (hd == 128) launch_attn_vec_d<T, 128>(c, grid, G, wide, shm, q, kp, vp, out, dm, meta, p, sk, xq, xds, xg, sbt_n);
-    else if constexpr (sizeof(T) == 2) {
-        if (hd != 256) return false;
-        launch_attn_vec_d<T, 256>(c, grid, G, wide, shm, q, kp, vp, out, dm, meta, p, sk, xq, xds, xg, sbt_n);
-    } else return false;
-    LAUNCHED(c, "attention (vec)");
+    if (!attn_vec_takes(c, hd, sizeof(T))) return false;
+#define VEC_D(D) launch_attn_vec_d<T, D>(c, grid, G, wide, shm, q, kp, vp, out, dm, meta, p, sk, xq, xds, xg, sbt_n, pa, nslots)
+    if (hd == 64) VEC_D(64);
+    else if (hd == 128) VEC_D(128);
+    else if constexpr (sizeof(T) == 2) VEC_D(256);
+#undef VEC_D
+    if (pa) c->n_attn_prep++;
+    LAUNCHED(c, pa ? "attention (vec) + q/k prep" : "attention (vec)");
     return true;
 }
 
@@ -3941,19 +4049,24 @@ static bool launch_attn(cu_ctx *c, int layer, const float *q, const float *k, co
                         const qk_prep_args *pa, const float *sk, int8_t *xq, float2 *xds, __nv_bfloat16 *xg) {
     const int n = meta->n_tokens, kvdim = p->n_kv_heads * p->head_dim;
     (void)layer;
-    if (pa) {
+    /* few (token, head) blocks (decode): 16 warps a block share the positions, 8 each per step;
+     * else 4 warps, 4 positions each */
+    const bool wide = (int64_t)n * p->n_heads < 4 * c->prop.multiProcessorCount && c->attn_gqa != 2;
+    /* one token (batch-1 decode): the q/k preparation inside the attention (MLXCEL_CUDA_ATTN_PREP),
+     * where k_attn_vec takes it (not with the q/k/v product's parts, which k_qk_prep sums) */
+    const bool prep_in = pa && n == 1 && wide && (c->attn_prep == 2 || (c->attn_prep == 1 && c->last_bf16)) && c->att_cnt && !pa->part && p->n_kv_heads <= ATT_CNT_MAX &&
+                         attn_vec_takes(c, p->head_dim, sizeof(T));
+    if (prep_in) {
+    } else if (pa) {
         dim3 g((unsigned)n, (unsigned)(p->n_heads + 2 * p->n_kv_heads));
         PL(c, k_qk_prep<T>, g, (p->head_dim / 2 + 31) / 32 * 32, 0)(*pa, kp, vp, dm.slot, dm.pos, nslots);
         LAUNCHED(c, "q/k prep");
-    } else {
+    } else if (!pa) {
         PL(c, k_kv_write<T>, nblk((int64_t)n * kvdim, 256), 256, 0)(k, v, kp, vp, dm.slot, kvdim, n, nslots);
         LAUNCHED(c, "kv write");
     }
     if (c->attn_tiled && launch_attn_tiled<T>(c, q, out, p, meta, dm, kp, vp, sk, xq, xds)) return false;   /* (no xg form) */
     dim3 grid((unsigned)n, (unsigned)p->n_heads);
-    /* few (token, head) blocks (decode): 16 warps a block share the positions, 8 each per step;
-     * else 4 warps, 4 positions each */
-    const bool wide = (int64_t)n * p->n_heads < 4 * c->prop.multiProcessorCount && c->attn_gqa != 2;
     /* many (token, head) blocks (batched decode): the query heads of a KV head in one block, so
      * that each K/V row is read once for them (GQA), while there are still 4 blocks an SM */
     const int grp = p->n_heads / p->n_kv_heads;
@@ -3967,7 +4080,8 @@ static bool launch_attn(cu_ctx *c, int layer, const float *q, const float *k, co
     grid.y = (unsigned)(p->n_heads / G);
     const int sbt_n = meta->max_blocks <= ATT_SBT_MAX ? meta->max_blocks : 0;
     const size_t shm = (size_t)(sbt_n > 0 ? sbt_n : 1) * 4;
-    if (c->attn_vec && launch_attn_vec<T>(c, q, out, p, meta, dm, kp, vp, sk, xq, xds, xg, grid, G, wide, sbt_n, shm)) return true;
+    if (launch_attn_vec<T>(c, q, out, p, meta, dm, kp, vp, sk, xq, xds, xg, grid, G, wide, sbt_n, shm, prep_in ? pa : NULL, nslots))
+        return true;
 #define ATT_ARGS (q, kp, vp, out, dm.pos, dm.seq, dm.bt, meta->n_seqs, meta->max_blocks, c->kv.block_size, c->kv.n_blocks, \
                   p->n_heads, p->n_kv_heads, p->head_dim, p->scale, p->sliding_window, p->softcap, sk, xq, xds, xg, sbt_n)
 #define ATT_NI(W, P, G) \
@@ -4514,6 +4628,7 @@ extern "C" mx_status mx_backend_cuda_init(mx_backend *out) {
         c->attn_tiled = sw.attn != 2;
         c->attn_mma = sw.attn == 0;
         c->attn_gqa = sw.gqa;
+        c->attn_prep = sw.attn_prep;
         c->attn_vec = sw.attn_dec == 0;
         c->gemm_mode = sw.gemm;
         c->gq_rot = sw.gemm_rot;
@@ -4615,6 +4730,12 @@ extern "C" mx_status mx_backend_cuda_init(mx_backend *out) {
             c->strk_cnt = NULL;
         }
     }
+    if (cudaMalloc((void **)&c->att_cnt, ATT_CNT_MAX * sizeof(unsigned)) != cudaSuccess ||
+        cudaMemsetAsync(c->att_cnt, 0, ATT_CNT_MAX * sizeof(unsigned), c->st) != cudaSuccess) {   /* (without: k_qk_prep) */
+        cudaGetLastError();
+        if (c->att_cnt) cudaFree(c->att_cnt);
+        c->att_cnt = NULL;
+    }
     if (cudaMalloc((void **)&c->rn_count, sizeof(unsigned)) != cudaSuccess ||
         cudaMemsetAsync(c->rn_count, 0, sizeof(unsigned), c->st) != cudaSuccess) {   /* (without it: no norm in the rings) */
         cudaGetLastError();
@@ -4695,18 +4816,14 @@ extern "C" bool mx_backend_cuda_set_mv_ring(mx_backend *b, bool on, int kb, int 
     return was;
 }
 extern "C" int mx_backend_cuda_ring_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_ring; }
-extern "C" int mx_backend_cuda_set_mv_ring_bf16(mx_backend *b, int mode) {
-    cu_ctx *c = switch_ctx(b);
-    const int was = c->mr_bf;
-    c->mr_bf = mode < 0 ? 0 : mode > 2 ? 2 : mode;
+/* a three-valued switch set to mode (clamped to 0..2); the previous value */
+static int set_mode3(int *sw, int mode) {
+    const int was = *sw;
+    *sw = mode < 0 ? 0 : mode > 2 ? 2 : mode;
     return was;
 }
-extern "C" int mx_backend_cuda_set_ring_norm(mx_backend *b, int mode) {
-    cu_ctx *c = switch_ctx(b);
-    const int was = c->rn_on;
-    c->rn_on = mode < 0 ? 0 : mode > 2 ? 2 : mode;
-    return was;
-}
+extern "C" int mx_backend_cuda_set_mv_ring_bf16(mx_backend *b, int mode) { return set_mode3(&switch_ctx(b)->mr_bf, mode); }
+extern "C" int mx_backend_cuda_set_ring_norm(mx_backend *b, int mode) { return set_mode3(&switch_ctx(b)->rn_on, mode); }
 extern "C" int mx_backend_cuda_ring_norm_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_ring_norm; }
 extern "C" void mx_backend_cuda_set_sum_norm(mx_backend *b, bool on) { switch_ctx(b)->sum_norm = on; }
 extern "C" void mx_backend_cuda_set_sum_qkv(mx_backend *b, bool on) { switch_ctx(b)->sum_qkv = on; }
@@ -4717,6 +4834,8 @@ extern "C" int mx_backend_cuda_sum_norm_launches(mx_backend *b) { return ((const
 extern "C" void mx_backend_cuda_set_tiled_attention(mx_backend *b, bool on) { switch_ctx(b)->attn_tiled = on; }
 extern "C" void mx_backend_cuda_set_mma_attention(mx_backend *b, bool on) { switch_ctx(b)->attn_mma = on; }
 extern "C" void mx_backend_cuda_set_vec_attention(mx_backend *b, bool on) { switch_ctx(b)->attn_vec = on; }
+extern "C" int mx_backend_cuda_set_attn_prep(mx_backend *b, int mode) { return set_mode3(&switch_ctx(b)->attn_prep, mode); }
+extern "C" int mx_backend_cuda_attn_prep_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_attn_prep; }
 extern "C" void mx_backend_cuda_set_gqa_attention(mx_backend *b, int mode) {
     switch_ctx(b)->attn_gqa = mode < 0 ? 0 : mode > 2 ? 2 : mode;
 }
@@ -4906,6 +5025,7 @@ extern "C" void mx_backend_cuda_free(mx_backend *b) {
     if (c->strk_part) cudaFree(c->strk_part);
     if (c->strk_cnt) cudaFree(c->strk_cnt);
     if (c->rn_count) cudaFree(c->rn_count);
+    if (c->att_cnt) cudaFree(c->att_cnt);
     if (c->xq) cudaFree(c->xq);
     if (c->xg) cudaFree(c->xg);
     if (c->xg2) cudaFree(c->xg2);
