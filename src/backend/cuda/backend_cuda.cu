@@ -3081,7 +3081,7 @@ static bool mv_ring_bf(cu_ctx *c, int nw, const cu_weight *const *w, const float
     const size_t shm = (size_t)xb + (size_t)nwarp * set.slots * (set.slot_b + 8);
     typedef void (*mrb_fn)(const mrb_set, const float *, const mr_norm);
     static const mrb_fn forms[3] = {k_mv_ring_bf<1>, k_mv_ring_bf<2>, k_mv_ring_bf<4>};
-    const int ri = rs == 4 ? 2 : rs == 2 ? 1 : 0, form = 12 + ri;   /* (bits 0-11: k_mv_ring's forms) */
+    const int ri = rs == 4 ? 2 : rs == 2 ? 1 : 0, form = 12 + ri;   /* (bits 0-11 and 16-27: k_mv_ring's forms) */
     if (!mr_raise(c, (const void *)forms[ri], form, (int)optin)) return false;
     mr_norm no;
     memset(&no, 0, sizeof no);
@@ -3207,11 +3207,14 @@ static bool mv_ring(cu_ctx *c, int nw, const cu_weight *const *w, const int8_t *
     if (shm > optin) return false;
     const bool bf = w[0]->sdt == SDT_BF16;
     typedef void (*mr_fn)(const mr_set, const int8_t *, const float2 *, int, const mr_norm);
-#define MR_RS(B, T) {k_mv_ring<B, T, 1>, k_mv_ring<B, T, 2>, k_mv_ring<B, T, 4>}
-    static const mr_fn forms[2][2][3] = {{MR_RS(4, __half), MR_RS(4, __nv_bfloat16)}, {MR_RS(8, __half), MR_RS(8, __nv_bfloat16)}};
+#define MR_RS(B, T, N) {k_mv_ring<B, T, 1, N>, k_mv_ring<B, T, 2, N>, k_mv_ring<B, T, 4, N>}
+#define MR_N(N) {{MR_RS(4, __half, N), MR_RS(4, __nv_bfloat16, N)}, {MR_RS(8, __half, N), MR_RS(8, __nv_bfloat16, N)}}
+    static const mr_fn forms[2][2][2][3] = {MR_N(false), MR_N(true)};
+#undef MR_N
 #undef MR_RS
-    const int ri = rs == 4 ? 2 : rs == 2 ? 1 : 0, form = ((bits == 8) * 2 + bf) * 3 + ri;
-    const mr_fn kf = forms[bits == 8][bf][ri];
+    /* (form bits 0-11 without the norm, 16-27 with it; 12-14: k_mv_ring_bf's) */
+    const int ri = rs == 4 ? 2 : rs == 2 ? 1 : 0, form = ((bits == 8) * 2 + bf) * 3 + ri + (nm ? 16 : 0);
+    const mr_fn kf = forms[nm != NULL][bits == 8][bf][ri];
     if (!mr_raise(c, (const void *)kf, form, (int)optin)) return false;
     mr_norm no;
     memset(&no, 0, sizeof no);

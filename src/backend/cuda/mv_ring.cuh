@@ -91,7 +91,10 @@ __device__ __forceinline__ uint64_t mr_evict_first() {
     return pol;
 }
 
-template <int BITS, typename ST, int RS>
+/* NORM: the norm in the prologue (nm); without it the kernel is the tenth session's, which the
+ * form with a runtime branch on nm.a measured slower than (Qwen3-0.6B q4 decode ~5%, twelfth
+ * session, NOTES.md) */
+template <int BITS, typename ST, int RS, bool NORM>
 __global__ void __launch_bounds__(512, 1)
 k_mv_ring(const mr_set set, const int8_t *__restrict__ xq, const float2 *__restrict__ xds, int gs_shift, const mr_norm nm) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -129,11 +132,11 @@ k_mv_ring(const mr_set set, const int8_t *__restrict__ xq, const float2 *__restr
     float *y = set.y[k];
     const int ng = set.ng, ssw = set.row_sb / 2;
     constexpr int V = BITS / 4;   /* 16-byte vectors a group of 32 codes */
-    /* the norm (nm.a): warp w quantizes groups w, w + nwarp, ... (up to 8) into shared memory,
+    /* the norm (NORM): warp w quantizes groups w, w + nwarp, ... (up to 8) into shared memory,
      * after the ring and its mbarriers: codes, then (dx, dx * code sum) a group */
     int8_t *xq_s = (int8_t *)(mr_smem + (((size_t)nwarp * S * (set.slot_b + 8) + 15) & ~(size_t)15));
     float2 *xds_s = (float2 *)(xq_s + (ng << 5));
-    if (nm.a) {
+    if constexpr (NORM) {
         const int d = ng << 5;
         float v[8], ss = 0.f;
 #pragma unroll
@@ -168,7 +171,7 @@ k_mv_ring(const mr_set set, const int8_t *__restrict__ xq, const float2 *__restr
         const int g = 32 * uu + lane;
         if (g >= ng) break;
         uint4 xa, xb;
-        if (nm.a) {
+        if constexpr (NORM) {
             const uint4 *xp = (const uint4 *)(xq_s + (g << 5));
             xa = xp[0]; xb = xp[1]; ds[uu] = xds_s[g];
         } else {
