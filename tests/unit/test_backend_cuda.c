@@ -1067,18 +1067,29 @@ static const sk_case g_sk[] = {
  * weights (k_mv_ring_bf; x in shared memory, rows cut into segments longer than a slot), within
  * 1e-5 of the register form (k_mv_dense_sk; f32 sums in another order) and 2e-5 of the CPU. */
 typedef struct { const char *name; int rows[3], cols, bits, gs; mx_dtype dt; bool bias; int kb, warps, slot; bool taken; } rg_case;
-static void check_ring(const rg_case *rc) {
+/* up to 3 weights of a set (rows: 0 ends the list), prepared on the GPU, the first with a bias
+ * (bias0); ws their views, off their outputs' offsets in one buffer of *tot rows; the count, or -1
+ * (a failed check) */
+static int set_make(tw *t, const int *rows, int cols, int bits, int gs, mx_dtype dt, bool bias0, const mx_weight **ws,
+                    int64_t *off, int64_t *tot) {
     int nw = 0;
-    while (nw < 3 && rc->rows[nw] > 0) nw++;
+    while (nw < 3 && rows[nw] > 0) nw++;
+    *tot = 0;
+    for (int k = 0; k < nw; k++) {
+        tw_make(&t[k], rows[k], cols, bits, gs, dt, bias0 && k == 0);
+        TCHECK(G.i->weight_prepare(G.ctx, &t[k].w) == MX_OK, "prepare: %s", mx_last_error());
+        if (t_case_failed) return -1;
+        ws[k] = &t[k].w; off[k] = *tot; *tot += rows[k];
+    }
+    return nw;
+}
+static void check_ring(const rg_case *rc) {
     const int K = rc->cols;
     tw t[3];
     const mx_weight *ws[3];
-    int64_t tot = 0, off[3];
-    for (int k = 0; k < nw; k++) {
-        tw_make(&t[k], rc->rows[k], K, rc->bits, rc->gs, rc->dt, rc->bias && k == 0);
-        TREQUIRE(G.i->weight_prepare(G.ctx, &t[k].w) == MX_OK, "prepare: %s", mx_last_error());
-        ws[k] = &t[k].w; off[k] = tot; tot += rc->rows[k];
-    }
+    int64_t tot, off[3];
+    const int nw = set_make(t, rc->rows, K, rc->bits, rc->gs, rc->dt, rc->bias, ws, off, &tot);
+    if (nw < 0) return;
     float *x = malloc((size_t)K * 4), *ref = malloc((size_t)tot * 4);
     fill(x, K, 1.f);
     float *cy[3];
@@ -1162,17 +1173,12 @@ static const rg_case g_rg[] = {
  * launched by it). Not taken: rows not a multiple of 256, or longer than 4096. */
 typedef struct { const char *name; int rows[3], d, bits, gs; bool add, gamma, add_one, other_first, taken; } rn_case;
 static void check_ring_norm(const rn_case *rc) {
-    int nw = 0;
-    while (nw < 3 && rc->rows[nw] > 0) nw++;
     const int D = rc->d;
     tw t[3];
     const mx_weight *ws[3];
-    int64_t tot = 0, off[3];
-    for (int k = 0; k < nw; k++) {
-        tw_make(&t[k], rc->rows[k], D, rc->bits, rc->gs, MX_DTYPE_BF16, false);
-        TREQUIRE(G.i->weight_prepare(G.ctx, &t[k].w) == MX_OK, "prepare: %s", mx_last_error());
-        ws[k] = &t[k].w; off[k] = tot; tot += rc->rows[k];
-    }
+    int64_t tot, off[3];
+    const int nw = set_make(t, rc->rows, D, rc->bits, rc->gs, MX_DTYPE_BF16, false, ws, off, &tot);
+    if (nw < 0) return;
     mx_vec g; void *gb;
     vec_make(&g, &gb, D, MX_DTYPE_BF16, rc->add_one ? 0.f : 1.f);
     TREQUIRE(G.i->vec_prepare(G.ctx, &g) == MX_OK, "vec prepare");

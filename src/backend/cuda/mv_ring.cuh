@@ -91,6 +91,21 @@ __device__ __forceinline__ uint64_t mr_evict_first() {
     return pol;
 }
 
+/* a ring kernel's start: lane 0 of each warp initializes the warp's S mbarriers and issues its
+ * first items (issue(t), up to S of its nitem); then the wait on the previous kernel, unless the
+ * kernel waited at entry (waited): x, outputs and the norm's inputs come after it */
+template <typename F>
+__device__ __forceinline__ void mr_start(uint64_t *bar, int S, int nitem, int lane, bool waited, const F &issue) {
+    if (lane == 0) {
+        for (int s = 0; s < S; s++) fd_mbar_init(bar + s, 1);
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        for (int t = 0; t < S && t < nitem; t++) issue(t);
+    }
+    __syncwarp();
+    if (!waited) pdl_wait();
+}
+
+
 /* NORM: the norm in the prologue (nm); without it the kernel is the tenth session's, which the
  * form with a runtime branch on nm.a measured slower than (Qwen3-0.6B q4 decode ~5%, twelfth
  * session, NOTES.md) */
@@ -121,13 +136,7 @@ k_mv_ring(const mr_set set, const int8_t *__restrict__ xq, const float2 *__restr
         fd_bulk(d + RS * set.row_wb, Sk + (size_t)r0 * set.row_sb, sb, b, pol);
         fd_bulk(d + RS * (set.row_wb + set.row_sb), Bk + (size_t)r0 * set.row_sb, sb, b, pol);
     };
-    if (lane == 0) {
-        for (int s = 0; s < S; s++) fd_mbar_init(bar + s, 1);
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-        for (int t = 0; t < S && t < nitem; t++) issue(t);
-    }
-    __syncwarp();
-    if (!waited) pdl_wait();   /* x below is the previous kernel's output */
+    mr_start(bar, S, nitem, lane, waited, issue);
     const float *bias = set.bias[k];
     float *y = set.y[k];
     const int ng = set.ng, ssw = set.row_sb / 2;
@@ -279,13 +288,7 @@ k_mv_ring_bf(const mrb_set set, const float *__restrict__ x, const mr_norm nm) {
         fd_mbar_expect(b, bytes);
         fd_bulk(ring + (size_t)(t % S) * set.slot_b, Wk + ((size_t)r0 * cols + c0) * 2, bytes, b, pol);
     };
-    if (lane == 0) {
-        for (int s = 0; s < S; s++) fd_mbar_init(bar + s, 1);
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-        for (int t = 0; t < S && t < nitem; t++) issue(t);
-    }
-    __syncwarp();
-    if (!waited) pdl_wait();   /* x below is the previous kernel's output */
+    mr_start(bar, S, nitem, lane, waited, issue);
     if (nm.a) {   /* the norm (nm.a): float4 f = thread + blockDim j of the row, j < 2 */
         float4 v[2];
         float ss = 0.f;
