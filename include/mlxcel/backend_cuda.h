@@ -126,8 +126,9 @@ bool mx_backend_cuda_set_mv_ring(mx_backend *b, bool on, int kb, int warps, int 
 /* How many products ran that way so far (tests). */
 int mx_backend_cuda_ring_launches(mx_backend *b);
 /* Dense bf16 batch-1 products through the ring (k_mv_ring_bf; MLXCEL_CUDA_MV_RING_BF16): 0 never,
- * 1 ("norm", the default) only those that run the rmsnorm of their x (q/k/v, gate/up, the LM head),
- * 2 ("1") all; returns the previous mode. */
+ * 1 ("norm") only those that run the rmsnorm of their x (q/k/v, gate/up, the LM head), 3 ("long",
+ * the default) those and the products of rows longer than 4096 columns (Llama-8B's down), 2 ("1")
+ * all; returns the previous mode. */
 int mx_backend_cuda_set_mv_ring_bf16(mx_backend *b, int mode);
 /* The batch-1 rmsnorm of a product's x run in that product's prologue, one launch for both
  * (MLXCEL_CUDA_RING_NORM): 0 never, 1 ("bf16", the default) for dense bf16 products (k_mv_ring_bf),
@@ -135,6 +136,13 @@ int mx_backend_cuda_set_mv_ring_bf16(mx_backend *b, int mode);
  * previous mode. Then: how many ring launches ran the norm (tests). */
 int mx_backend_cuda_set_ring_norm(mx_backend *b, int mode);
 int mx_backend_cuda_ring_norm_launches(mx_backend *b);
+/* A batch-1 gate/up pair of dense bf16 weights on the ring (k_mv_ring_bf) and the act_mul of its
+ * outputs in place (y = act(gate) * up over gate) in one launch (MLXCEL_CUDA_RING_PAIR, on by
+ * default): the product waits for the next op, and runs as it is if that is not such an act_mul.
+ * The memory then holds what the two ops leave, bit for bit. Returns the previous on/off. Then:
+ * how many launches ran a pair that way (tests). */
+bool mx_backend_cuda_set_ring_pair(mx_backend *b, bool on);
+int mx_backend_cuda_ring_pair_launches(mx_backend *b);
 /* On by default (MLXCEL_CUDA_SUM_NORM=0 at init turns it off; Llama-8B, 128 sequences: 13,525
  * against 13,266 tok/s on the H200): a product split along k by the GEMM on packed q4 weights (one weight, no bias,
  * 17..128 rows of x), then an add of its output, then an rmsnorm of that sum: the rmsnorm reads

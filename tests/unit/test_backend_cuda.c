@@ -55,7 +55,8 @@ static void test_select(void) {
                                          {"MLXCEL_CUDA_MV_RING_KB", "500"}, {"MLXCEL_CUDA_MV_RING_WARPS", "0"},
                                          {"MLXCEL_CUDA_MV_RING_SLOT", "32k"}, {"MLXCEL_CUDA_RING_NORM", "on"}, {"MLXCEL_CUDA_RING_NORM", "2"},
                                          {"MLXCEL_CUDA_MV_RING_BF16", "2"}, {"MLXCEL_CUDA_ATTN_PREP", "on"},
-                                         {"MLXCEL_CUDA_ATTN_PREP", "2"}};
+                                         {"MLXCEL_CUDA_ATTN_PREP", "2"}, {"MLXCEL_CUDA_RING_PAIR", "on"},
+                                         {"MLXCEL_CUDA_RING_PAIR", "2"}};
     unsetenv("MLXCEL_DEVICE");
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         setenv(bad[i][0], bad[i][1], 1);
@@ -71,8 +72,9 @@ static void test_select(void) {
     setenv("MLXCEL_CUDA_MV_RING", "0", 1); setenv("MLXCEL_CUDA_MV_RING_KB", "64", 1); setenv("MLXCEL_CUDA_MV_RING_WARPS", "8", 1);
     setenv("MLXCEL_CUDA_MV_RING_SLOT", "16384", 1); setenv("MLXCEL_CUDA_RING_NORM", "bf16", 1);
     setenv("MLXCEL_CUDA_MV_RING_BF16", "norm", 1); setenv("MLXCEL_CUDA_ATTN_PREP", "0", 1);
+    setenv("MLXCEL_CUDA_RING_PAIR", "0", 1);
     TCHECK(mx_backend_cuda_check_env() == MX_OK, "good switches refused: %s", mx_last_error());
-    unsetenv("MLXCEL_CUDA_ATTN_PREP");
+    unsetenv("MLXCEL_CUDA_ATTN_PREP"); unsetenv("MLXCEL_CUDA_RING_PAIR");
     unsetenv("MLXCEL_CUDA_FUSED"); unsetenv("MLXCEL_CUDA_FUSED_PF"); unsetenv("MLXCEL_CUDA_GEMM_SK");
     unsetenv("MLXCEL_CUDA_MV_RING"); unsetenv("MLXCEL_CUDA_MV_RING_KB"); unsetenv("MLXCEL_CUDA_MV_RING_WARPS"); unsetenv("MLXCEL_CUDA_MV_RING_SLOT");
     unsetenv("MLXCEL_CUDA_RING_NORM"); unsetenv("MLXCEL_CUDA_MV_RING_BF16");
@@ -1163,6 +1165,44 @@ static const rg_case g_rg[] = {
     {"cuda_ring_bf16_not_small_ring", {300}, 4096, 0, 0, MX_DTYPE_BF16, false, 8, 16, 0, false},
 };
 
+/* MLXCEL_CUDA_MV_RING_BF16's modes on products without a norm before them: which go to the ring
+ * (a ring launch counted) by their columns: 2 all, 3 ("long", the default) rows of more than 4096
+ * columns, 1 ("norm") and 0 none; the outputs within 1e-5 of the register form's. */
+static void test_ring_bf_modes(void) {
+    static const int cols[2] = {4096, 14336};
+    char desc[300];
+    mx_backend_cuda_describe(&G, desc, sizeof desc);
+    const bool sm90 = !strstr(desc, "sm_8") && !strstr(desc, "sm_7");
+    for (int ci = 0; ci < 2; ci++) {
+        const int K = cols[ci], R = 300;
+        tw t;
+        tw_make(&t, R, K, 0, 0, MX_DTYPE_BF16, false);
+        TREQUIRE(G.i->weight_prepare(G.ctx, &t.w) == MX_OK, "prepare");
+        float *x = malloc((size_t)K * 4);
+        fill(x, K, 1.f);
+        float *dx = gup(x, K), *out[4] = {NULL};
+        for (int mode = 0; mode <= 3; mode++) {
+            const int was = mx_backend_cuda_set_mv_ring_bf16(&G, mode);
+            float *dy = gnan(R);
+            const int before = mx_backend_cuda_ring_launches(&G);
+            G.i->matmul(G.ctx, &t.w, dx, dy, 1);
+            const int got = mx_backend_cuda_ring_launches(&G) - before;
+            const bool ring = mode == 2 || (mode == 3 && K > 4096);
+            TCHECK(got == (ring && sm90 ? 1 : 0), "%d columns, mode %d: %d ring launches", K, mode, got);
+            out[mode] = gdown(dy, R);
+            G.i->free(G.ctx, dy);
+            mx_backend_cuda_set_mv_ring_bf16(&G, was);
+            const double e = relerr(out[mode], out[0], R);
+            TCHECK(e < 1e-5, "%d columns, mode %d: rel err %.3g against the register form", K, mode, e);
+        }
+        for (int m = 0; m <= 3; m++) free(out[m]);
+        G.i->free(G.ctx, dx);
+        free(x);
+        tw_free(&t);
+        TCHECK(mx_backend_cuda_status(&G) == MX_OK, "status: %s", mx_last_error());
+    }
+}
+
 /* The batch-1 rmsnorm run in the next ring product's prologue (MLXCEL_CUDA_RING_NORM): h = h + o
  * in place (the decoder's residual add), x = rmsnorm(h), then the product(s) of x, with the switch
  * off (the norm kernel, then the product) and on (one ring launch that ran the norm, counted),
@@ -1244,6 +1284,119 @@ static const rn_case g_rn[] = {
     {"cuda_ring_norm_other_first", {300}, 1024, 4, 64, true, true, false, true, false},
     {"cuda_ring_norm_not_1056", {300}, 1056, 4, 32, true, true, false, false, false},
     {"cuda_ring_norm_not_8192", {200}, 8192, 4, 64, true, true, false, false, false},
+};
+
+/* The batch-1 dense bf16 gate/up pair on the ring with the act_mul of its outputs in the same
+ * launch (MLXCEL_CUDA_RING_PAIR): as the decoder issues it (h = h + o, x = rmsnorm(h) when norm,
+ * gate/up of x into g and u, g = act(g) * u in place, then a down product of g), with the switch
+ * off and on, twice each: every buffer bit for bit equal across the modes (the down product of a
+ * q4 down weight quantizes g itself when the pair ran: no stale int8 form) and within 2e-5 of the
+ * CPU; one pair launch counted where it applies, none where it must not (q4 weights, an act_mul
+ * into another buffer, an op between the product and the act_mul, rows of odd columns). kb, warps,
+ * slot: a small ring whose slots wrap (0: the default geometry). */
+typedef struct {
+    const char *name; int rows, d, bits; mx_act act; bool norm, bias, q4_down; int kb, warps, slot;
+    int how;   /* 0 the decoder's order; 1 act_mul into another buffer; 2 a product between */
+    bool taken;
+} rp_case;
+static void check_ring_pair(const rp_case *rc) {
+    const int D = rc->d, R = rc->rows;
+    tw t[3], dn;
+    const mx_weight *ws[3];
+    int64_t tot, off[3];
+    const int rows2[3] = {R, R, 0};
+    const int nw = set_make(t, rows2, D, rc->bits, 64, MX_DTYPE_BF16, rc->bias, ws, off, &tot);
+    if (nw < 0) return;
+    tw_make(&dn, D, R, rc->q4_down ? 4 : 0, 64, MX_DTYPE_BF16, false);
+    TREQUIRE(G.i->weight_prepare(G.ctx, &dn.w) == MX_OK, "prepare down");
+    mx_vec g; void *gb;
+    vec_make(&g, &gb, D, MX_DTYPE_BF16, 1.f);
+    TREQUIRE(G.i->vec_prepare(G.ctx, &g) == MX_OK, "vec prepare");
+    float *h = malloc((size_t)D * 4), *o = malloc((size_t)D * 4), *z = malloc((size_t)D * 4);
+    fill(h, D, 3.f); fill(o, D, 3.f); fill(z, D, 1.f);
+    /* the CPU: gu holds g then u (R each), then y (the act_mul's output when how == 1) */
+    float *hc = malloc((size_t)D * 4), *xc = malloc((size_t)D * 4), *guc = malloc((size_t)3 * R * 4), *dc = malloc((size_t)D * 4);
+    memcpy(hc, h, (size_t)D * 4);
+    if (rc->norm) {
+        C.i->add(C.ctx, hc, o, hc, D);
+        C.i->rmsnorm(C.ctx, hc, &g, 1e-5f, 0.f, xc, 1, D);
+    } else {
+        memcpy(xc, h, (size_t)D * 4);
+    }
+    float *cy[2] = {guc, guc + R};
+    C.i->matmul_multi(C.ctx, 2, ws, xc, cy, 1);
+    float *cout = rc->how == 1 ? guc + 2 * R : guc;
+    C.i->act_mul(C.ctx, rc->act, guc, guc + R, R, cout, 1, R);
+    C.i->matmul(C.ctx, &dn.w, cout, dc, 1);
+    char desc[300];
+    mx_backend_cuda_describe(&G, desc, sizeof desc);
+    const bool sm90 = !strstr(desc, "sm_8") && !strstr(desc, "sm_7");
+    float *dov = gup(o, D), *dz = gup(z, D), *res[2][2][3];
+    for (int mode = 0; mode < 2; mode++) {
+        const bool was = mx_backend_cuda_set_ring_pair(&G, mode == 1);
+        const int was_bf = mx_backend_cuda_set_mv_ring_bf16(&G, rc->norm ? 1 : 2);   /* (no norm: all bf16 products on the ring) */
+        const bool was_ring = mx_backend_cuda_set_mv_ring(&G, true, rc->kb, rc->warps, rc->slot);
+        for (int rep = 0; rep < 2; rep++) {
+            float *dh = gup(h, D), *dx = rc->norm ? gnan(D) : gup(h, D), *dgu = gnan(3 * (int64_t)R), *dd = gnan(D), *dw = gnan(tot);
+            float *gy[2] = {dgu, dgu + R}, *gout = rc->how == 1 ? dgu + 2 * R : dgu;
+            const int before = mx_backend_cuda_ring_pair_launches(&G);
+            if (rc->norm) {
+                G.i->add(G.ctx, dh, dov, dh, D);
+                G.i->rmsnorm(G.ctx, dh, &g, 1e-5f, 0.f, dx, 1, D);
+            }
+            G.i->matmul_multi(G.ctx, 2, ws, dx, gy, 1);
+            if (rc->how == 2) G.i->matmul(G.ctx, ws[0], dz, dw, 1);
+            G.i->act_mul(G.ctx, rc->act, gy[0], gy[1], R, gout, 1, R);
+            G.i->matmul(G.ctx, &dn.w, gout, dd, 1);
+            const int got = mx_backend_cuda_ring_pair_launches(&G) - before, want = mode == 1 && sm90 && rc->taken ? 1 : 0;
+            TCHECK(got == want, "mode %d rep %d: %d pair launches, expected %d", mode, rep, got, want);
+            res[mode][rep][0] = gdown(dh, D); res[mode][rep][1] = gdown(dgu, 3 * (int64_t)R); res[mode][rep][2] = gdown(dd, D);
+            G.i->free(G.ctx, dh); G.i->free(G.ctx, dx); G.i->free(G.ctx, dgu); G.i->free(G.ctx, dd); G.i->free(G.ctx, dw);
+            TCHECK(mx_backend_cuda_status(&G) == MX_OK, "status: %s", mx_last_error());
+            TCHECK(!memcmp(res[mode][rep][0], hc, (size_t)D * 4), "mode %d rep %d: the residual sum differs from the CPU's", mode, rep);
+            const double eg = relerr(res[mode][rep][1], guc, rc->how == 1 ? 3 * (int64_t)R : 2 * (int64_t)R);
+            const double ed = relerr(res[mode][rep][2], dc, D);
+            TCHECK(eg < (rc->bits ? 1e-2 : 2e-5), "mode %d rep %d: gate/up and act_mul: rel err %.3g against the CPU", mode, rep, eg);
+            TCHECK(ed < (rc->bits || rc->q4_down ? 2e-2 : 1e-4), "mode %d rep %d: down: rel err %.3g against the CPU", mode, rep, ed);
+        }
+        mx_backend_cuda_set_mv_ring(&G, was_ring, -1, -1, -1);
+        mx_backend_cuda_set_mv_ring_bf16(&G, was_bf);
+        mx_backend_cuda_set_ring_pair(&G, was);
+    }
+    const int64_t ng = rc->how == 1 ? 3 * (int64_t)R : 2 * (int64_t)R;
+    for (int mode = 0; mode < 2; mode++)
+        for (int rep = 0; rep < 2; rep++) {
+            if (mode == 0 && rep == 0) continue;
+            int64_t first = -1;
+            for (int64_t i = 0; i < ng && first < 0; i++) if (memcmp(&res[mode][rep][1][i], &res[0][0][1][i], 4)) first = i;
+            TCHECK(first < 0, "mode %d rep %d: gate/up/act_mul output %lld differs from the switch off's (%.9g against %.9g)", mode, rep,
+                   (long long)first, first >= 0 ? res[mode][rep][1][first] : 0.f, first >= 0 ? res[0][0][1][first] : 0.f);
+            TCHECK(!memcmp(res[mode][rep][2], res[0][0][2], (size_t)D * 4), "mode %d rep %d: the down product differs from the switch off's", mode, rep);
+        }
+    for (int m = 0; m < 2; m++)
+        for (int r = 0; r < 2; r++)
+            for (int i = 0; i < 3; i++) free(res[m][r][i]);
+    G.i->free(G.ctx, dov); G.i->free(G.ctx, dz);
+    free(h); free(o); free(z); free(hc); free(xc); free(guc); free(dc); free(gb);
+    for (int k = 0; k < nw; k++) tw_free(&t[k]);
+    tw_free(&dn);
+}
+static const rp_case g_rp[] = {
+    /* Llama-8B's shape (14336 rows of 4096: two segments a row), SiLU, the norm in the ring */
+    {"cuda_ring_pair_llama_14336", 14336, 4096, 0, MX_ACT_SILU, true, false, false, 0, 0, 0, 0, true},
+    /* Qwen3-0.6B's (3072 rows of 1024: rows a slot), q4 down after it (quantizes g itself) */
+    {"cuda_ring_pair_qwen_3072_q4_down", 3072, 1024, 0, MX_ACT_SILU, true, false, true, 0, 0, 0, 0, true},
+    {"cuda_ring_pair_gelu_bias_small", 1500, 768, 0, MX_ACT_GELU_TANH, true, true, false, 16, 4, 2048, 0, true},  /* 2 slots a warp: wraps */
+    /* not taken: the norm of 768 values cannot run in a ring of one warp (8 values a thread), so
+     * the norm kernel runs and the products go to the register form */
+    {"cuda_ring_pair_not_norm_one_warp", 1500, 768, 0, MX_ACT_GELU_TANH, true, true, false, 8, 1, 2048, 0, false},
+    {"cuda_ring_pair_no_norm_2304", 1000, 2304, 0, MX_ACT_GELU, false, true, false, 24, 2, 4096, 0, true},       /* ring for all bf16 */
+    {"cuda_ring_pair_rows4_1024", 151, 1024, 0, MX_ACT_RELU, true, false, false, 0, 4, 8192, 0, true},            /* 4 rows a slot, 151 = 4 x 37 + 3 */
+    /* not taken: the act_mul into another buffer; a product between; q4 weights; 1032 columns */
+    {"cuda_ring_pair_not_other_out", 3072, 1024, 0, MX_ACT_SILU, true, false, false, 0, 0, 0, 1, false},
+    {"cuda_ring_pair_not_between", 3072, 1024, 0, MX_ACT_SILU, true, false, false, 0, 0, 0, 2, false},
+    {"cuda_ring_pair_not_q4", 3072, 1024, 4, MX_ACT_SILU, true, false, true, 0, 0, 0, 0, false},
+    {"cuda_ring_pair_not_1032", 300, 1032, 0, MX_ACT_SILU, false, false, false, 0, 0, 0, 0, false},
 };
 
 /* A q4 product split along k, an add of its output, an rmsnorm of the sum (a residual stream):
@@ -2136,6 +2289,8 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < sizeof g_sk / sizeof g_sk[0]; i++) RUN_NAMED(g_sk[i].name, check_strk, &g_sk[i]);
     for (size_t i = 0; i < sizeof g_rg / sizeof g_rg[0]; i++) RUN_NAMED(g_rg[i].name, check_ring, &g_rg[i]);
     for (size_t i = 0; i < sizeof g_rn / sizeof g_rn[0]; i++) RUN_NAMED(g_rn[i].name, check_ring_norm, &g_rn[i]);
+    for (size_t i = 0; i < sizeof g_rp / sizeof g_rp[0]; i++) RUN_NAMED(g_rp[i].name, check_ring_pair, &g_rp[i]);
+    RUN(test_ring_bf_modes);
     for (size_t i = 0; i < sizeof g_sn / sizeof g_sn[0]; i++) RUN_NAMED(g_sn[i].name, check_sum_norm, &g_sn[i]);
     for (size_t i = 0; i < sizeof g_sq / sizeof g_sq[0]; i++) RUN_NAMED(g_sq[i].name, check_sum_qkv, &g_sq[i]);
     for (size_t i = 0; i < sizeof g_ap / sizeof g_ap[0]; i++) RUN_NAMED(g_ap[i].name, check_attn_prep, &g_ap[i]);

@@ -168,13 +168,21 @@ struct cu_ctx {
     int mr_init[3];                        /* those three as init set them (the switches) */
     int n_ring;                            /* its launches (tests) */
     unsigned mr_attr;                      /* its forms whose shared-memory limit was raised (bit a form) */
-    int mr_bf;                             /* dense bf16 through k_mv_ring_bf: 0 never, 1 where it runs the norm, 2 always (MLXCEL_CUDA_MV_RING_BF16) */
+    int mr_bf;                             /* dense bf16 through k_mv_ring_bf: 0 never, 1 where it runs the norm, 2 always,
+                                            * 3 where it runs the norm and for rows of more than 4096 columns
+                                            * (MLXCEL_CUDA_MV_RING_BF16; the default) */
     int rn_on;                             /* a batch-1 rmsnorm in the next ring product's prologue (MLXCEL_CUDA_RING_NORM):
                                             * 0 never, 1 dense bf16 products only, 2 q4/q8 ones too */
     unsigned *rn_count;                    /* its block counter (zero between launches) */
     int n_ring_norm;                       /* ring launches that ran the norm (tests) */
-    struct { const float *a, *b; float *sum; const float *g; float eps, add_one; float *y; int d; bool on; } pn;
+    struct cu_pnorm { const float *a, *b; float *sum; const float *g; float eps, add_one; float *y; int d; bool on; } pn;
                                            /* that norm (one row) not yet launched: a product of y takes it */
+    int ring_pair;                         /* a batch-1 dense bf16 gate/up product on the ring and the act_mul of
+                                            * its outputs in one launch (MLXCEL_CUDA_RING_PAIR) */
+    int n_ring_pair;                       /* its launches (tests) */
+    struct { const cu_weight *w[2]; const float *x; float *y[2]; cu_pnorm pn; bool has_pn, on; } pb;
+                                           /* such a product not yet launched (with the norm it took, has_pn):
+                                            * a following act_mul of its outputs runs in it (pb_flush: as it is) */
     void *tk; size_t tk_cap;               /* topk: device results + scratch */
     void *tkh; size_t tkh_cap;             /* topk: pinned host copy of the results */
     bool mv_f32;                           /* MLXCEL_PRECISE=1 / MLXCEL_CUDA_MV=f32: f32 matvecs */
@@ -257,7 +265,7 @@ static pdl_launch<KArgs...> PL(cu_ctx *c, void (*k)(KArgs...), dim3 g, dim3 b, s
  * the default; anything else is an error naming the variable and what it takes. */
 enum { GM_AUTO, GM_CUBLAS, GM_MMA, GM_WG, GM_NMODES };   /* MLXCEL_CUDA_GEMM, in k_gemm_modes' order */
 static const char *const k_gemm_modes[] = {"auto", "cublas", "mma", "wgmma"};
-struct cu_switches { int attn, attn_dec, attn_prep, gqa, gemm, gemm_rot, gemm_sk, gemm_pair, sum_norm, sum_qkv, att_gq, pdl, mv, profile, kv, graphs, fused, mv_ring, ring_norm, ring_bf; long dq_mb, fused_pf, mr_kb, mr_slot, mr_warps; };   /* kv: checked here, read by kv_init */
+struct cu_switches { int attn, attn_dec, attn_prep, gqa, gemm, gemm_rot, gemm_sk, gemm_pair, sum_norm, sum_qkv, att_gq, pdl, mv, profile, kv, graphs, fused, mv_ring, ring_norm, ring_bf, ring_pair; long dq_mb, fused_pf, mr_kb, mr_slot, mr_warps; };   /* kv: checked here, read by kv_init */
 static mx_status env_choice(const char *name, const char *const *vals, int n, int def, int *out) {
     const char *e = getenv(name);
     *out = def;
@@ -287,7 +295,7 @@ static mx_status read_switches(cu_switches *sw) {
                              *const onoff[] = {"0", "1"},
                              *const pdl[] = {"0", "1", "2"},
                              *const mv[] = {"i8", "f32"}, *const kv[] = {"bf16", "f32"},
-                             *const graphs[] = {"0", "1", "auto"}, *const ring_bf[] = {"0", "norm", "1"},
+                             *const graphs[] = {"0", "1", "auto"}, *const ring_bf[] = {"0", "norm", "1", "long"},
                              *const ring_norm[] = {"0", "bf16", "1"};
     mx_status st;
     if ((st = env_choice("MLXCEL_CUDA_ATTN", attn, 3, 0, &sw->attn)) ||
@@ -309,7 +317,8 @@ static mx_status read_switches(cu_switches *sw) {
         (st = env_choice("MLXCEL_CUDA_FUSED", onoff, 2, 0, &sw->fused)) ||
         (st = env_choice("MLXCEL_CUDA_MV_RING", onoff, 2, 1, &sw->mv_ring)) ||
         (st = env_choice("MLXCEL_CUDA_RING_NORM", ring_norm, 3, 1, &sw->ring_norm)) ||
-        (st = env_choice("MLXCEL_CUDA_MV_RING_BF16", ring_bf, 3, 1, &sw->ring_bf)))
+        (st = env_choice("MLXCEL_CUDA_MV_RING_BF16", ring_bf, 4, 3, &sw->ring_bf)) ||
+        (st = env_choice("MLXCEL_CUDA_RING_PAIR", onoff, 2, 1, &sw->ring_pair)))
         return st;
     if ((st = env_long("MLXCEL_CUDA_FUSED_PF", 0, 64, 0, "chunks", &sw->fused_pf)) ||
         (st = env_long("MLXCEL_CUDA_MV_RING_KB", 8, MR_RING_KB_MAX, MR_RING_KB, "KB", &sw->mr_kb)) ||
@@ -2767,9 +2776,11 @@ static bool xq_buf(cu_ctx *c, int64_t count, int8_t **q, float2 **ds) {
     return true;
 }
 static void pg_flush(cu_ctx *c);
+static void pb_flush(cu_ctx *c);
 static void psum_launch(cu_ctx *c, const cu_ctx::cu_psum *p);
 static void pn_flush(cu_ctx *c);
 static void pend_flush(cu_ctx *c) {
+    pb_flush(c);   /* (first: it may take the norm) */
     pn_flush(c);
     pg_flush(c);
     if (c->ps.on) { c->ps.on = false; psum_launch(c, &c->ps.p); }
@@ -3044,10 +3055,16 @@ static bool rn_apart(const mr_norm *nm, int64_t K, int nw, const cu_weight *cons
  * launched) where it does not apply (switched off, a device before sm_90, columns not a multiple
  * of 256 or x too large for shared memory beside two slots a warp, pointers not 16-byte aligned,
  * an output over x). Rows of up to MLXCEL_CUDA_MV_RING_SLOT bytes go 4, 2 or 1 a slot (the most
- * that leave two slots a warp); longer rows are cut into segments of about that size. */
-static bool mv_ring_bf(cu_ctx *c, int nw, const cu_weight *const *w, const float *x, float *const *ys, const mr_norm *nm) {
+ * that leave two slots a warp); longer rows are cut into segments of about that size.
+ * pair >= 0 (an mx_act): a gate/up pair (nw 2, equal rows, outputs apart) with the act_mul of
+ * its outputs in place over ys[0] in the same launch (k_mv_ring_bf<.., PAIR>); dry: only whether
+ * it applies (nothing launched, no state changed) */
+static bool mv_ring_bf(cu_ctx *c, int nw, const cu_weight *const *w, const float *x, float *const *ys, const mr_norm *nm,
+                       int pair = -1, bool dry = false) {
     const int64_t K = w[0]->cols;
     if (!c->mr_on || c->prop.major < 9 || nw < 1 || nw > 4 || K % 256 || ((uintptr_t)x & 15)) return false;
+    if (pair >= 0 && (nw != 2 || w[1]->rows != w[0]->rows || (ys[0] < ys[1] + w[1]->rows && ys[1] < ys[0] + w[0]->rows)))
+        return false;
     const int nwarp = c->mr_warps;
     if (nm && (K > 256 * nwarp || !rn_apart(nm, K, nw, w, ys))) return false;
     for (int k = 0; k < nw; k++) {
@@ -3071,24 +3088,32 @@ static bool mv_ring_bf(cu_ctx *c, int nw, const cu_weight *const *w, const float
         set.nseg = (int)((K + set.seg - 1) / set.seg);
     }
     set.slot_b = rs * set.seg * 2;
-    const int64_t run = mr_deal(c, nw, w, rs, set.blk0);
-    const int blk = set.blk0[nw];
+    /* (a pair: the blocks take runs of both weights' rows, as many as one weight's) */
+    const int64_t run = mr_deal(c, pair >= 0 ? 1 : nw, w, rs, set.blk0);
+    const int blk = set.blk0[pair >= 0 ? 1 : nw];
     for (int k = 0; k < nw; k++) {
         set.W[k] = (const uint8_t *)w[k]->w; set.bias[k] = w[k]->bias; set.y[k] = ys[k]; set.rows[k] = (int)w[k]->rows;
     }
     set.nw = nw;
-    if (!(set.slots = mr_slots(slots_of(set.slot_b), (int)(((run + rs - 1) / rs + nwarp - 1) / nwarp) * set.nseg))) return false;
+    set.act = pair;
+    const int per = (pair >= 0 ? 2 : 1) * set.nseg;   /* items a unit of rs rows */
+    if (!(set.slots = mr_slots(slots_of(set.slot_b), (int)(((run + rs - 1) / rs + nwarp - 1) / nwarp) * per))) return false;
     const size_t shm = (size_t)xb + (size_t)nwarp * set.slots * (set.slot_b + 8);
     typedef void (*mrb_fn)(const mrb_set, const float *, const mr_norm);
-    static const mrb_fn forms[3] = {k_mv_ring_bf<1>, k_mv_ring_bf<2>, k_mv_ring_bf<4>};
-    const int ri = rs == 4 ? 2 : rs == 2 ? 1 : 0, form = 12 + ri;   /* (bits 0-11 and 16-27: k_mv_ring's forms) */
-    if (!mr_raise(c, (const void *)forms[ri], form, (int)optin)) return false;
+    static const mrb_fn forms[2][3] = {{k_mv_ring_bf<1, false>, k_mv_ring_bf<2, false>, k_mv_ring_bf<4, false>},
+                                       {k_mv_ring_bf<1, true>, k_mv_ring_bf<2, true>, k_mv_ring_bf<4, true>}};
+    const int ri = rs == 4 ? 2 : rs == 2 ? 1 : 0, pi = pair >= 0;
+    const int form = (pi ? 28 : 12) + ri;   /* (bits 0-11 and 16-27: k_mv_ring's forms) */
+    if (dry) return true;
+    if (!mr_raise(c, (const void *)forms[pi][ri], form, (int)optin)) return false;
     mr_norm no;
     memset(&no, 0, sizeof no);
-    PL(c, forms[ri], (unsigned)blk, nwarp * 32, shm)(set, x, nm ? *nm : no);
-    LAUNCHED(c, nm ? "matvec (bf16, bulk-copied weights) + rmsnorm" : "matvec (bf16, bulk-copied weights)");
+    PL(c, forms[pi][ri], (unsigned)blk, nwarp * 32, shm)(set, x, nm ? *nm : no);
+    LAUNCHED(c, pi ? (nm ? "matvec (bf16 gate/up, bulk-copied) + rmsnorm + act_mul" : "matvec (bf16 gate/up, bulk-copied) + act_mul")
+                   : nm ? "matvec (bf16, bulk-copied weights) + rmsnorm" : "matvec (bf16, bulk-copied weights)");
     c->n_ring++;
     if (nm) c->n_ring_norm++;
+    if (pi) c->n_ring_pair++;
     return true;
 }
 
@@ -3100,9 +3125,11 @@ static bool mv_dense_set(cu_ctx *c, int nw, const cu_weight *const *w, const flo
     if (nw < 1 || nw > 4 || n < 1 || n > 8 || ((uintptr_t)x & 15)) return false;
     for (int k = 0; k < nw; k++)
         if (w[k]->bits || w[k]->dtype != MX_DTYPE_BF16 || w[k]->cols != w[0]->cols || w[k]->cols % 8) return false;
-    /* batch 1 on bulk-copied weights where MLXCEL_CUDA_MV_RING_BF16=1 (default: only the products
-     * that also run the norm of their x, rn_product: the others were 2% slower that way) */
-    if (n == 1 && c->mr_bf == 2 && mv_ring_bf(c, nw, w, x, ys, NULL)) return true;
+    /* batch 1 on bulk-copied weights (MLXCEL_CUDA_MV_RING_BF16): 1 all; 3 (the default) the
+     * products of rows longer than 4096 columns (Llama-8B's down: decode +1.6-2.1% in one run,
+     * thirteenth session) besides those that run the norm of their x (rn_product); the o
+     * projection there was 1.2% slower, all others 2% (eleventh session) */
+    if (n == 1 && (c->mr_bf == 2 || (c->mr_bf == 3 && w[0]->cols > 4096)) && mv_ring_bf(c, nw, w, x, ys, NULL)) return true;
     /* R rows a block: 4 up to 2 rows of x, else 2 (measured: Llama-8B bf16 decode 193 -> 217 tok/s
      * against k_mv_dense) */
     const int R = n <= 2 ? 4 : 2, cols = (int)w[0]->cols;
@@ -3264,6 +3291,8 @@ static bool gq_rows(const cu_ctx *c, int n, int64_t cols);
 static void pdl_mode(cu_ctx *c, bool small);
 struct mr_norm;
 static bool rn_take(cu_ctx *c, const float *x, int n, mr_norm *nm, int *d);
+static void pn_norm(const cu_ctx *c, const cu_ctx::cu_pnorm *pn, mr_norm *nm);
+static void multi_run(cu_ctx *c, int nw, const cu_weight *const *w, const float *x, float *const *ys, int n);
 static bool rn_product(cu_ctx *c, int nw, const cu_weight *const *w, const float *x, float *const *ys, const mr_norm *nm, int d);
 static void c_matmul(void *ctx, const mx_weight *wt, const float *x, float *y, int n) {
     cu_ctx *c = (cu_ctx *)ctx;
@@ -3296,16 +3325,49 @@ static void c_matmul_multi(void *ctx, int nw, const mx_weight *const *ws, const 
     const cu_weight *w[4];
     for (int k = 0; k < nw; k++) if (!(w[k] = get_w(c, ws[k]))) { FLUSH_ALL(c); return; }
     c->last_bf16 = !w[0]->bits && w[0]->dtype == MX_DTYPE_BF16;
+    multi_run(c, nw, w, x, ys, n);
+}
+/* a batch-1 dense bf16 gate/up pair the ring takes (with the norm pn of x it took, or none):
+ * deferred (true), so that an act_mul of its outputs runs in the same launch */
+static bool pb_defer(cu_ctx *c, int nw, const cu_weight *const *w, const float *x, float *const *ys, int n,
+                     const cu_ctx::cu_pnorm *pn) {
+    if (!c->ring_pair || nw != 2 || n != 1 || w[0]->bits || w[1]->bits || w[0]->dtype != MX_DTYPE_BF16 ||
+        w[1]->dtype != MX_DTYPE_BF16 || (pn ? !c->mr_bf || w[0]->cols != (int64_t)pn->d : c->mr_bf != 2))
+        return false;
+    mr_norm nm;
+    if (pn) pn_norm(c, pn, &nm);
+    if (!mv_ring_bf(c, 2, w, x, ys, pn ? &nm : NULL, 0, true)) return false;
+    c->pb.w[0] = w[0]; c->pb.w[1] = w[1]; c->pb.x = x; c->pb.y[0] = ys[0]; c->pb.y[1] = ys[1];
+    c->pb.has_pn = pn != NULL;
+    if (pn) c->pb.pn = *pn;
+    c->pb.on = true;
+    return true;
+}
+/* the deferred gate/up pair as it is: its norm waits again, and the product is issued as then */
+static void pb_flush(cu_ctx *c) {
+    if (!c->pb.on) return;
+    c->pb.on = false;
+    if (c->pb.has_pn) { c->pn = c->pb.pn; c->pn.on = true; }
+    const int rp = c->ring_pair;
+    c->ring_pair = 0;   /* (not deferred again) */
+    multi_run(c, 2, c->pb.w, c->pb.x, c->pb.y, 1);
+    c->ring_pair = rp;
+}
+/* c_matmul_multi's products (the weights found) */
+static void multi_run(cu_ctx *c, int nw, const cu_weight *const *w, const float *x, float *const *ys, int n) {
     mr_norm nm;
     int d;
     if (rn_take(c, x, n, &nm, &d)) {   /* x is the deferred norm's output */
+        const cu_ctx::cu_pnorm pn = c->pn;   /* (what rn_take read) */
         FLUSH_ALL(c);
+        if (pb_defer(c, nw, w, x, ys, n, &pn)) return;
         if (rn_product(c, nw, w, x, ys, &nm, d)) {
             for (int k = 0; k < nw; k++) forget_overlap(c, ys[k], (int64_t)n * w[k]->rows);
             return;
         }
     }
     FLUSH_ALL(c);
+    if (pb_defer(c, nw, w, x, ys, n, NULL)) return;
     /* a gate/up pair the fused form takes (MLXCEL_CUDA_GEMM_PAIR=1): deferred, so that a
      * following act_mul of its outputs runs in the GEMM's epilogue (any other op launches it as it
      * is first) */
@@ -3747,12 +3809,15 @@ static void pn_flush(cu_ctx *c) {
     c->pn.on = false;
     rn_launch(c, c->pn.a, c->pn.b, c->pn.sum, c->pn.g, c->pn.eps, c->pn.add_one, c->pn.y, 1, c->pn.d, NULL);
 }
+static void pn_norm(const cu_ctx *c, const cu_ctx::cu_pnorm *pn, mr_norm *nm) {
+    nm->a = pn->a; nm->b = pn->b; nm->sum = pn->sum; nm->g = pn->g; nm->eps = pn->eps;
+    nm->add_one = pn->add_one; nm->y = pn->y; nm->count = c->rn_count;
+}
 static bool rn_take(cu_ctx *c, const float *x, int n, mr_norm *nm, int *d) {
     if (!c->pn.on || c->pn.y != x || n != 1) return false;
     c->pn.on = false;
     *d = c->pn.d;
-    nm->a = c->pn.a; nm->b = c->pn.b; nm->sum = c->pn.sum; nm->g = c->pn.g; nm->eps = c->pn.eps;
-    nm->add_one = c->pn.add_one; nm->y = c->pn.y; nm->count = c->rn_count;
+    pn_norm(c, &c->pn, nm);
     return true;
 }
 /* a product of x = the deferred norm's output: through a ring form that runs the norm (true), or
@@ -4175,6 +4240,19 @@ static void c_act_mul(void *ctx, mx_act act, const float *gate, const float *up,
         const gq_pair pr = {(int)act, false};
         if (gq_gemm(c, 2, c->pg.w, c->pg.x, c->pg.y, n, &pr)) return;
         c->pg.on = true;   /* (not expected: the dry run said it applies) the two ops as they are */
+    }
+    /* in place on the outputs of the deferred batch-1 bf16 gate/up pair: in its launch */
+    if (c->pb.on && gate == c->pb.y[0] && up == c->pb.y[1] && y == gate && n == 1 && d == (int)c->pb.w[0]->rows &&
+        stride == d) {
+        hq_flush(c);
+        mr_norm nm;
+        if (c->pb.has_pn) pn_norm(c, &c->pb.pn, &nm);
+        if (mv_ring_bf(c, 2, c->pb.w, c->pb.x, c->pb.y, c->pb.has_pn ? &nm : NULL, (int)act)) {
+            c->pb.on = false;
+            for (int k = 0; k < 2; k++) forget_overlap(c, c->pb.y[k], c->pb.w[k]->rows);
+            xq_forget(c);   /* (no int8 form of y: a q4/q8 product of it quantizes it itself) */
+            return;
+        }
     }
     OP_ENTER(c);
     if (n <= 0 || d <= 0) return;
@@ -4655,6 +4733,7 @@ extern "C" mx_status mx_backend_cuda_init(mx_backend *out) {
         c->mr_init[0] = c->mr_kb; c->mr_init[1] = c->mr_warps; c->mr_init[2] = c->mr_slot;
         c->rn_on = sw.ring_norm;
         c->mr_bf = sw.ring_bf;
+        c->ring_pair = sw.ring_pair;
     }
     if ((e = cudaStreamCreateWithFlags(&c->st, cudaStreamNonBlocking)) != cudaSuccess) {
         free(c);
@@ -4825,9 +4904,21 @@ static int set_mode3(int *sw, int mode) {
     *sw = mode < 0 ? 0 : mode > 2 ? 2 : mode;
     return was;
 }
-extern "C" int mx_backend_cuda_set_mv_ring_bf16(mx_backend *b, int mode) { return set_mode3(&switch_ctx(b)->mr_bf, mode); }
+extern "C" int mx_backend_cuda_set_mv_ring_bf16(mx_backend *b, int mode) {
+    cu_ctx *c = switch_ctx(b);
+    const int was = c->mr_bf;
+    c->mr_bf = mode < 0 ? 0 : mode > 3 ? 3 : mode;
+    return was;
+}
 extern "C" int mx_backend_cuda_set_ring_norm(mx_backend *b, int mode) { return set_mode3(&switch_ctx(b)->rn_on, mode); }
 extern "C" int mx_backend_cuda_ring_norm_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_ring_norm; }
+extern "C" bool mx_backend_cuda_set_ring_pair(mx_backend *b, bool on) {
+    cu_ctx *c = switch_ctx(b);
+    const bool was = c->ring_pair != 0;
+    c->ring_pair = on;
+    return was;
+}
+extern "C" int mx_backend_cuda_ring_pair_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_ring_pair; }
 extern "C" void mx_backend_cuda_set_sum_norm(mx_backend *b, bool on) { switch_ctx(b)->sum_norm = on; }
 extern "C" void mx_backend_cuda_set_sum_qkv(mx_backend *b, bool on) { switch_ctx(b)->sum_qkv = on; }
 extern "C" int mx_backend_cuda_sum_qkv_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_sum_qkv; }
