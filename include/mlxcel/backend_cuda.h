@@ -143,6 +143,12 @@ int mx_backend_cuda_ring_norm_launches(mx_backend *b);
  * how many launches ran a pair that way (tests). */
 bool mx_backend_cuda_set_ring_pair(mx_backend *b, bool on);
 int mx_backend_cuda_ring_pair_launches(mx_backend *b);
+/* A batch-1 act_mul (y = act(gate) * up) run in the prologue of the q4/q8 ring product (k_mv_ring)
+ * that reads y (MLXCEL_CUDA_RING_ACT; off by default, not yet measured): the act_mul waits for the
+ * next op, and launches as it is if that is not such a product. The memory then holds what the two
+ * ops leave, bit for bit. Returns the previous on/off. Then: how many launches ran it (tests). */
+bool mx_backend_cuda_set_ring_act(mx_backend *b, bool on);
+int mx_backend_cuda_ring_act_launches(mx_backend *b);
 /* On by default (MLXCEL_CUDA_SUM_NORM=0 at init turns it off; Llama-8B, 128 sequences: 13,525
  * against 13,266 tok/s on the H200): a product split along k by the GEMM on packed q4 weights (one weight, no bias,
  * 17..128 rows of x), then an add of its output, then an rmsnorm of that sum: the rmsnorm reads

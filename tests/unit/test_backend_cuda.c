@@ -56,7 +56,7 @@ static void test_select(void) {
                                          {"MLXCEL_CUDA_MV_RING_SLOT", "32k"}, {"MLXCEL_CUDA_RING_NORM", "on"}, {"MLXCEL_CUDA_RING_NORM", "2"},
                                          {"MLXCEL_CUDA_MV_RING_BF16", "2"}, {"MLXCEL_CUDA_ATTN_PREP", "on"},
                                          {"MLXCEL_CUDA_ATTN_PREP", "2"}, {"MLXCEL_CUDA_RING_PAIR", "on"},
-                                         {"MLXCEL_CUDA_RING_PAIR", "2"}};
+                                         {"MLXCEL_CUDA_RING_PAIR", "2"}, {"MLXCEL_CUDA_RING_ACT", "yes"}};
     unsetenv("MLXCEL_DEVICE");
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         setenv(bad[i][0], bad[i][1], 1);
@@ -72,9 +72,9 @@ static void test_select(void) {
     setenv("MLXCEL_CUDA_MV_RING", "0", 1); setenv("MLXCEL_CUDA_MV_RING_KB", "64", 1); setenv("MLXCEL_CUDA_MV_RING_WARPS", "8", 1);
     setenv("MLXCEL_CUDA_MV_RING_SLOT", "16384", 1); setenv("MLXCEL_CUDA_RING_NORM", "bf16", 1);
     setenv("MLXCEL_CUDA_MV_RING_BF16", "norm", 1); setenv("MLXCEL_CUDA_ATTN_PREP", "0", 1);
-    setenv("MLXCEL_CUDA_RING_PAIR", "0", 1);
+    setenv("MLXCEL_CUDA_RING_PAIR", "0", 1); setenv("MLXCEL_CUDA_RING_ACT", "1", 1);
     TCHECK(mx_backend_cuda_check_env() == MX_OK, "good switches refused: %s", mx_last_error());
-    unsetenv("MLXCEL_CUDA_ATTN_PREP"); unsetenv("MLXCEL_CUDA_RING_PAIR");
+    unsetenv("MLXCEL_CUDA_ATTN_PREP"); unsetenv("MLXCEL_CUDA_RING_PAIR"); unsetenv("MLXCEL_CUDA_RING_ACT");
     unsetenv("MLXCEL_CUDA_FUSED"); unsetenv("MLXCEL_CUDA_FUSED_PF"); unsetenv("MLXCEL_CUDA_GEMM_SK");
     unsetenv("MLXCEL_CUDA_MV_RING"); unsetenv("MLXCEL_CUDA_MV_RING_KB"); unsetenv("MLXCEL_CUDA_MV_RING_WARPS"); unsetenv("MLXCEL_CUDA_MV_RING_SLOT");
     unsetenv("MLXCEL_CUDA_RING_NORM"); unsetenv("MLXCEL_CUDA_MV_RING_BF16");
@@ -1069,6 +1069,12 @@ static const sk_case g_sk[] = {
  * weights (k_mv_ring_bf; x in shared memory, rows cut into segments longer than a slot), within
  * 1e-5 of the register form (k_mv_dense_sk; f32 sums in another order) and 2e-5 of the CPU. */
 typedef struct { const char *name; int rows[3], cols, bits, gs; mx_dtype dt; bool bias; int kb, warps, slot; bool taken; } rg_case;
+/* the GPU under test is sm_90 or later (the ring forms' devices) */
+static bool gpu_sm90(void) {
+    char desc[300];
+    mx_backend_cuda_describe(&G, desc, sizeof desc);
+    return !strstr(desc, "sm_8") && !strstr(desc, "sm_7");
+}
 /* up to 3 weights of a set (rows: 0 ends the list), prepared on the GPU, the first with a bias
  * (bias0); ws their views, off their outputs' offsets in one buffer of *tot rows; the count, or -1
  * (a failed check) */
@@ -1098,9 +1104,7 @@ static void check_ring(const rg_case *rc) {
     for (int k = 0; k < nw; k++) cy[k] = ref + off[k];
     C.i->matmul_multi(C.ctx, nw, ws, x, cy, 1);
     float *dx = gup(x, K), *out[3] = {NULL, NULL, NULL};
-    char desc[300];
-    mx_backend_cuda_describe(&G, desc, sizeof desc);
-    const bool sm90 = !strstr(desc, "sm_8") && !strstr(desc, "sm_7");
+    const bool sm90 = gpu_sm90();
     /* run 0: the register form; 1, 2: the ring with this case's geometry */
     for (int run = 0; run < 3; run++) {
         const bool was = mx_backend_cuda_set_mv_ring(&G, run > 0, run ? rc->kb : 0, run ? rc->warps : 0, run ? rc->slot : 0);
@@ -1165,14 +1169,86 @@ static const rg_case g_rg[] = {
     {"cuda_ring_bf16_not_small_ring", {300}, 4096, 0, 0, MX_DTYPE_BF16, false, 8, 16, 0, false},
 };
 
+/* The batch-1 act_mul run in the prologue of the q4/q8 ring product that reads its output
+ * (MLXCEL_CUDA_RING_ACT): y = act(g) * u (in place over g, or apart), then the down product of y,
+ * then a second q4 product of y (it must quantize y itself: the act_mul in the prologue leaves no
+ * int8 form), with the switch off and on, three times each (the blocks' counter resets itself):
+ * y and both products bit for bit equal across the modes and against the CPU within the int8
+ * tolerance; one launch counted where it applies, none where it must not (rows of more than 4096
+ * columns, dense bf16 down, an add or a product of another vector between). */
+typedef struct {
+    const char *name; int rows, d, bits, gs; mx_dtype sdt; mx_act act; bool in_place; int how; bool taken;
+} ra_case;   /* how: 0 the decoder's order, 1 an add between, 2 a product of another vector between */
+static void check_ring_act(const ra_case *rc) {
+    const int D = rc->d, R = rc->rows;   /* the act_mul's width (the down product's columns), its rows */
+    tw dn, d2;
+    tw_make(&dn, R, D, rc->bits, rc->gs, rc->bits ? rc->sdt : MX_DTYPE_BF16, false);
+    tw_make(&d2, 64, D, 4, 64, MX_DTYPE_BF16, false);
+    TREQUIRE(G.i->weight_prepare(G.ctx, &dn.w) == MX_OK && G.i->weight_prepare(G.ctx, &d2.w) == MX_OK, "prepare");
+    float *g = malloc((size_t)D * 4), *u = malloc((size_t)D * 4), *z = malloc((size_t)D * 4);
+    fill(g, D, 2.f); fill(u, D, 1.f); fill(z, D, 1.f);
+    /* the CPU */
+    float *yc = malloc((size_t)D * 4), *oc = malloc((size_t)R * 4), *o2c = malloc(64 * 4);
+    memcpy(yc, g, (size_t)D * 4);
+    C.i->act_mul(C.ctx, rc->act, yc, u, D, yc, 1, D);
+    C.i->matmul(C.ctx, &dn.w, yc, oc, 1);
+    C.i->matmul(C.ctx, &d2.w, yc, o2c, 1);
+    const bool sm90 = gpu_sm90();
+    float *du = gup(u, D), *dz = gup(z, D), *res[2][3][3];
+    for (int mode = 0; mode < 2; mode++) {
+        const bool was = mx_backend_cuda_set_ring_act(&G, mode == 1);
+        for (int rep = 0; rep < 3; rep++) {
+            float *dg = gup(g, D), *dy = rc->in_place ? dg : gnan(D), *dout = gnan(R), *do2 = gnan(64), *dw = gnan(64), *dsum = gnan(D);
+            const int before = mx_backend_cuda_ring_act_launches(&G);
+            G.i->act_mul(G.ctx, rc->act, dg, du, D, dy, 1, D);
+            if (rc->how == 1) G.i->add(G.ctx, dz, du, dsum, D);
+            if (rc->how == 2) G.i->matmul(G.ctx, &d2.w, dz, dw, 1);
+            G.i->matmul(G.ctx, &dn.w, dy, dout, 1);
+            G.i->matmul(G.ctx, &d2.w, dy, do2, 1);
+            const int got = mx_backend_cuda_ring_act_launches(&G) - before, want = mode == 1 && sm90 && rc->taken ? 1 : 0;
+            TCHECK(got == want, "mode %d rep %d: %d ring launches ran the act_mul, expected %d", mode, rep, got, want);
+            res[mode][rep][0] = gdown(dy, D); res[mode][rep][1] = gdown(dout, R); res[mode][rep][2] = gdown(do2, 64);
+            if (!rc->in_place) G.i->free(G.ctx, dy);
+            G.i->free(G.ctx, dg); G.i->free(G.ctx, dout); G.i->free(G.ctx, do2); G.i->free(G.ctx, dw); G.i->free(G.ctx, dsum);
+            TCHECK(mx_backend_cuda_status(&G) == MX_OK, "status: %s", mx_last_error());
+            const double ey = relerr(res[mode][rep][0], yc, D), eo = relerr(res[mode][rep][1], oc, R), e2 = relerr(res[mode][rep][2], o2c, 64);
+            TCHECK(ey < 1e-6, "mode %d rep %d: act_mul: rel err %.3g against the CPU", mode, rep, ey);
+            TCHECK(eo < (rc->bits ? 1e-2 : 2e-5), "mode %d rep %d: down: rel err %.3g against the CPU", mode, rep, eo);
+            TCHECK(e2 < 1e-2, "mode %d rep %d: second product: rel err %.3g against the CPU", mode, rep, e2);
+        }
+        mx_backend_cuda_set_ring_act(&G, was);
+    }
+    for (int mode = 0; mode < 2; mode++)
+        for (int rep = 0; rep < 3; rep++) {
+            TCHECK(!memcmp(res[mode][rep][0], res[0][0][0], (size_t)D * 4), "mode %d rep %d: y differs from the switch off's", mode, rep);
+            TCHECK(!memcmp(res[mode][rep][1], res[0][0][1], (size_t)R * 4), "mode %d rep %d: the down product differs from the switch off's", mode, rep);
+            TCHECK(!memcmp(res[mode][rep][2], res[0][0][2], 64 * 4), "mode %d rep %d: the second product differs from the switch off's", mode, rep);
+        }
+    for (int m = 0; m < 2; m++)
+        for (int r = 0; r < 3; r++)
+            for (int i = 0; i < 3; i++) free(res[m][r][i]);
+    G.i->free(G.ctx, du); G.i->free(G.ctx, dz);
+    free(g); free(u); free(z); free(yc); free(oc); free(o2c);
+    tw_free(&dn); tw_free(&d2);
+}
+static const ra_case g_ra[] = {
+    {"cuda_ring_act_qwen_3072", 1024, 3072, 4, 64, MX_DTYPE_BF16, MX_ACT_SILU, true, 0, true},         /* Qwen3-0.6B's down */
+    {"cuda_ring_act_q8_g32_f16_apart", 700, 2048, 8, 32, MX_DTYPE_F16, MX_ACT_GELU_TANH, false, 0, true},
+    {"cuda_ring_act_q4_g128_4096_gelu", 513, 4096, 4, 128, MX_DTYPE_BF16, MX_ACT_GELU, true, 0, true},
+    {"cuda_ring_act_q4_1024_relu", 151, 1024, 4, 64, MX_DTYPE_BF16, MX_ACT_RELU, true, 0, true},
+    /* not taken: 14336 columns (k_mv_i8), a bf16 down, an add or a product between */
+    {"cuda_ring_act_not_14336", 300, 14336, 4, 64, MX_DTYPE_BF16, MX_ACT_SILU, true, 0, false},
+    {"cuda_ring_act_not_bf16_down", 300, 3072, 0, 0, MX_DTYPE_BF16, MX_ACT_SILU, true, 0, false},
+    {"cuda_ring_act_not_add_between", 1024, 3072, 4, 64, MX_DTYPE_BF16, MX_ACT_SILU, true, 1, false},
+    {"cuda_ring_act_not_product_between", 1024, 3072, 4, 64, MX_DTYPE_BF16, MX_ACT_SILU, true, 2, false},
+};
+
 /* MLXCEL_CUDA_MV_RING_BF16's modes on products without a norm before them: which go to the ring
  * (a ring launch counted) by their columns: 2 all, 3 ("long", the default) rows of more than 4096
  * columns, 1 ("norm") and 0 none; the outputs within 1e-5 of the register form's. */
 static void test_ring_bf_modes(void) {
     static const int cols[2] = {4096, 14336};
-    char desc[300];
-    mx_backend_cuda_describe(&G, desc, sizeof desc);
-    const bool sm90 = !strstr(desc, "sm_8") && !strstr(desc, "sm_7");
+    const bool sm90 = gpu_sm90();
     for (int ci = 0; ci < 2; ci++) {
         const int K = cols[ci], R = 300;
         tw t;
@@ -1233,9 +1309,7 @@ static void check_ring_norm(const rn_case *rc) {
     C.i->rmsnorm(C.ctx, hc, gp, 1e-5f, add_one, xc, 1, D);
     for (int k = 0; k < nw; k++) cy[k] = ref + off[k];
     C.i->matmul_multi(C.ctx, nw, ws, xc, cy, 1);
-    char desc[300];
-    mx_backend_cuda_describe(&G, desc, sizeof desc);
-    const bool sm90 = !strstr(desc, "sm_8") && !strstr(desc, "sm_7");
+    const bool sm90 = gpu_sm90();
     float *dov = gup(o, D), *dz = gup(z, D), *res[2][3][3];
     for (int mode = 0; mode < 2; mode++) {
         const int was = mx_backend_cuda_set_ring_norm(&G, mode == 1 ? 2 : 0);   /* (2: q4/q8 products too) */
@@ -1328,9 +1402,7 @@ static void check_ring_pair(const rp_case *rc) {
     float *cout = rc->how == 1 ? guc + 2 * R : guc;
     C.i->act_mul(C.ctx, rc->act, guc, guc + R, R, cout, 1, R);
     C.i->matmul(C.ctx, &dn.w, cout, dc, 1);
-    char desc[300];
-    mx_backend_cuda_describe(&G, desc, sizeof desc);
-    const bool sm90 = !strstr(desc, "sm_8") && !strstr(desc, "sm_7");
+    const bool sm90 = gpu_sm90();
     float *dov = gup(o, D), *dz = gup(z, D), *res[2][2][3];
     for (int mode = 0; mode < 2; mode++) {
         const bool was = mx_backend_cuda_set_ring_pair(&G, mode == 1);
@@ -2291,6 +2363,7 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < sizeof g_rn / sizeof g_rn[0]; i++) RUN_NAMED(g_rn[i].name, check_ring_norm, &g_rn[i]);
     for (size_t i = 0; i < sizeof g_rp / sizeof g_rp[0]; i++) RUN_NAMED(g_rp[i].name, check_ring_pair, &g_rp[i]);
     RUN(test_ring_bf_modes);
+    for (size_t i = 0; i < sizeof g_ra / sizeof g_ra[0]; i++) RUN_NAMED(g_ra[i].name, check_ring_act, &g_ra[i]);
     for (size_t i = 0; i < sizeof g_sn / sizeof g_sn[0]; i++) RUN_NAMED(g_sn[i].name, check_sum_norm, &g_sn[i]);
     for (size_t i = 0; i < sizeof g_sq / sizeof g_sq[0]; i++) RUN_NAMED(g_sq[i].name, check_sum_qkv, &g_sq[i]);
     for (size_t i = 0; i < sizeof g_ap / sizeof g_ap[0]; i++) RUN_NAMED(g_ap[i].name, check_attn_prep, &g_ap[i]);

@@ -167,7 +167,7 @@ struct cu_ctx {
     int mr_kb, mr_slot, mr_warps;          /* its ring (KB a block), most code bytes a slot, warps a block */
     int mr_init[3];                        /* those three as init set them (the switches) */
     int n_ring;                            /* its launches (tests) */
-    unsigned mr_attr;                      /* its forms whose shared-memory limit was raised (bit a form) */
+    uint64_t mr_attr;                      /* its forms whose shared-memory limit was raised (bit a form) */
     int mr_bf;                             /* dense bf16 through k_mv_ring_bf: 0 never, 1 where it runs the norm, 2 always,
                                             * 3 where it runs the norm and for rows of more than 4096 columns
                                             * (MLXCEL_CUDA_MV_RING_BF16; the default) */
@@ -180,6 +180,11 @@ struct cu_ctx {
     int ring_pair;                         /* a batch-1 dense bf16 gate/up product on the ring and the act_mul of
                                             * its outputs in one launch (MLXCEL_CUDA_RING_PAIR) */
     int n_ring_pair;                       /* its launches (tests) */
+    int ring_act;                          /* a batch-1 act_mul run in the prologue of the q4/q8 ring product that
+                                            * reads its output (MLXCEL_CUDA_RING_ACT) */
+    int n_ring_act;                        /* its launches (tests) */
+    struct { int act; const float *gate, *up; float *y; int d; bool on; } pa;   /* such an act_mul
+                                            * (one row, in place or not) not yet launched */
     struct { const cu_weight *w[2]; const float *x; float *y[2]; cu_pnorm pn; bool has_pn, on; } pb;
                                            /* such a product not yet launched (with the norm it took, has_pn):
                                             * a following act_mul of its outputs runs in it (pb_flush: as it is) */
@@ -265,7 +270,7 @@ static pdl_launch<KArgs...> PL(cu_ctx *c, void (*k)(KArgs...), dim3 g, dim3 b, s
  * the default; anything else is an error naming the variable and what it takes. */
 enum { GM_AUTO, GM_CUBLAS, GM_MMA, GM_WG, GM_NMODES };   /* MLXCEL_CUDA_GEMM, in k_gemm_modes' order */
 static const char *const k_gemm_modes[] = {"auto", "cublas", "mma", "wgmma"};
-struct cu_switches { int attn, attn_dec, attn_prep, gqa, gemm, gemm_rot, gemm_sk, gemm_pair, sum_norm, sum_qkv, att_gq, pdl, mv, profile, kv, graphs, fused, mv_ring, ring_norm, ring_bf, ring_pair; long dq_mb, fused_pf, mr_kb, mr_slot, mr_warps; };   /* kv: checked here, read by kv_init */
+struct cu_switches { int attn, attn_dec, attn_prep, gqa, gemm, gemm_rot, gemm_sk, gemm_pair, sum_norm, sum_qkv, att_gq, pdl, mv, profile, kv, graphs, fused, mv_ring, ring_norm, ring_bf, ring_pair, ring_act; long dq_mb, fused_pf, mr_kb, mr_slot, mr_warps; };   /* kv: checked here, read by kv_init */
 static mx_status env_choice(const char *name, const char *const *vals, int n, int def, int *out) {
     const char *e = getenv(name);
     *out = def;
@@ -318,7 +323,8 @@ static mx_status read_switches(cu_switches *sw) {
         (st = env_choice("MLXCEL_CUDA_MV_RING", onoff, 2, 1, &sw->mv_ring)) ||
         (st = env_choice("MLXCEL_CUDA_RING_NORM", ring_norm, 3, 1, &sw->ring_norm)) ||
         (st = env_choice("MLXCEL_CUDA_MV_RING_BF16", ring_bf, 4, 3, &sw->ring_bf)) ||
-        (st = env_choice("MLXCEL_CUDA_RING_PAIR", onoff, 2, 1, &sw->ring_pair)))
+        (st = env_choice("MLXCEL_CUDA_RING_PAIR", onoff, 2, 1, &sw->ring_pair)) ||
+        (st = env_choice("MLXCEL_CUDA_RING_ACT", onoff, 2, 0, &sw->ring_act)))
         return st;
     if ((st = env_long("MLXCEL_CUDA_FUSED_PF", 0, 64, 0, "chunks", &sw->fused_pf)) ||
         (st = env_long("MLXCEL_CUDA_MV_RING_KB", 8, MR_RING_KB_MAX, MR_RING_KB, "KB", &sw->mr_kb)) ||
@@ -2777,10 +2783,12 @@ static bool xq_buf(cu_ctx *c, int64_t count, int8_t **q, float2 **ds) {
 }
 static void pg_flush(cu_ctx *c);
 static void pb_flush(cu_ctx *c);
+static void pa_flush(cu_ctx *c);
 static void psum_launch(cu_ctx *c, const cu_ctx::cu_psum *p);
 static void pn_flush(cu_ctx *c);
 static void pend_flush(cu_ctx *c) {
     pb_flush(c);   /* (first: it may take the norm) */
+    pa_flush(c);
     pn_flush(c);
     pg_flush(c);
     if (c->ps.on) { c->ps.on = false; psum_launch(c, &c->ps.p); }
@@ -3003,13 +3011,13 @@ static int log2_exact(int v) {   /* -1 unless v is a power of two */
 /* a ring kernel form's shared-memory limit raised to bytes, once (bit form of mr_attr); false
  * where the device refuses it: the rings are then off for good (the register forms from now on) */
 static bool mr_raise(cu_ctx *c, const void *fn, int form, int bytes) {
-    if (c->mr_attr & (1u << form)) return true;
+    if (c->mr_attr & ((uint64_t)1 << form)) return true;
     if (cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) != cudaSuccess) {
         cudaGetLastError();
         c->mr_on = 0;
         return false;
     }
-    c->mr_attr |= 1u << form;
+    c->mr_attr |= (uint64_t)1 << form;
     return true;
 }
 
@@ -3201,9 +3209,10 @@ static bool mv_i8_ok(const cu_ctx *c, const cu_weight *w, const cu_weight *w0, i
 /* The batch-1 form on bulk-copied weights (k_mv_ring, mv_ring.cuh): false (nothing launched)
  * where it does not apply (switched off, a device before sm_90, rows longer than 4096 columns,
  * rows or pointers not 16-byte aligned for the copies, a ring that holds neither all of a warp's
- * items nor two slots). The weights share the format (mv_i8_ok). */
+ * items nor two slots). The weights share the format (mv_i8_ok). nm: the prologue computes x, the
+ * norm (pro 1) or the act_mul (pro 2) it describes. */
 static bool mv_ring(cu_ctx *c, int nw, const cu_weight *const *w, const int8_t *xq, const float2 *xds, float *const *ys,
-                    const mr_norm *nm) {
+                    const mr_norm *nm, int pro = 1) {
     const int64_t K = w[0]->cols;
     if (!c->mr_on || c->prop.major < 9 || K > 4096) return false;
     if (nm && (K > 256 * c->mr_warps || K % 32 || !rn_apart(nm, K, nw, w, ys))) return false;
@@ -3236,19 +3245,23 @@ static bool mv_ring(cu_ctx *c, int nw, const cu_weight *const *w, const int8_t *
     typedef void (*mr_fn)(const mr_set, const int8_t *, const float2 *, int, const mr_norm);
 #define MR_RS(B, T, N) {k_mv_ring<B, T, 1, N>, k_mv_ring<B, T, 2, N>, k_mv_ring<B, T, 4, N>}
 #define MR_N(N) {{MR_RS(4, __half, N), MR_RS(4, __nv_bfloat16, N)}, {MR_RS(8, __half, N), MR_RS(8, __nv_bfloat16, N)}}
-    static const mr_fn forms[2][2][2][3] = {MR_N(false), MR_N(true)};
+    static const mr_fn forms[3][2][2][3] = {MR_N(0), MR_N(1), MR_N(2)};
 #undef MR_N
 #undef MR_RS
-    /* (form bits 0-11 without the norm, 16-27 with it; 12-14: k_mv_ring_bf's) */
-    const int ri = rs == 4 ? 2 : rs == 2 ? 1 : 0, form = ((bits == 8) * 2 + bf) * 3 + ri + (nm ? 16 : 0);
-    const mr_fn kf = forms[nm != NULL][bits == 8][bf][ri];
+    /* (form bits 0-11 without a prologue, 16-27 with the norm, 32-43 with the act_mul; 12-14 and
+     * 28-30: k_mv_ring_bf's) */
+    const int p = nm ? (pro == 2 ? 2 : 1) : 0, ri = rs == 4 ? 2 : rs == 2 ? 1 : 0;
+    const int form = ((bits == 8) * 2 + bf) * 3 + ri + 16 * p;
+    const mr_fn kf = forms[p][bits == 8][bf][ri];
     if (!mr_raise(c, (const void *)kf, form, (int)optin)) return false;
     mr_norm no;
     memset(&no, 0, sizeof no);
     PL(c, kf, (unsigned)blk, nwarp * 32, shm)(set, xq, xds, gsh, nm ? *nm : no);
-    LAUNCHED(c, nm ? "matvec (int8 activations, bulk-copied weights) + rmsnorm" : "matvec (int8 activations, bulk-copied weights)");
+    LAUNCHED(c, p == 2 ? "matvec (int8 activations, bulk-copied weights) + act_mul"
+                : p ? "matvec (int8 activations, bulk-copied weights) + rmsnorm" : "matvec (int8 activations, bulk-copied weights)");
     c->n_ring++;
-    if (nm) c->n_ring_norm++;
+    if (p == 1) c->n_ring_norm++;
+    if (p == 2) c->n_ring_act++;
     return true;
 }
 
@@ -3291,6 +3304,8 @@ static bool gq_rows(const cu_ctx *c, int n, int64_t cols);
 static void pdl_mode(cu_ctx *c, bool small);
 struct mr_norm;
 static bool rn_take(cu_ctx *c, const float *x, int n, mr_norm *nm, int *d);
+static bool pa_take(cu_ctx *c, const float *x, int n, mr_norm *nm);
+static void am_launch(cu_ctx *c, int act, const float *gate, const float *up, int64_t stride, float *y, int n, int d);
 static void pn_norm(const cu_ctx *c, const cu_ctx::cu_pnorm *pn, mr_norm *nm);
 static void multi_run(cu_ctx *c, int nw, const cu_weight *const *w, const float *x, float *const *ys, int n);
 static bool rn_product(cu_ctx *c, int nw, const cu_weight *const *w, const float *x, float *const *ys, const mr_norm *nm, int d);
@@ -3305,6 +3320,14 @@ static void c_matmul(void *ctx, const mx_weight *wt, const float *x, float *y, i
     if (w && rn_take(c, x, n, &nm, &d)) {   /* x is the deferred norm's output */
         FLUSH_ALL(c);
         if (rn_product(c, 1, &w, x, &y, &nm, d)) { forget_overlap(c, y, (int64_t)n * w->rows); return; }
+    }
+    if (w && pa_take(c, x, n, &nm)) {   /* x is the deferred act_mul's output */
+        FLUSH_ALL(c);
+        if (w->cols == (int64_t)c->pa.d && mv_i8_ok(c, w, w, 1) && mv_ring(c, 1, &w, NULL, NULL, &y, &nm, 2)) {
+            forget_overlap(c, y, (int64_t)n * w->rows);
+            return;
+        }
+        am_launch(c, nm.act, nm.a, nm.b, c->pa.d, nm.y, 1, c->pa.d);
     }
     FLUSH_ALL(c);
     if (!w || n <= 0) return;
@@ -4255,6 +4278,16 @@ static void c_act_mul(void *ctx, mx_act act, const float *gate, const float *up,
         }
     }
     OP_ENTER(c);
+    /* one row for a q4/q8 ring product (MLXCEL_CUDA_RING_ACT): deferred, for its prologue (pa_take) */
+    if (n == 1 && c->ring_act && c->mr_on && c->prop.major >= 9 && !c->mv_f32 && c->rn_count && d % 32 == 0 &&
+        d <= 4096 && d <= 256 * c->mr_warps && stride == d && !(((uintptr_t)gate | (uintptr_t)up | (uintptr_t)y) & 15)) {
+        c->pa.act = (int)act; c->pa.gate = gate; c->pa.up = up; c->pa.y = y; c->pa.d = d; c->pa.on = true;
+        return;
+    }
+    am_launch(c, (int)act, gate, up, stride, y, n, d);
+}
+/* the act_mul kernel, with the int8 and bf16 forms of y the next product reads */
+static void am_launch(cu_ctx *c, int act, const float *gate, const float *up, int64_t stride, float *y, int n, int d) {
     if (n <= 0 || d <= 0) return;
     int8_t *xq = NULL; float2 *xds = NULL;
     if (!c->mv_f32 && n <= MV_I8_MAX && d % 32 == 0 && !xq_buf(c, (int64_t)n * d, &xq, &xds)) return;
@@ -4262,11 +4295,24 @@ static void c_act_mul(void *ctx, mx_act act, const float *gate, const float *up,
     if (gq_rows(c, n, d) && !(xg = (__nv_bfloat16 *)scratch(c, &c->xg, &c->xg_cap, (size_t)n * d * 2))) return;
     const bool v4 = !xq && (int64_t)n * d < ((int64_t)1 << 31) && d % 4 == 0 && stride % 4 == 0 && stride < ((int64_t)1 << 31) &&
                     (((uintptr_t)gate | (uintptr_t)up | (uintptr_t)y) & 15) == 0;
-    if (v4) PL(c, k_act_mul4, nblk((int64_t)n * d / 4, 256), 256, 0)((int)act, gate, up, (int)stride, y, n, d, xg);
-    else PL(c, k_act_mul, nblk((int64_t)n * d, 256), 256, 0)((int)act, gate, up, stride, y, n, d, xq, xds, xg);
+    if (v4) PL(c, k_act_mul4, nblk((int64_t)n * d / 4, 256), 256, 0)(act, gate, up, (int)stride, y, n, d, xg);
+    else PL(c, k_act_mul, nblk((int64_t)n * d, 256), 256, 0)(act, gate, up, stride, y, n, d, xq, xds, xg);
     LAUNCHED(c, "act_mul");
     if (xq) { c->xq_src = y; c->xq_count = (int64_t)n * d; }
     if (xg) { c->xg_src = y; c->xg_count = (int64_t)n * d; }
+}
+/* the deferred act_mul: launched (flush), or taken by a product of its output (pa_take) */
+static void pa_flush(cu_ctx *c) {
+    if (!c->pa.on) return;
+    c->pa.on = false;
+    am_launch(c, c->pa.act, c->pa.gate, c->pa.up, c->pa.d, c->pa.y, 1, c->pa.d);
+}
+static bool pa_take(cu_ctx *c, const float *x, int n, mr_norm *nm) {
+    if (!c->pa.on || c->pa.y != x || n != 1) return false;
+    c->pa.on = false;
+    memset(nm, 0, sizeof *nm);
+    nm->a = c->pa.gate; nm->b = c->pa.up; nm->y = c->pa.y; nm->count = c->rn_count; nm->act = c->pa.act;
+    return true;
 }
 static void c_act(void *ctx, mx_act act, const float *x, float *y, int64_t count) {
     cu_ctx *c = (cu_ctx *)ctx;
@@ -4734,6 +4780,7 @@ extern "C" mx_status mx_backend_cuda_init(mx_backend *out) {
         c->rn_on = sw.ring_norm;
         c->mr_bf = sw.ring_bf;
         c->ring_pair = sw.ring_pair;
+        c->ring_act = sw.ring_act;
     }
     if ((e = cudaStreamCreateWithFlags(&c->st, cudaStreamNonBlocking)) != cudaSuccess) {
         free(c);
@@ -4898,27 +4945,21 @@ extern "C" bool mx_backend_cuda_set_mv_ring(mx_backend *b, bool on, int kb, int 
     return was;
 }
 extern "C" int mx_backend_cuda_ring_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_ring; }
-/* a three-valued switch set to mode (clamped to 0..2); the previous value */
-static int set_mode3(int *sw, int mode) {
+/* a switch of values 0..hi set to mode (clamped); the previous value */
+static int set_mode(int *sw, int mode, int hi) {
     const int was = *sw;
-    *sw = mode < 0 ? 0 : mode > 2 ? 2 : mode;
+    *sw = mode < 0 ? 0 : mode > hi ? hi : mode;
     return was;
 }
-extern "C" int mx_backend_cuda_set_mv_ring_bf16(mx_backend *b, int mode) {
-    cu_ctx *c = switch_ctx(b);
-    const int was = c->mr_bf;
-    c->mr_bf = mode < 0 ? 0 : mode > 3 ? 3 : mode;
-    return was;
-}
+static int set_mode3(int *sw, int mode) { return set_mode(sw, mode, 2); }
+static bool set_flag(int *sw, bool on) { return set_mode(sw, on ? 1 : 0, 1) != 0; }
+extern "C" int mx_backend_cuda_set_mv_ring_bf16(mx_backend *b, int mode) { return set_mode(&switch_ctx(b)->mr_bf, mode, 3); }
 extern "C" int mx_backend_cuda_set_ring_norm(mx_backend *b, int mode) { return set_mode3(&switch_ctx(b)->rn_on, mode); }
 extern "C" int mx_backend_cuda_ring_norm_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_ring_norm; }
-extern "C" bool mx_backend_cuda_set_ring_pair(mx_backend *b, bool on) {
-    cu_ctx *c = switch_ctx(b);
-    const bool was = c->ring_pair != 0;
-    c->ring_pair = on;
-    return was;
-}
+extern "C" bool mx_backend_cuda_set_ring_pair(mx_backend *b, bool on) { return set_flag(&switch_ctx(b)->ring_pair, on); }
 extern "C" int mx_backend_cuda_ring_pair_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_ring_pair; }
+extern "C" bool mx_backend_cuda_set_ring_act(mx_backend *b, bool on) { return set_flag(&switch_ctx(b)->ring_act, on); }
+extern "C" int mx_backend_cuda_ring_act_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_ring_act; }
 extern "C" void mx_backend_cuda_set_sum_norm(mx_backend *b, bool on) { switch_ctx(b)->sum_norm = on; }
 extern "C" void mx_backend_cuda_set_sum_qkv(mx_backend *b, bool on) { switch_ctx(b)->sum_qkv = on; }
 extern "C" int mx_backend_cuda_sum_qkv_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_sum_qkv; }

@@ -62,6 +62,7 @@ struct mr_norm {
     float eps, add_one;
     float *y;                    /* the normed row stored here */
     unsigned *count;             /* blocks that have read a and b (the last resets it) */
+    int act;                     /* k_mv_ring<.., PRO 2>: x = act(a) * b (an act_mul), stored to y */
 };
 
 /* the block's share of the sum of squares -> 1 / rms; *last: this block stores sum and y */
@@ -111,10 +112,12 @@ __device__ __forceinline__ void mr_start(uint64_t *bar, int S, int nitem, int la
 }
 
 
-/* NORM: the norm in the prologue (nm); without it the kernel is the tenth session's, which the
- * form with a runtime branch on nm.a measured slower than (Qwen3-0.6B q4 decode ~5%, twelfth
- * session, NOTES.md) */
-template <int BITS, typename ST, int RS, bool NORM>
+/* PRO, the prologue: 0 none (the tenth session's kernel, which the form with a runtime branch on
+ * nm.a measured slower than: Qwen3-0.6B q4 decode ~5%, twelfth session, NOTES.md); 1 the norm
+ * (nm); 2 the act_mul before the product (MLXCEL_CUDA_RING_ACT): x = act(nm.a) * nm.b computed and
+ * quantized by every block as k_act_mul does, stored to nm.y by the block that reads a and b last
+ * (a may be y's own buffer: the decoder's act_mul is in place) */
+template <int BITS, typename ST, int RS, int PRO>
 __global__ void __launch_bounds__(512, 1)
 k_mv_ring(const mr_set set, const int8_t *__restrict__ xq, const float2 *__restrict__ xds, int gs_shift, const mr_norm nm) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -146,11 +149,39 @@ k_mv_ring(const mr_set set, const int8_t *__restrict__ xq, const float2 *__restr
     float *y = set.y[k];
     const int ng = set.ng, ssw = set.row_sb / 2;
     constexpr int V = BITS / 4;   /* 16-byte vectors a group of 32 codes */
-    /* the norm (NORM): warp w quantizes groups w, w + nwarp, ... (up to 8) into shared memory,
+    /* the norm (PRO 1): warp w quantizes groups w, w + nwarp, ... (up to 8) into shared memory,
      * after the ring and its mbarriers: codes, then (dx, dx * code sum) a group */
     int8_t *xq_s = (int8_t *)(mr_smem + (((size_t)nwarp * S * (set.slot_b + 8) + 15) & ~(size_t)15));
     float2 *xds_s = (float2 *)(xq_s + (ng << 5));
-    if constexpr (NORM) {
+    if constexpr (PRO == 2) {   /* the act_mul: groups as the norm's */
+        float v[8];
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const int g = wid + nwarp * j, i = (g << 5) + lane;
+            v[j] = g < ng ? act_f(nm.act, nm.a[i]) * nm.b[i] : 0.f;
+        }
+        __syncthreads();   /* (every thread's loads of a and b have returned) */
+        if (threadIdx.x == 0) {
+            const bool l = atomicAdd(nm.count, 1u) == gridDim.x - 1;
+            if (l) *nm.count = 0;   /* (every other block has taken its turn) */
+            sh[32] = l ? 1.f : 0.f;
+        }
+        __syncthreads();
+        const bool last = sh[32] != 0.f;
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const int g = wid + nwarp * j, i = (g << 5) + lane;
+            if (g >= ng) break;   /* (uniform in the warp) */
+            if (last) nm.y[i] = v[j];
+            const float amax = warp_max(fabsf(v[j]));
+            const int q = __float2int_rn(v[j] * (amax > 0.f ? 127.f / amax : 0.f));
+            xq_s[i] = (int8_t)q;
+            const int qs = __reduce_add_sync(0xffffffffu, q);
+            if (lane == 0) { const float dx = amax * (1.f / 127.f); xds_s[g] = make_float2(dx, dx * (float)qs); }
+        }
+        __syncthreads();
+    }
+    if constexpr (PRO == 1) {
         const int d = ng << 5;
         float v[8], ss = 0.f;
 #pragma unroll
@@ -185,7 +216,7 @@ k_mv_ring(const mr_set set, const int8_t *__restrict__ xq, const float2 *__restr
         const int g = 32 * uu + lane;
         if (g >= ng) break;
         uint4 xa, xb;
-        if constexpr (NORM) {
+        if constexpr (PRO != 0) {
             const uint4 *xp = (const uint4 *)(xq_s + (g << 5));
             xa = xp[0]; xb = xp[1]; ds[uu] = xds_s[g];
         } else {
