@@ -37,8 +37,41 @@
 # can take them from .deb files in .gpudeps/ (fetch them on a Debian machine with
 # `scripts/gpu_check.sh --fetch-debs`); without them only core + backends + the CUDA op test
 # program are built and only the `ops` and `synth` stages run.
+#
+# `scripts/gpu_check.sh --pack` (on the development machine, which has the toolkit but no GPU)
+# builds the binaries the stages run (mlxcel, mlxcel-server, test_backend_cuda, test_cuda_topk,
+# test_models; for any x86-64, MLXCEL_NATIVE=OFF) into build-cuda-pack, with the shared libraries
+# they need beside them (found through their RPATH; not the C/C++ runtime, not CUDA's), and packs
+# them into .gpudeps/prebuilt.tar.xz (~18 MB), stamped with a hash of the sources. A run that finds
+# that file with the stamp of its own sources uses it instead of building (~150 s less a cold
+# device call; carry `.gpudeps/prebuilt.tar.xz`, the .deb files are then not needed);
+# GPU_CHECK_PREBUILT=0 builds anyway.
 set -u
 cd "$(dirname "$0")/.."
+# the hash of what the binaries are built from
+src_hash() {
+  find src include tests/unit tests/test.h CMakeLists.txt -type f | LC_ALL=C sort | xargs sha1sum | sha1sum | cut -c1-40
+}
+if [ "${1:-}" = --pack ]; then
+  P=build-cuda-pack
+  cmake -S . -B $P -DCMAKE_BUILD_TYPE=Release -DMLXCEL_CUDA=ON -DMLXCEL_NATIVE=OFF -DCMAKE_EXE_LINKER_FLAGS=-Wl,--disable-new-dtags \
+    '-DCMAKE_BUILD_RPATH=$ORIGIN/lib;$ORIGIN/../lib' >/dev/null &&
+    cmake --build $P -j "$(nproc)" --target mlxcel mlxcel-server test_backend_cuda test_models >/dev/null || exit 1
+  [ -n "$(cmake --build $P --target help 2>/dev/null | grep -w test_cuda_topk)" ] && { cmake --build $P --target test_cuda_topk >/dev/null || exit 1; }
+  st=$(mktemp -d)
+  mkdir -p "$st/tests" "$st/lib"
+  cp $P/mlxcel $P/mlxcel-server "$st/"
+  for t in test_backend_cuda test_cuda_topk test_models; do [ -x $P/tests/$t ] && cp $P/tests/$t "$st/tests/"; done
+  # (DT_RPATH, unlike RUNPATH, also serves the libraries' own dependencies)
+  ldd "$st"/mlxcel "$st"/mlxcel-server "$st"/tests/* | awk '/=> \//{print $3}' | LC_ALL=C sort -u |
+    grep -v -E '/(libc|libm|libstdc\+\+|libgcc_s|libpthread|libdl|librt|libresolv|libutil|libanl|libnsl|ld-linux[^/]*|libcublas[^/]*|libcudart[^/]*)\.so' |
+    while read -r l; do cp -L "$l" "$st/lib/"; done
+  src_hash >"$st/STAMP"
+  mkdir -p .gpudeps
+  tar -C "$st" -cJf .gpudeps/prebuilt.tar.xz . && rm -rf "$st" || exit 1
+  echo "packed: .gpudeps/prebuilt.tar.xz ($(du -h .gpudeps/prebuilt.tar.xz | cut -f1), sources $(src_hash | cut -c1-12))"
+  exit 0
+fi
 if [ "${1:-}" = --fetch-debs ]; then   # on the Debian 12 development machine (apt, no root needed)
   mkdir -p .gpudeps && cd .gpudeps
   pk="libjansson-dev libpcre2-dev libutf8proc-dev liblzma-dev libmicrohttpd-dev libcurl4-openssl-dev"
@@ -89,7 +122,18 @@ for p in jansson libpcre2-8 libutf8proc liblzma libmicrohttpd libcurl; do
 done
 
 build_ok=0
-if [ $full = 1 ]; then
+PRE=.gpudeps/prebuilt.tar.xz
+if [ "${GPU_CHECK_PREBUILT:-1}" = 1 ] && [ -f $PRE ]; then   # binaries packed by --pack for these sources
+  rm -rf $B && mkdir -p $B && tar -C $B -xJf $PRE
+  if [ "$(cat $B/STAMP 2>/dev/null)" = "$(src_hash)" ] && $B/mlxcel --version >/dev/null 2>&1; then
+    build_ok=1 full=1
+    echo "using $PRE (sources $(src_hash | cut -c1-12))"
+  else
+    echo "note: $PRE is not of these sources or does not run here: building"
+    rm -rf $B
+  fi
+fi
+if [ $build_ok = 0 ] && [ $full = 1 ]; then
   echo "== full CMake build ($B)"
   if cmake -S . -B $B -DCMAKE_BUILD_TYPE=Release -DMLXCEL_CUDA=ON -DCMAKE_CUDA_COMPILER="$NVCC" \
        "-DCMAKE_CUDA_ARCHITECTURES=$ARCHS" "-DCMAKE_EXE_LINKER_FLAGS=${RPATH_FLAGS:-}" >"$OUTD/build.log" 2>&1 &&
@@ -122,7 +166,7 @@ if [ $build_ok = 0 ]; then
   ) >"$OUTD/build.log" 2>&1 && build_ok=1 || { echo "minimal build failed:"; tail -30 "$OUTD/build.log"; }
 fi
 t1=$(date +%s)
-say "build: $((t1 - t0)) s ($([ $full = 1 ] && echo full || echo minimal))"
+say "build: $((t1 - t0)) s ($([ -f $B/STAMP ] && echo prebuilt || { [ $full = 1 ] && echo full || echo minimal; }))"
 [ $build_ok = 1 ] || exit 1
 M=$B/mlxcel
 status=0
