@@ -3304,7 +3304,7 @@ static bool gq_rows(const cu_ctx *c, int n, int64_t cols);
 static void pdl_mode(cu_ctx *c, bool small);
 struct mr_norm;
 static bool rn_take(cu_ctx *c, const float *x, int n, mr_norm *nm, int *d);
-static bool pa_take(cu_ctx *c, const float *x, int n, mr_norm *nm);
+static bool pa_product(cu_ctx *c, const cu_weight *w, const float *x, float *y, int n);
 static void am_launch(cu_ctx *c, int act, const float *gate, const float *up, int64_t stride, float *y, int n, int d);
 static void pn_norm(const cu_ctx *c, const cu_ctx::cu_pnorm *pn, mr_norm *nm);
 static void multi_run(cu_ctx *c, int nw, const cu_weight *const *w, const float *x, float *const *ys, int n);
@@ -3321,14 +3321,7 @@ static void c_matmul(void *ctx, const mx_weight *wt, const float *x, float *y, i
         FLUSH_ALL(c);
         if (rn_product(c, 1, &w, x, &y, &nm, d)) { forget_overlap(c, y, (int64_t)n * w->rows); return; }
     }
-    if (w && pa_take(c, x, n, &nm)) {   /* x is the deferred act_mul's output */
-        FLUSH_ALL(c);
-        if (w->cols == (int64_t)c->pa.d && mv_i8_ok(c, w, w, 1) && mv_ring(c, 1, &w, NULL, NULL, &y, &nm, 2)) {
-            forget_overlap(c, y, (int64_t)n * w->rows);
-            return;
-        }
-        am_launch(c, nm.act, nm.a, nm.b, c->pa.d, nm.y, 1, c->pa.d);
-    }
+    if (w && pa_product(c, w, x, y, n)) { forget_overlap(c, y, (int64_t)n * w->rows); return; }
     FLUSH_ALL(c);
     if (!w || n <= 0) return;
     int xb_have = 0;
@@ -4278,7 +4271,7 @@ static void c_act_mul(void *ctx, mx_act act, const float *gate, const float *up,
         }
     }
     OP_ENTER(c);
-    /* one row for a q4/q8 ring product (MLXCEL_CUDA_RING_ACT): deferred, for its prologue (pa_take) */
+    /* one row for a q4/q8 ring product (MLXCEL_CUDA_RING_ACT): deferred, for its prologue (pa_product) */
     if (n == 1 && c->ring_act && c->mr_on && c->prop.major >= 9 && !c->mv_f32 && c->rn_count && d % 32 == 0 &&
         d <= 4096 && d <= 256 * c->mr_warps && stride == d && !(((uintptr_t)gate | (uintptr_t)up | (uintptr_t)y) & 15)) {
         c->pa.act = (int)act; c->pa.gate = gate; c->pa.up = up; c->pa.y = y; c->pa.d = d; c->pa.on = true;
@@ -4301,18 +4294,25 @@ static void am_launch(cu_ctx *c, int act, const float *gate, const float *up, in
     if (xq) { c->xq_src = y; c->xq_count = (int64_t)n * d; }
     if (xg) { c->xg_src = y; c->xg_count = (int64_t)n * d; }
 }
-/* the deferred act_mul: launched (flush), or taken by a product of its output (pa_take) */
+/* the deferred act_mul: launched (flush), or taken by a product of its output (pa_product) */
 static void pa_flush(cu_ctx *c) {
     if (!c->pa.on) return;
     c->pa.on = false;
     am_launch(c, c->pa.act, c->pa.gate, c->pa.up, c->pa.d, c->pa.y, 1, c->pa.d);
 }
-static bool pa_take(cu_ctx *c, const float *x, int n, mr_norm *nm) {
+/* a product of x = the deferred act_mul's output: through the q4/q8 ring that runs it in its
+ * prologue (true), or the act_mul launched and false (the caller goes on with x in memory) */
+static bool pa_product(cu_ctx *c, const cu_weight *w, const float *x, float *y, int n) {
     if (!c->pa.on || c->pa.y != x || n != 1) return false;
-    c->pa.on = false;
-    memset(nm, 0, sizeof *nm);
-    nm->a = c->pa.gate; nm->b = c->pa.up; nm->y = c->pa.y; nm->count = c->rn_count; nm->act = c->pa.act;
-    return true;
+    c->pa.on = false;   /* (not launched by the flush of what else waits) */
+    FLUSH_ALL(c);
+    mr_norm nm;
+    memset(&nm, 0, sizeof nm);
+    nm.a = c->pa.gate; nm.b = c->pa.up; nm.y = c->pa.y; nm.count = c->rn_count; nm.act = c->pa.act;
+    if (w->cols == (int64_t)c->pa.d && mv_i8_ok(c, w, w, 1) && mv_ring(c, 1, &w, NULL, NULL, &y, &nm, 2)) return true;
+    c->pa.on = true;
+    pa_flush(c);
+    return false;
 }
 static void c_act(void *ctx, mx_act act, const float *x, float *y, int64_t count) {
     cu_ctx *c = (cu_ctx *)ctx;

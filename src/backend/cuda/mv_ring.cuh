@@ -66,15 +66,20 @@ struct mr_norm {
 };
 
 /* the block's share of the sum of squares -> 1 / rms; *last: this block stores sum and y */
-__device__ __forceinline__ float mr_norm_inv(const mr_norm &nm, float ss, int d, float *sh, bool *last) {
-    ss = block_sum(ss, sh);   /* (every thread's loads of a and b have returned) */
+/* after a barrier that follows every thread's loads of a and b: whether this block is the last
+ * to have read them (nm.count, which that block resets) */
+__device__ __forceinline__ bool mr_last(const mr_norm &nm, float *sh) {
     if (threadIdx.x == 0) {
         const bool l = atomicAdd(nm.count, 1u) == gridDim.x - 1;
         if (l) *nm.count = 0;   /* (every other block has taken its turn) */
         sh[32] = l ? 1.f : 0.f;
     }
     __syncthreads();
-    *last = sh[32] != 0.f;
+    return sh[32] != 0.f;
+}
+__device__ __forceinline__ float mr_norm_inv(const mr_norm &nm, float ss, int d, float *sh, bool *last) {
+    ss = block_sum(ss, sh);   /* (every thread's loads of a and b have returned) */
+    *last = mr_last(nm, sh);
     return rsqrtf(ss / (float)d + nm.eps);
 }
 
@@ -161,23 +166,13 @@ k_mv_ring(const mr_set set, const int8_t *__restrict__ xq, const float2 *__restr
             v[j] = g < ng ? act_f(nm.act, nm.a[i]) * nm.b[i] : 0.f;
         }
         __syncthreads();   /* (every thread's loads of a and b have returned) */
-        if (threadIdx.x == 0) {
-            const bool l = atomicAdd(nm.count, 1u) == gridDim.x - 1;
-            if (l) *nm.count = 0;   /* (every other block has taken its turn) */
-            sh[32] = l ? 1.f : 0.f;
-        }
-        __syncthreads();
-        const bool last = sh[32] != 0.f;
+        const bool last = mr_last(nm, sh);
 #pragma unroll
         for (int j = 0; j < 8; j++) {
             const int g = wid + nwarp * j, i = (g << 5) + lane;
             if (g >= ng) break;   /* (uniform in the warp) */
             if (last) nm.y[i] = v[j];
-            const float amax = warp_max(fabsf(v[j]));
-            const int q = __float2int_rn(v[j] * (amax > 0.f ? 127.f / amax : 0.f));
-            xq_s[i] = (int8_t)q;
-            const int qs = __reduce_add_sync(0xffffffffu, q);
-            if (lane == 0) { const float dx = amax * (1.f / 127.f); xds_s[g] = make_float2(dx, dx * (float)qs); }
+            quant_group(v[j], xq_s, xds_s, (size_t)i);   /* (k_act_mul's int8 form, into shared memory) */
         }
         __syncthreads();
     }
