@@ -158,6 +158,9 @@ int mx_backend_cuda_ring_act_launches(mx_backend *b);
  * product they belong to (NULL: none asked for). */
 int mx_backend_cuda_set_l2pf(mx_backend *b, int mib);
 int64_t mx_backend_cuda_l2pf_last(mx_backend *b, const mx_weight **next);
+/* How (MLXCEL_CUDA_L2PF_LINES): 0 (the default) bulk prefetches by lane 0 of each warp (the copy
+ * engine), 1 prefetch.global.L2 of a 32-byte sector a lane. Returns the previous. */
+bool mx_backend_cuda_set_l2pf_lines(mx_backend *b, bool on);
 /* On by default (MLXCEL_CUDA_SUM_NORM=0 at init turns it off; Llama-8B, 128 sequences: 13,525
  * against 13,266 tok/s on the H200): a product split along k by the GEMM on packed q4 weights (one weight, no bias,
  * 17..128 rows of x), then an add of its output, then an rmsnorm of that sum: the rmsnorm reads

@@ -57,7 +57,8 @@ static void test_select(void) {
                                          {"MLXCEL_CUDA_MV_RING_BF16", "2"}, {"MLXCEL_CUDA_ATTN_PREP", "on"},
                                          {"MLXCEL_CUDA_ATTN_PREP", "2"}, {"MLXCEL_CUDA_RING_PAIR", "on"},
                                          {"MLXCEL_CUDA_RING_PAIR", "2"}, {"MLXCEL_CUDA_RING_ACT", "yes"},
-                                         {"MLXCEL_CUDA_L2PF", "-1"}, {"MLXCEL_CUDA_L2PF", "1025"}, {"MLXCEL_CUDA_L2PF", "16M"}};
+                                         {"MLXCEL_CUDA_L2PF", "-1"}, {"MLXCEL_CUDA_L2PF", "1025"}, {"MLXCEL_CUDA_L2PF", "16M"},
+                                         {"MLXCEL_CUDA_L2PF_LINES", "2"}};
     unsetenv("MLXCEL_DEVICE");
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         setenv(bad[i][0], bad[i][1], 1);
@@ -74,8 +75,9 @@ static void test_select(void) {
     setenv("MLXCEL_CUDA_MV_RING_SLOT", "16384", 1); setenv("MLXCEL_CUDA_RING_NORM", "bf16", 1);
     setenv("MLXCEL_CUDA_MV_RING_BF16", "norm", 1); setenv("MLXCEL_CUDA_ATTN_PREP", "0", 1);
     setenv("MLXCEL_CUDA_RING_PAIR", "0", 1); setenv("MLXCEL_CUDA_RING_ACT", "1", 1); setenv("MLXCEL_CUDA_L2PF", "16", 1);
+    setenv("MLXCEL_CUDA_L2PF_LINES", "1", 1);
     TCHECK(mx_backend_cuda_check_env() == MX_OK, "good switches refused: %s", mx_last_error());
-    unsetenv("MLXCEL_CUDA_ATTN_PREP"); unsetenv("MLXCEL_CUDA_RING_PAIR"); unsetenv("MLXCEL_CUDA_RING_ACT"); unsetenv("MLXCEL_CUDA_L2PF");
+    unsetenv("MLXCEL_CUDA_ATTN_PREP"); unsetenv("MLXCEL_CUDA_RING_PAIR"); unsetenv("MLXCEL_CUDA_RING_ACT"); unsetenv("MLXCEL_CUDA_L2PF"); unsetenv("MLXCEL_CUDA_L2PF_LINES");
     unsetenv("MLXCEL_CUDA_FUSED"); unsetenv("MLXCEL_CUDA_FUSED_PF"); unsetenv("MLXCEL_CUDA_GEMM_SK");
     unsetenv("MLXCEL_CUDA_MV_RING"); unsetenv("MLXCEL_CUDA_MV_RING_KB"); unsetenv("MLXCEL_CUDA_MV_RING_WARPS"); unsetenv("MLXCEL_CUDA_MV_RING_SLOT");
     unsetenv("MLXCEL_CUDA_RING_NORM"); unsetenv("MLXCEL_CUDA_MV_RING_BF16");
@@ -1173,7 +1175,7 @@ static const rg_case g_rg[] = {
 /* The L2 prefetch of the next product's weights (MLXCEL_CUDA_L2PF): a "step" of two batch-1
  * products, A (a ring: q4 or, with every bf16 product on the ring, bf16) then B (one weight or a
  * set of up to 3; a ring, or k_mv_i8 for rows of 14336 columns), three times with the prefetch off
- * and three times with a cap of cap MiB: the outputs bit for bit those without it; with it off no
+ * and three times with a cap of cap MiB each way (bulk prefetches, a sector a lane): the outputs bit for bit those without it; with it off no
  * bytes asked for; with it on (the launches were noted with it off too) A's launch asks for B's weights (B's lead
  * weight named as the product they belong to): all of B's bytes when they fit the cap, else at
  * least the cap and at most the cap and a row a run of B (a run: a block of B's ring, or B whole)
@@ -1199,11 +1201,12 @@ static void check_l2pf(const pf_case *pc) {
     const int64_t cap = (int64_t)pc->cap << 20;
     float *xa = malloc((size_t)pc->ka * 4), *xb = malloc((size_t)(pc->kb ? pc->kb : 1) * 4);
     fill(xa, pc->ka, 1.f); fill(xb, pc->kb ? pc->kb : 1, 1.f);
-    float *dxa = gup(xa, pc->ka), *dxb = gup(xb, pc->kb ? pc->kb : 1), *res[2][3][2];
+    float *dxa = gup(xa, pc->ka), *dxb = gup(xb, pc->kb ? pc->kb : 1), *res[3][3][2];
     const bool sm90 = gpu_sm90();
     const int was_bf = mx_backend_cuda_set_mv_ring_bf16(&G, 2);   /* (bf16: every product on the ring) */
-    for (int mode = 0; mode < 2; mode++) {
+    for (int mode = 0; mode < 3; mode++) {   /* off; bulk prefetches; a sector a lane */
         const int was = mx_backend_cuda_set_l2pf(&G, mode ? pc->cap : 0);
+        const bool was_lines = mx_backend_cuda_set_l2pf_lines(&G, mode == 2);
         for (int rep = 0; rep < 3; rep++) {
             float *ya = gnan(pc->ra), *yb = gnan(tot ? tot : 1), *yb3[3];
             G.i->matmul(G.ctx, &a.w, dxa, ya, 1);
@@ -1227,9 +1230,10 @@ static void check_l2pf(const pf_case *pc) {
             }
         }
         mx_backend_cuda_set_l2pf(&G, was);
+        mx_backend_cuda_set_l2pf_lines(&G, was_lines);
     }
     mx_backend_cuda_set_mv_ring_bf16(&G, was_bf);
-    for (int mode = 0; mode < 2; mode++)
+    for (int mode = 0; mode < 3; mode++)
         for (int rep = 0; rep < 3; rep++) {
             TCHECK(!memcmp(res[mode][rep][0], res[0][0][0], (size_t)pc->ra * 4), "mode %d rep %d: A's output differs", mode, rep);
             TCHECK(!nb || !memcmp(res[mode][rep][1], res[0][0][1], (size_t)tot * 4), "mode %d rep %d: B's output differs", mode, rep);
@@ -1240,7 +1244,7 @@ static void check_l2pf(const pf_case *pc) {
     const double e = relerr(res[1][2][0], ref, pc->ra);
     TCHECK(e < (pc->bits_a ? 1e-2 : 2e-5), "A: rel err %.3g against the CPU", e);
     free(ref);
-    for (int m = 0; m < 2; m++)
+    for (int m = 0; m < 3; m++)
         for (int r = 0; r < 3; r++) { free(res[m][r][0]); free(res[m][r][1]); }
     G.i->free(G.ctx, dxa); G.i->free(G.ctx, dxb);
     free(xa); free(xb);

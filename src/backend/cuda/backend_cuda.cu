@@ -192,6 +192,7 @@ struct cu_ctx {
     int n_ring_act;                        /* its launches (tests) */
     int64_t l2pf;                          /* bytes of the next product's weights a ring prefetches into L2
                                             * (MLXCEL_CUDA_L2PF, MiB; 0: none) */
+    int l2pf_lines;                        /* how: 0 bulk prefetches, 1 a sector a lane (MLXCEL_CUDA_L2PF_LINES) */
     const cu_weight *pf_last;              /* the lead weight of the last batch-1 product launched */
     int64_t pf_bytes;                      /* the last ring launch's prefetch: bytes, the next product's lead (tests) */
     const cu_weight *pf_to;
@@ -282,7 +283,7 @@ static pdl_launch<KArgs...> PL(cu_ctx *c, void (*k)(KArgs...), dim3 g, dim3 b, s
  * the default; anything else is an error naming the variable and what it takes. */
 enum { GM_AUTO, GM_CUBLAS, GM_MMA, GM_WG, GM_NMODES };   /* MLXCEL_CUDA_GEMM, in k_gemm_modes' order */
 static const char *const k_gemm_modes[] = {"auto", "cublas", "mma", "wgmma"};
-struct cu_switches { int attn, attn_dec, attn_prep, gqa, gemm, gemm_rot, gemm_sk, gemm_pair, sum_norm, sum_qkv, att_gq, pdl, mv, profile, kv, graphs, fused, mv_ring, ring_norm, ring_bf, ring_pair, ring_act; long dq_mb, fused_pf, mr_kb, mr_slot, mr_warps, l2pf; };   /* kv: checked here, read by kv_init */
+struct cu_switches { int attn, attn_dec, attn_prep, gqa, gemm, gemm_rot, gemm_sk, gemm_pair, sum_norm, sum_qkv, att_gq, pdl, mv, profile, kv, graphs, fused, mv_ring, ring_norm, ring_bf, ring_pair, ring_act, l2pf_lines; long dq_mb, fused_pf, mr_kb, mr_slot, mr_warps, l2pf; };   /* kv: checked here, read by kv_init */
 static mx_status env_choice(const char *name, const char *const *vals, int n, int def, int *out) {
     const char *e = getenv(name);
     *out = def;
@@ -336,7 +337,8 @@ static mx_status read_switches(cu_switches *sw) {
         (st = env_choice("MLXCEL_CUDA_RING_NORM", ring_norm, 3, 1, &sw->ring_norm)) ||
         (st = env_choice("MLXCEL_CUDA_MV_RING_BF16", ring_bf, 4, 3, &sw->ring_bf)) ||
         (st = env_choice("MLXCEL_CUDA_RING_PAIR", onoff, 2, 1, &sw->ring_pair)) ||
-        (st = env_choice("MLXCEL_CUDA_RING_ACT", onoff, 2, 0, &sw->ring_act)))
+        (st = env_choice("MLXCEL_CUDA_RING_ACT", onoff, 2, 0, &sw->ring_act)) ||
+        (st = env_choice("MLXCEL_CUDA_L2PF_LINES", onoff, 2, 0, &sw->l2pf_lines)))
         return st;
     if ((st = env_long("MLXCEL_CUDA_FUSED_PF", 0, 64, 0, "chunks", &sw->fused_pf)) ||
         (st = env_long("MLXCEL_CUDA_MV_RING_KB", 8, MR_RING_KB_MAX, MR_RING_KB, "KB", &sw->mr_kb)) ||
@@ -3105,6 +3107,7 @@ static mr_pf pf_plan(cu_ctx *c, const cu_weight *w0) {
         }
     }
     pf.nw = nx->pf.nw;
+    pf.lines = c->l2pf_lines;
     c->pf_bytes = bytes; c->pf_to = nx;
     return pf;
 }
@@ -4860,6 +4863,7 @@ extern "C" mx_status mx_backend_cuda_init(mx_backend *out) {
         c->ring_pair = sw.ring_pair;
         c->ring_act = sw.ring_act;
         c->l2pf = (int64_t)sw.l2pf << 20;
+        c->l2pf_lines = sw.l2pf_lines;
     }
     if ((e = cudaStreamCreateWithFlags(&c->st, cudaStreamNonBlocking)) != cudaSuccess) {
         free(c);
@@ -5045,6 +5049,7 @@ extern "C" int mx_backend_cuda_set_l2pf(mx_backend *b, int mib) {
     c->l2pf = (int64_t)(mib < 0 ? 0 : mib > 1024 ? 1024 : mib) << 20;
     return was;
 }
+extern "C" bool mx_backend_cuda_set_l2pf_lines(mx_backend *b, bool on) { return set_flag(&switch_ctx(b)->l2pf_lines, on); }
 extern "C" int64_t mx_backend_cuda_l2pf_last(mx_backend *b, const mx_weight **next) {
     const cu_ctx *c = (const cu_ctx *)b->ctx;
     if (next) *next = c->pf_to ? c->pf_to->host : NULL;

@@ -130,16 +130,22 @@ struct mr_pf {
     int rows[4], row_wb[4], row_sb[4];   /* rows; bytes of a row of codes, of scales (= biases) */
     int runs[4], pre[4];                 /* runs of its rows; rows prefetched from the start of each */
     int nw, units;                       /* weights (0: no prefetch); runs of all */
+    int lines;                           /* 1: prefetch.global.L2 a 32-byte sector a lane; 0: bulk (lane 0) */
 };
-__device__ __forceinline__ void mr_pf_range(const uint8_t *p, size_t n) {
+__device__ __forceinline__ void mr_pf_range(const uint8_t *p, size_t n, int lines, int lane) {
+    if (lines) {
+        for (size_t o = (size_t)lane * 32; o < n; o += 32 * 32) asm volatile("prefetch.global.L2 [%0];" ::"l"(p + o));
+        return;
+    }
+    if (lane) return;
     for (size_t o = 0; o < n; o += 65536) {
         const uint32_t b = (uint32_t)min((size_t)65536, n - o);
         asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p + o), "r"(b) : "memory");
     }
 }
-/* warp gw of G's share: the runs (units) dealt to the warps in order; a unit shared by several
- * warps (units <= G) is cut into equal runs of its rows */
-__device__ __noinline__ void mr_pf_issue(const mr_pf &pf, int gw, int G) {
+/* warp gw of G's share (the whole warp calls it): the runs (units) dealt to the warps in order; a
+ * unit shared by several warps (units <= G) is cut into equal runs of its rows */
+__device__ __noinline__ void mr_pf_issue(const mr_pf &pf, int gw, int G, int lane) {
     const int U = pf.units;
     int u = gw, step = G, end = U, sub = 0, nsub = 1;
     if (U <= G) {
@@ -154,10 +160,10 @@ __device__ __noinline__ void mr_pf_issue(const mr_pf &pf, int gw, int G) {
         const int n = min(pf.pre[k], r1 - r0);
         const int a = r0 + (int)((int64_t)n * sub / nsub), b = r0 + (int)((int64_t)n * (sub + 1) / nsub);
         if (b <= a) continue;
-        mr_pf_range(pf.W[k] + (size_t)a * pf.row_wb[k], (size_t)(b - a) * pf.row_wb[k]);
+        mr_pf_range(pf.W[k] + (size_t)a * pf.row_wb[k], (size_t)(b - a) * pf.row_wb[k], pf.lines, lane);
         if (pf.S[k]) {
-            mr_pf_range(pf.S[k] + (size_t)a * pf.row_sb[k], (size_t)(b - a) * pf.row_sb[k]);
-            mr_pf_range(pf.B[k] + (size_t)a * pf.row_sb[k], (size_t)(b - a) * pf.row_sb[k]);
+            mr_pf_range(pf.S[k] + (size_t)a * pf.row_sb[k], (size_t)(b - a) * pf.row_sb[k], pf.lines, lane);
+            mr_pf_range(pf.B[k] + (size_t)a * pf.row_sb[k], (size_t)(b - a) * pf.row_sb[k], pf.lines, lane);
         }
     }
 }
@@ -195,13 +201,9 @@ k_mv_ring(const mr_set set, const int8_t *__restrict__ xq, const float2 *__restr
         fd_bulk(d + RS * set.row_wb, Sk + (size_t)r0 * set.row_sb, sb, b, pol);
         fd_bulk(d + RS * (set.row_wb + set.row_sb), Bk + (size_t)r0 * set.row_sb, sb, b, pol);
     };
-    /* (lane 0) item t, then after the last item the warp's share of the L2 prefetch */
-    auto issue_pf = [&](int t) {
-        issue(t);
-        if (t == nitem - 1 && pf.nw) mr_pf_issue(pf, (int)blockIdx.x * nwarp + wid, (int)gridDim.x * nwarp);
-    };
-    mr_start(bar, S, nitem, lane, waited, issue_pf);
-    if (lane == 0 && nitem == 0 && pf.nw) mr_pf_issue(pf, (int)blockIdx.x * nwarp + wid, (int)gridDim.x * nwarp);
+    mr_start(bar, S, nitem, lane, waited, issue);
+    /* the warp's share of the L2 prefetch once its last item is issued: here, or in the loop */
+    if (nitem <= S && pf.nw) mr_pf_issue(pf, (int)blockIdx.x * nwarp + wid, (int)gridDim.x * nwarp, lane);
     const float *bias = set.bias[k];
     float *y = set.y[k];
     const int ng = set.ng, ssw = set.row_sb / 2;
@@ -314,7 +316,8 @@ k_mv_ring(const mr_set set, const int8_t *__restrict__ xq, const float2 *__restr
             }
         }
         __syncwarp();   /* every lane has read the slot: it may be refilled */
-        if (lane == 0 && t + S < nitem) issue_pf(t + S);
+        if (lane == 0 && t + S < nitem) issue(t + S);
+        if (t + S == nitem - 1 && pf.nw) mr_pf_issue(pf, (int)blockIdx.x * nwarp + wid, (int)gridDim.x * nwarp, lane);
 #pragma unroll
         for (int r = 0; r < RS; r++) {
             const float a = warp_sum(acc[r]);
@@ -384,13 +387,9 @@ k_mv_ring_bf(const mrb_set set, const float *__restrict__ x, const mr_norm nm, c
         fd_mbar_expect(b, bytes);
         fd_bulk(ring + (size_t)(t % S) * set.slot_b, (PAIR ? set.W[kk] : Wk) + ((size_t)r0 * cols + c0) * 2, bytes, b, pol);
     };
-    /* (lane 0) item t, then after the last item the warp's share of the L2 prefetch */
-    auto issue_pf = [&](int t) {
-        issue(t);
-        if (t == nitem - 1 && pf.nw) mr_pf_issue(pf, (int)blockIdx.x * nwarp + wid, (int)gridDim.x * nwarp);
-    };
-    mr_start(bar, S, nitem, lane, waited, issue_pf);
-    if (lane == 0 && nitem == 0 && pf.nw) mr_pf_issue(pf, (int)blockIdx.x * nwarp + wid, (int)gridDim.x * nwarp);
+    mr_start(bar, S, nitem, lane, waited, issue);
+    /* the warp's share of the L2 prefetch once its last item is issued: here, or in the loop */
+    if (nitem <= S && pf.nw) mr_pf_issue(pf, (int)blockIdx.x * nwarp + wid, (int)gridDim.x * nwarp, lane);
     if (nm.a) {   /* the norm (nm.a): float4 f = thread + blockDim j of the row, j < 2 */
         float4 v[2];
         float ss = 0.f;
@@ -463,7 +462,8 @@ k_mv_ring_bf(const mrb_set set, const float *__restrict__ x, const mr_norm nm, c
         for (; i + 1 < nc; i += 2) { vec(i, a0); vec(i + 1, a1); }
         if (i < nc) vec(i, a0);
         __syncwarp();   /* every lane has read the slot: it may be refilled */
-        if (lane == 0 && t + S < nitem) issue_pf(t + S);
+        if (lane == 0 && t + S < nitem) issue(t + S);
+        if (t + S == nitem - 1 && pf.nw) mr_pf_issue(pf, (int)blockIdx.x * nwarp + wid, (int)gridDim.x * nwarp, lane);
         if (j == nseg - 1) {
 #pragma unroll
             for (int r = 0; r < RS; r++) {
