@@ -149,18 +149,6 @@ int mx_backend_cuda_ring_pair_launches(mx_backend *b);
  * ops leave, bit for bit. Returns the previous on/off. Then: how many launches ran it (tests). */
 bool mx_backend_cuda_set_ring_act(mx_backend *b, bool on);
 int mx_backend_cuda_ring_act_launches(mx_backend *b);
-/* The L2 prefetch of the next product's weights by a batch-1 ring product (MLXCEL_CUDA_L2PF=MiB,
- * 0 by default: none): each ring launch asks the L2 for up to that many bytes of the first rows the
- * blocks of the product launched after it in the previous step read first, so that the memory
- * keeps streaming weights while the kernels between the two run. A hint: results are unchanged,
- * bit for bit. Sets the cap in MiB (clamped to 0..1024), returns the previous. Then (tests): the
- * bytes the last ring launch asked for, and in *next (when not NULL) the weight that leads the
- * product they belong to (NULL: none asked for). */
-int mx_backend_cuda_set_l2pf(mx_backend *b, int mib);
-int64_t mx_backend_cuda_l2pf_last(mx_backend *b, const mx_weight **next);
-/* How (MLXCEL_CUDA_L2PF_LINES): 0 (the default) bulk prefetches by lane 0 of each warp (the copy
- * engine), 1 prefetch.global.L2 of a 32-byte sector a lane. Returns the previous. */
-bool mx_backend_cuda_set_l2pf_lines(mx_backend *b, bool on);
 /* On by default (MLXCEL_CUDA_SUM_NORM=0 at init turns it off; Llama-8B, 128 sequences: 13,525
  * against 13,266 tok/s on the H200): a product split along k by the GEMM on packed q4 weights (one weight, no bias,
  * 17..128 rows of x), then an add of its output, then an rmsnorm of that sum: the rmsnorm reads

@@ -56,9 +56,7 @@ static void test_select(void) {
                                          {"MLXCEL_CUDA_MV_RING_SLOT", "32k"}, {"MLXCEL_CUDA_RING_NORM", "on"}, {"MLXCEL_CUDA_RING_NORM", "2"},
                                          {"MLXCEL_CUDA_MV_RING_BF16", "2"}, {"MLXCEL_CUDA_ATTN_PREP", "on"},
                                          {"MLXCEL_CUDA_ATTN_PREP", "2"}, {"MLXCEL_CUDA_RING_PAIR", "on"},
-                                         {"MLXCEL_CUDA_RING_PAIR", "2"}, {"MLXCEL_CUDA_RING_ACT", "yes"},
-                                         {"MLXCEL_CUDA_L2PF", "-1"}, {"MLXCEL_CUDA_L2PF", "1025"}, {"MLXCEL_CUDA_L2PF", "16M"},
-                                         {"MLXCEL_CUDA_L2PF_LINES", "2"}};
+                                         {"MLXCEL_CUDA_RING_PAIR", "2"}, {"MLXCEL_CUDA_RING_ACT", "yes"}};
     unsetenv("MLXCEL_DEVICE");
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         setenv(bad[i][0], bad[i][1], 1);
@@ -74,10 +72,9 @@ static void test_select(void) {
     setenv("MLXCEL_CUDA_MV_RING", "0", 1); setenv("MLXCEL_CUDA_MV_RING_KB", "64", 1); setenv("MLXCEL_CUDA_MV_RING_WARPS", "8", 1);
     setenv("MLXCEL_CUDA_MV_RING_SLOT", "16384", 1); setenv("MLXCEL_CUDA_RING_NORM", "bf16", 1);
     setenv("MLXCEL_CUDA_MV_RING_BF16", "norm", 1); setenv("MLXCEL_CUDA_ATTN_PREP", "0", 1);
-    setenv("MLXCEL_CUDA_RING_PAIR", "0", 1); setenv("MLXCEL_CUDA_RING_ACT", "1", 1); setenv("MLXCEL_CUDA_L2PF", "16", 1);
-    setenv("MLXCEL_CUDA_L2PF_LINES", "1", 1);
+    setenv("MLXCEL_CUDA_RING_PAIR", "0", 1); setenv("MLXCEL_CUDA_RING_ACT", "1", 1);
     TCHECK(mx_backend_cuda_check_env() == MX_OK, "good switches refused: %s", mx_last_error());
-    unsetenv("MLXCEL_CUDA_ATTN_PREP"); unsetenv("MLXCEL_CUDA_RING_PAIR"); unsetenv("MLXCEL_CUDA_RING_ACT"); unsetenv("MLXCEL_CUDA_L2PF"); unsetenv("MLXCEL_CUDA_L2PF_LINES");
+    unsetenv("MLXCEL_CUDA_ATTN_PREP"); unsetenv("MLXCEL_CUDA_RING_PAIR"); unsetenv("MLXCEL_CUDA_RING_ACT");
     unsetenv("MLXCEL_CUDA_FUSED"); unsetenv("MLXCEL_CUDA_FUSED_PF"); unsetenv("MLXCEL_CUDA_GEMM_SK");
     unsetenv("MLXCEL_CUDA_MV_RING"); unsetenv("MLXCEL_CUDA_MV_RING_KB"); unsetenv("MLXCEL_CUDA_MV_RING_WARPS"); unsetenv("MLXCEL_CUDA_MV_RING_SLOT");
     unsetenv("MLXCEL_CUDA_RING_NORM"); unsetenv("MLXCEL_CUDA_MV_RING_BF16");
@@ -1170,95 +1167,6 @@ static const rg_case g_rg[] = {
     {"cuda_ring_bf16_not_1032", {64}, 1032, 0, 0, MX_DTYPE_BF16, false, 0, 0, 0, false},
     {"cuda_ring_bf16_not_65536", {16}, 65536, 0, 0, MX_DTYPE_BF16, false, 0, 0, 0, false},
     {"cuda_ring_bf16_not_small_ring", {300}, 4096, 0, 0, MX_DTYPE_BF16, false, 8, 16, 0, false},
-};
-
-/* The L2 prefetch of the next product's weights (MLXCEL_CUDA_L2PF): a "step" of two batch-1
- * products, A (a ring: q4 or, with every bf16 product on the ring, bf16) then B (one weight or a
- * set of up to 3; a ring, or k_mv_i8 for rows of 14336 columns), three times with the prefetch off
- * and three times with a cap of cap MiB each way (bulk prefetches, a sector a lane): the outputs bit for bit those without it; with it off no
- * bytes asked for; with it on (the launches were noted with it off too) A's launch asks for B's weights (B's lead
- * weight named as the product they belong to): all of B's bytes when they fit the cap, else at
- * least the cap and at most the cap and a row a run of B (a run: a block of B's ring, or B whole)
- * more; a step that repeats A alone (B none) asks for nothing (the product after A is A itself). */
-typedef struct { const char *name; int ra, ka, bits_a; int rb[3], kb, bits_b; int cap; bool full; } pf_case;
-static int64_t tw_bytes(const tw *t) {
-    const mx_weight *w = &t->w;
-    return w->bits ? w->rows * (w->cols * w->bits / 8 + 2 * (w->cols / w->group_size) * 2) : w->rows * w->cols * 2;
-}
-static void check_l2pf(const pf_case *pc) {
-    tw a, b[3];
-    tw_make(&a, pc->ra, pc->ka, pc->bits_a, 64, MX_DTYPE_BF16, false);
-    TREQUIRE(G.i->weight_prepare(G.ctx, &a.w) == MX_OK, "prepare: %s", mx_last_error());
-    const mx_weight *ws[3];
-    int64_t off[3], tot = 0;
-    const int nb = pc->rb[0] ? set_make(b, pc->rb, pc->kb, pc->bits_b, 64, MX_DTYPE_BF16, false, ws, off, &tot) : 0;
-    if (nb < 0) { tw_free(&a); return; }
-    int64_t full = 0, row_max = 0;
-    for (int k = 0; k < nb; k++) {
-        full += tw_bytes(&b[k]);
-        if (tw_bytes(&b[k]) / b[k].w.rows > row_max) row_max = tw_bytes(&b[k]) / b[k].w.rows;
-    }
-    const int64_t cap = (int64_t)pc->cap << 20;
-    float *xa = malloc((size_t)pc->ka * 4), *xb = malloc((size_t)(pc->kb ? pc->kb : 1) * 4);
-    fill(xa, pc->ka, 1.f); fill(xb, pc->kb ? pc->kb : 1, 1.f);
-    float *dxa = gup(xa, pc->ka), *dxb = gup(xb, pc->kb ? pc->kb : 1), *res[3][3][2];
-    const bool sm90 = gpu_sm90();
-    const int was_bf = mx_backend_cuda_set_mv_ring_bf16(&G, 2);   /* (bf16: every product on the ring) */
-    for (int mode = 0; mode < 3; mode++) {   /* off; bulk prefetches; a sector a lane */
-        const int was = mx_backend_cuda_set_l2pf(&G, mode ? pc->cap : 0);
-        const bool was_lines = mx_backend_cuda_set_l2pf_lines(&G, mode == 2);
-        for (int rep = 0; rep < 3; rep++) {
-            float *ya = gnan(pc->ra), *yb = gnan(tot ? tot : 1), *yb3[3];
-            G.i->matmul(G.ctx, &a.w, dxa, ya, 1);
-            const mx_weight *nx = &a.w;
-            const int64_t got = mx_backend_cuda_l2pf_last(&G, &nx);
-            for (int k = 0; k < nb; k++) yb3[k] = yb + off[k];
-            if (nb > 1) G.i->matmul_multi(G.ctx, nb, ws, dxb, yb3, 1);
-            else if (nb == 1) G.i->matmul(G.ctx, ws[0], dxb, yb, 1);
-            res[mode][rep][0] = gdown(ya, pc->ra); res[mode][rep][1] = gdown(yb, tot ? tot : 1);
-            G.i->free(G.ctx, ya); G.i->free(G.ctx, yb);
-            TCHECK(mx_backend_cuda_status(&G) == MX_OK, "status: %s", mx_last_error());
-            if (mode == 0 || !sm90 || !nb) {   /* (with it off the launches are noted all the same) */
-                TCHECK(got == 0 && !nx, "mode %d rep %d: %lld bytes asked for (of %p)", mode, rep, (long long)got, (const void *)nx);
-            } else if (pc->full) {
-                TCHECK(got == full && nx == ws[0], "rep %d: %lld bytes asked for (of %p), expected all %lld of B (%p)", rep,
-                       (long long)got, (const void *)nx, (long long)full, (const void *)ws[0]);
-            } else {
-                const int64_t hi = cap + (int64_t)nb * 256 * row_max;   /* (runs: at most a block a multiprocessor) */
-                TCHECK(full > cap && got >= cap && got <= hi && nx == ws[0], "rep %d: %lld bytes asked for (of %p), expected %lld..%lld of B's %lld (%p)",
-                       rep, (long long)got, (const void *)nx, (long long)cap, (long long)hi, (long long)full, (const void *)ws[0]);
-            }
-        }
-        mx_backend_cuda_set_l2pf(&G, was);
-        mx_backend_cuda_set_l2pf_lines(&G, was_lines);
-    }
-    mx_backend_cuda_set_mv_ring_bf16(&G, was_bf);
-    for (int mode = 0; mode < 3; mode++)
-        for (int rep = 0; rep < 3; rep++) {
-            TCHECK(!memcmp(res[mode][rep][0], res[0][0][0], (size_t)pc->ra * 4), "mode %d rep %d: A's output differs", mode, rep);
-            TCHECK(!nb || !memcmp(res[mode][rep][1], res[0][0][1], (size_t)tot * 4), "mode %d rep %d: B's output differs", mode, rep);
-        }
-    /* against the CPU: the products are the ones without the prefetch (tested elsewhere); once here */
-    float *ref = malloc((size_t)pc->ra * 4);
-    C.i->matmul(C.ctx, &a.w, xa, ref, 1);
-    const double e = relerr(res[1][2][0], ref, pc->ra);
-    TCHECK(e < (pc->bits_a ? 1e-2 : 2e-5), "A: rel err %.3g against the CPU", e);
-    free(ref);
-    for (int m = 0; m < 3; m++)
-        for (int r = 0; r < 3; r++) { free(res[m][r][0]); free(res[m][r][1]); }
-    G.i->free(G.ctx, dxa); G.i->free(G.ctx, dxb);
-    free(xa); free(xb);
-    tw_free(&a);
-    for (int k = 0; k < nb; k++) tw_free(&b[k]);
-}
-static const pf_case g_pf[] = {
-    {"cuda_l2pf_q4_to_q4_all", 3000, 4096, 4, {1000}, 2048, 4, 64, true},
-    {"cuda_l2pf_q4_to_q4_capped", 1000, 4096, 4, {6000}, 4096, 4, 1, false},         /* 13.8 MB of B, 1 MiB asked for */
-    {"cuda_l2pf_q4_to_qkv_set", 1000, 4096, 4, {2048, 512, 512}, 4096, 4, 64, true},
-    {"cuda_l2pf_q4_to_i8_14336_capped", 1000, 4096, 4, {500}, 14336, 4, 2, false},  /* k_mv_i8: one run */
-    {"cuda_l2pf_bf16_to_bf16_14336", 1000, 4096, 0, {300}, 14336, 0, 64, true},       /* segments of rows */
-    {"cuda_l2pf_bf16_to_q4_capped", 2000, 2048, 0, {4000}, 4096, 4, 3, false},
-    {"cuda_l2pf_q4_alone", 1000, 4096, 4, {0}, 0, 0, 64, true},
 };
 
 /* The batch-1 act_mul run in the prologue of the q4/q8 ring product that reads its output
@@ -2456,7 +2364,6 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < sizeof g_rp / sizeof g_rp[0]; i++) RUN_NAMED(g_rp[i].name, check_ring_pair, &g_rp[i]);
     RUN(test_ring_bf_modes);
     for (size_t i = 0; i < sizeof g_ra / sizeof g_ra[0]; i++) RUN_NAMED(g_ra[i].name, check_ring_act, &g_ra[i]);
-    for (size_t i = 0; i < sizeof g_pf / sizeof g_pf[0]; i++) RUN_NAMED(g_pf[i].name, check_l2pf, &g_pf[i]);
     for (size_t i = 0; i < sizeof g_sn / sizeof g_sn[0]; i++) RUN_NAMED(g_sn[i].name, check_sum_norm, &g_sn[i]);
     for (size_t i = 0; i < sizeof g_sq / sizeof g_sq[0]; i++) RUN_NAMED(g_sq[i].name, check_sum_qkv, &g_sq[i]);
     for (size_t i = 0; i < sizeof g_ap / sizeof g_ap[0]; i++) RUN_NAMED(g_ap[i].name, check_attn_prep, &g_ap[i]);

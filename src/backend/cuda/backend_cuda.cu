@@ -64,13 +64,6 @@ struct cu_weight {         /* what weight_prepare puts behind mx_weight.dev */
     float *bias;           /* [rows] or NULL */
     uint32_t *sbp;         /* q4 where k_gemm_wg runs: (scale, bias) pairs [cols / gs][rows] (a warp's
                             * 8 rows of a group in one 32-byte sector), else NULL */
-    const mx_weight *host; /* what it was prepared from (tests) */
-    struct {               /* the L2 prefetch (MLXCEL_CUDA_L2PF, pf_note): this weight's last batch-1
-                            * product launch as the lead of a set */
-        const cu_weight *w[4];
-        int nw, runs[4];   /* the set; runs of each weight's rows its blocks read from the start */
-        const cu_weight *next;   /* the lead of the batch-1 product launched after it, last time */
-    } pf;
 };
 
 #define MX_RF_CACHE 16   /* RoPE inv_freq tables kept on the device (never evicted) */
@@ -190,12 +183,6 @@ struct cu_ctx {
     int ring_act;                          /* a batch-1 act_mul run in the prologue of the q4/q8 ring product that
                                             * reads its output (MLXCEL_CUDA_RING_ACT) */
     int n_ring_act;                        /* its launches (tests) */
-    int64_t l2pf;                          /* bytes of the next product's weights a ring prefetches into L2
-                                            * (MLXCEL_CUDA_L2PF, MiB; 0: none) */
-    int l2pf_lines;                        /* how: 0 bulk prefetches, 1 a sector a lane (MLXCEL_CUDA_L2PF_LINES) */
-    const cu_weight *pf_last;              /* the lead weight of the last batch-1 product launched */
-    int64_t pf_bytes;                      /* the last ring launch's prefetch: bytes, the next product's lead (tests) */
-    const cu_weight *pf_to;
     struct { int act; const float *gate, *up; float *y; int d; bool on; } pa;   /* such an act_mul
                                             * (one row, in place or not) not yet launched */
     struct { const cu_weight *w[2]; const float *x; float *y[2]; cu_pnorm pn; bool has_pn, on; } pb;
@@ -283,7 +270,7 @@ static pdl_launch<KArgs...> PL(cu_ctx *c, void (*k)(KArgs...), dim3 g, dim3 b, s
  * the default; anything else is an error naming the variable and what it takes. */
 enum { GM_AUTO, GM_CUBLAS, GM_MMA, GM_WG, GM_NMODES };   /* MLXCEL_CUDA_GEMM, in k_gemm_modes' order */
 static const char *const k_gemm_modes[] = {"auto", "cublas", "mma", "wgmma"};
-struct cu_switches { int attn, attn_dec, attn_prep, gqa, gemm, gemm_rot, gemm_sk, gemm_pair, sum_norm, sum_qkv, att_gq, pdl, mv, profile, kv, graphs, fused, mv_ring, ring_norm, ring_bf, ring_pair, ring_act, l2pf_lines; long dq_mb, fused_pf, mr_kb, mr_slot, mr_warps, l2pf; };   /* kv: checked here, read by kv_init */
+struct cu_switches { int attn, attn_dec, attn_prep, gqa, gemm, gemm_rot, gemm_sk, gemm_pair, sum_norm, sum_qkv, att_gq, pdl, mv, profile, kv, graphs, fused, mv_ring, ring_norm, ring_bf, ring_pair, ring_act; long dq_mb, fused_pf, mr_kb, mr_slot, mr_warps; };   /* kv: checked here, read by kv_init */
 static mx_status env_choice(const char *name, const char *const *vals, int n, int def, int *out) {
     const char *e = getenv(name);
     *out = def;
@@ -337,15 +324,13 @@ static mx_status read_switches(cu_switches *sw) {
         (st = env_choice("MLXCEL_CUDA_RING_NORM", ring_norm, 3, 1, &sw->ring_norm)) ||
         (st = env_choice("MLXCEL_CUDA_MV_RING_BF16", ring_bf, 4, 3, &sw->ring_bf)) ||
         (st = env_choice("MLXCEL_CUDA_RING_PAIR", onoff, 2, 1, &sw->ring_pair)) ||
-        (st = env_choice("MLXCEL_CUDA_RING_ACT", onoff, 2, 0, &sw->ring_act)) ||
-        (st = env_choice("MLXCEL_CUDA_L2PF_LINES", onoff, 2, 0, &sw->l2pf_lines)))
+        (st = env_choice("MLXCEL_CUDA_RING_ACT", onoff, 2, 0, &sw->ring_act)))
         return st;
     if ((st = env_long("MLXCEL_CUDA_FUSED_PF", 0, 64, 0, "chunks", &sw->fused_pf)) ||
         (st = env_long("MLXCEL_CUDA_MV_RING_KB", 8, MR_RING_KB_MAX, MR_RING_KB, "KB", &sw->mr_kb)) ||
         (st = env_long("MLXCEL_CUDA_MV_RING_SLOT", 512, 65536, MR_SLOT, "bytes", &sw->mr_slot)) ||
         (st = env_long("MLXCEL_CUDA_MV_RING_WARPS", 1, 16, MR_WARPS, "warps", &sw->mr_warps)) ||
-        (st = env_long("MLXCEL_CUDA_DQ_MB", 1, 65536, 256, "MiB", &sw->dq_mb)) ||
-        (st = env_long("MLXCEL_CUDA_L2PF", 0, 1024, 0, "MiB", &sw->l2pf)))
+        (st = env_long("MLXCEL_CUDA_DQ_MB", 1, 65536, 256, "MiB", &sw->dq_mb)))
         return st;
     return MX_OK;
 }
@@ -2894,7 +2879,7 @@ static mx_status c_weight_prepare(void *ctx, mx_weight *w) {
         return mx_errorf(MX_ERR_INVALID_ARG, "cuda: weight %lldx%lld: bad shape", (long long)w->rows, (long long)w->cols);
     cu_weight *cw = (cu_weight *)calloc(1, sizeof *cw);
     if (!cw || !own(c, &c->owned_h, &c->n_owned_h, &c->cap_owned_h, cw)) { free(cw); return mx_errorf(MX_ERR_NOMEM, "cuda: weight struct"); }
-    cw->host = w; cw->rows = w->rows; cw->cols = w->cols; cw->bits = w->bits; cw->gs = w->group_size; cw->dtype = w->dtype;
+    cw->rows = w->rows; cw->cols = w->cols; cw->bits = w->bits; cw->gs = w->group_size; cw->dtype = w->dtype;
     size_t n = (size_t)w->rows * (size_t)w->cols;
     if (w->bits) {
         int b = w->bits;
@@ -3053,65 +3038,6 @@ static int64_t mr_deal(const cu_ctx *c, int nw, const cu_weight *const *w, int r
     }
     return run;
 }
-/* The L2 prefetch of the next product's weights (MLXCEL_CUDA_L2PF; mr_pf, mv_ring.cuh). Each
- * batch-1 product launch is noted (pf_note): its set, how its blocks read each weight (runs of
- * rows, each read from its start: a ring's blocks; one run for the register forms, whose first
- * blocks take a weight's first rows), and, as the previous launch's successor, its lead weight.
- * A decode step launches the same products in the same order as the one before, so a ring launch
- * prefetches the first rows of each run of the product that followed it last time (pf_plan), up to
- * MLXCEL_CUDA_L2PF MiB in all; a successor that has changed costs only the bytes it reads. */
-static void pf_note(cu_ctx *c, int nw, const cu_weight *const *w, const int *blk0) {
-    cu_weight *l = (cu_weight *)w[0];   /* (host bookkeeping only: the weight's data are untouched) */
-    l->pf.nw = nw;
-    for (int k = 0; k < nw; k++) {
-        l->pf.w[k] = w[k];
-        l->pf.runs[k] = blk0 && blk0[k + 1] > blk0[k] ? blk0[k + 1] - blk0[k] : 1;
-    }
-    if (c->pf_last && c->pf_last != l) ((cu_weight *)c->pf_last)->pf.next = l;
-    c->pf_last = l;
-}
-/* bytes of a row of w's codes and of its scales (0: dense); false where the prefetch cannot take
- * it (16-byte copies) */
-static bool pf_rows(const cu_weight *w, int *wb, int *sb) {
-    *wb = (int)(w->bits ? w->cols * w->bits / 8 : w->cols * (int64_t)mx_dtype_size(w->dtype));
-    *sb = w->bits ? (int)(w->cols / w->gs * 2) : 0;
-    return !(*wb % 16) && !(*sb % 16) && !(((uintptr_t)w->w | (uintptr_t)w->scales | (uintptr_t)w->biases) & 15);
-}
-/* the prefetch a ring launch of the set led by w0 issues (nw 0: none) */
-static mr_pf pf_plan(cu_ctx *c, const cu_weight *w0) {
-    mr_pf pf;
-    memset(&pf, 0, sizeof pf);
-    c->pf_bytes = 0; c->pf_to = NULL;
-    const cu_weight *nx = w0->pf.next;
-    if (c->l2pf <= 0 || !nx || nx == w0 || nx->pf.nw < 1) return pf;
-    int64_t tot = 0;
-    for (int k = 0; k < nx->pf.nw; k++) {
-        const cu_weight *w = nx->pf.w[k];
-        if (!pf_rows(w, &pf.row_wb[k], &pf.row_sb[k])) return pf;
-        tot += w->rows * (pf.row_wb[k] + 2 * (int64_t)pf.row_sb[k]);
-    }
-    const double f = tot > c->l2pf ? (double)c->l2pf / (double)tot : 1.0;
-    int64_t bytes = 0;
-    for (int k = 0; k < nx->pf.nw; k++) {
-        const cu_weight *w = nx->pf.w[k];
-        const int runs = nx->pf.runs[k], rows = (int)w->rows;
-        pf.W[k] = (const uint8_t *)w->w;
-        pf.S[k] = w->bits ? (const uint8_t *)w->scales : NULL;
-        pf.B[k] = w->bits ? (const uint8_t *)w->biases : NULL;
-        pf.rows[k] = rows; pf.runs[k] = runs;
-        pf.pre[k] = (int)ceil((double)rows / runs * f);
-        pf.units += runs;
-        for (int j = 0; j < runs; j++) {   /* (the rows mr_pf_issue takes) */
-            const int r0 = (int)((int64_t)j * rows / runs), r1 = (int)((int64_t)(j + 1) * rows / runs);
-            bytes += (int64_t)(r1 - r0 < pf.pre[k] ? r1 - r0 : pf.pre[k]) * (pf.row_wb[k] + 2 * pf.row_sb[k]);
-        }
-    }
-    pf.nw = nx->pf.nw;
-    pf.lines = c->l2pf_lines;
-    c->pf_bytes = bytes; c->pf_to = nx;
-    return pf;
-}
-
 /* Slots a warp: as many as the ring holds (fit, at most MR_MAXSLOTS) but no more than a warp's
  * items (need: a small matrix then takes less shared memory, so its blocks fit beside the kernel
  * before it and all its copies go out at once, before that kernel ends); fewer than a warp's items
@@ -3181,7 +3107,7 @@ static bool mv_ring_bf(cu_ctx *c, int nw, const cu_weight *const *w, const float
     const int per = (pair >= 0 ? 2 : 1) * set.nseg;   /* items a unit of rs rows */
     if (!(set.slots = mr_slots(slots_of(set.slot_b), (int)(((run + rs - 1) / rs + nwarp - 1) / nwarp) * per))) return false;
     const size_t shm = (size_t)xb + (size_t)nwarp * set.slots * (set.slot_b + 8);
-    typedef void (*mrb_fn)(const mrb_set, const float *, const mr_norm, const mr_pf);
+    typedef void (*mrb_fn)(const mrb_set, const float *, const mr_norm);
     static const mrb_fn forms[2][3] = {{k_mv_ring_bf<1, false>, k_mv_ring_bf<2, false>, k_mv_ring_bf<4, false>},
                                        {k_mv_ring_bf<1, true>, k_mv_ring_bf<2, true>, k_mv_ring_bf<4, true>}};
     const int ri = rs == 4 ? 2 : rs == 2 ? 1 : 0, pi = pair >= 0;
@@ -3190,10 +3116,7 @@ static bool mv_ring_bf(cu_ctx *c, int nw, const cu_weight *const *w, const float
     if (!mr_raise(c, (const void *)forms[pi][ri], form, (int)optin)) return false;
     mr_norm no;
     memset(&no, 0, sizeof no);
-    const mr_pf pf = pf_plan(c, w[0]);
-    PL(c, forms[pi][ri], (unsigned)blk, nwarp * 32, shm)(set, x, nm ? *nm : no, pf);
-    const int pblk[3] = {0, blk, 2 * blk};   /* (a pair: each weight's rows in runs of all the blocks) */
-    pf_note(c, nw, w, pi ? pblk : set.blk0);
+    PL(c, forms[pi][ri], (unsigned)blk, nwarp * 32, shm)(set, x, nm ? *nm : no);
     LAUNCHED(c, pi ? (nm ? "matvec (bf16 gate/up, bulk-copied) + rmsnorm + act_mul" : "matvec (bf16 gate/up, bulk-copied) + act_mul")
                    : nm ? "matvec (bf16, bulk-copied weights) + rmsnorm" : "matvec (bf16, bulk-copied weights)");
     c->n_ring++;
@@ -3228,7 +3151,6 @@ static bool mv_dense_set(cu_ctx *c, int nw, const cu_weight *const *w, const flo
     set.nw = nw;
     typedef __nv_bfloat16 T;
     const unsigned grid = (unsigned)set.blk0[nw];
-    if (n == 1) pf_note(c, nw, w, NULL);
     if (n <= 1) PL(c, k_mv_dense_sk<T, 1, 4>, grid, MV_WARPS * 32, 0)(set, x, cols, n);
     else if (n <= 2) PL(c, k_mv_dense_sk<T, 2, 4>, grid, MV_WARPS * 32, 0)(set, x, cols, n);
     else if (n <= 4) PL(c, k_mv_dense_sk<T, 4, 2>, grid, MV_WARPS * 32, 0)(set, x, cols, n);
@@ -3320,7 +3242,7 @@ static bool mv_ring(cu_ctx *c, int nw, const cu_weight *const *w, const int8_t *
     const size_t optin = c->prop.sharedMemPerBlockOptin - 1024;   /* (-1024: static) */
     if (shm > optin) return false;
     const bool bf = w[0]->sdt == SDT_BF16;
-    typedef void (*mr_fn)(const mr_set, const int8_t *, const float2 *, int, const mr_norm, const mr_pf);
+    typedef void (*mr_fn)(const mr_set, const int8_t *, const float2 *, int, const mr_norm);
 #define MR_RS(B, T, N) {k_mv_ring<B, T, 1, N>, k_mv_ring<B, T, 2, N>, k_mv_ring<B, T, 4, N>}
 #define MR_N(N) {{MR_RS(4, __half, N), MR_RS(4, __nv_bfloat16, N)}, {MR_RS(8, __half, N), MR_RS(8, __nv_bfloat16, N)}}
     static const mr_fn forms[3][2][2][3] = {MR_N(0), MR_N(1), MR_N(2)};
@@ -3334,9 +3256,7 @@ static bool mv_ring(cu_ctx *c, int nw, const cu_weight *const *w, const int8_t *
     if (!mr_raise(c, (const void *)kf, form, (int)optin)) return false;
     mr_norm no;
     memset(&no, 0, sizeof no);
-    const mr_pf pf = pf_plan(c, w[0]);
-    PL(c, kf, (unsigned)blk, nwarp * 32, shm)(set, xq, xds, gsh, nm ? *nm : no, pf);
-    pf_note(c, nw, w, set.blk0);
+    PL(c, kf, (unsigned)blk, nwarp * 32, shm)(set, xq, xds, gsh, nm ? *nm : no);
     LAUNCHED(c, p == 2 ? "matvec (int8 activations, bulk-copied weights) + act_mul"
                 : p ? "matvec (int8 activations, bulk-copied weights) + rmsnorm" : "matvec (int8 activations, bulk-copied weights)");
     c->n_ring++;
@@ -3369,7 +3289,6 @@ static bool mv_i8(cu_ctx *c, int nw, const cu_weight *const *w, const float *x, 
         blk += nblk(w[k]->rows, MV_WARPS * R);
     }
     set.blk0[nw] = (int)blk; set.nw = nw;
-    if (n == 1) pf_note(c, nw, w, NULL);
     if (w[0]->sdt == SDT_BF16) { if (w[0]->bits == 4) { I8_CASES(4, __nv_bfloat16) } else { I8_CASES(8, __nv_bfloat16) } }
     else { if (w[0]->bits == 4) { I8_CASES(4, __half) } else { I8_CASES(8, __half) } }
     LAUNCHED(c, "matvec (int8 activations)");
@@ -4862,8 +4781,6 @@ extern "C" mx_status mx_backend_cuda_init(mx_backend *out) {
         c->mr_bf = sw.ring_bf;
         c->ring_pair = sw.ring_pair;
         c->ring_act = sw.ring_act;
-        c->l2pf = (int64_t)sw.l2pf << 20;
-        c->l2pf_lines = sw.l2pf_lines;
     }
     if ((e = cudaStreamCreateWithFlags(&c->st, cudaStreamNonBlocking)) != cudaSuccess) {
         free(c);
@@ -5043,18 +4960,6 @@ extern "C" bool mx_backend_cuda_set_ring_pair(mx_backend *b, bool on) { return s
 extern "C" int mx_backend_cuda_ring_pair_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_ring_pair; }
 extern "C" bool mx_backend_cuda_set_ring_act(mx_backend *b, bool on) { return set_flag(&switch_ctx(b)->ring_act, on); }
 extern "C" int mx_backend_cuda_ring_act_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_ring_act; }
-extern "C" int mx_backend_cuda_set_l2pf(mx_backend *b, int mib) {
-    cu_ctx *c = switch_ctx(b);
-    const int was = (int)(c->l2pf >> 20);
-    c->l2pf = (int64_t)(mib < 0 ? 0 : mib > 1024 ? 1024 : mib) << 20;
-    return was;
-}
-extern "C" bool mx_backend_cuda_set_l2pf_lines(mx_backend *b, bool on) { return set_flag(&switch_ctx(b)->l2pf_lines, on); }
-extern "C" int64_t mx_backend_cuda_l2pf_last(mx_backend *b, const mx_weight **next) {
-    const cu_ctx *c = (const cu_ctx *)b->ctx;
-    if (next) *next = c->pf_to ? c->pf_to->host : NULL;
-    return c->pf_bytes;
-}
 extern "C" void mx_backend_cuda_set_sum_norm(mx_backend *b, bool on) { switch_ctx(b)->sum_norm = on; }
 extern "C" void mx_backend_cuda_set_sum_qkv(mx_backend *b, bool on) { switch_ctx(b)->sum_qkv = on; }
 extern "C" int mx_backend_cuda_sum_qkv_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_sum_qkv; }

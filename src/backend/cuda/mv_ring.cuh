@@ -117,57 +117,6 @@ __device__ __forceinline__ void mr_start(uint64_t *bar, int S, int nitem, int la
 }
 
 
-/* The L2 prefetch of the next product's weights (MLXCEL_CUDA_L2PF, host pf_plan): lane 0 of each
- * warp, once it has issued the copies of its last item, asks the L2 for its share of the first rows
- * of each run of the product that followed this one in the previous step (every block of a ring
- * reads its run of rows from the start; k_mv_i8 and k_mv_dense_sk read a weight from its start:
- * one run), so that the HBM keeps streaming weights while the small kernels between the two
- * products (norm, attention, act_mul) run, and the next product's first copies hit the L2.
- * cp.async.bulk.prefetch.L2 is a hint: it writes nothing and waits for nothing, so the results are
- * those without it, bit for bit. */
-struct mr_pf {
-    const uint8_t *W[4], *S[4], *B[4];   /* the next product's weights: codes, scales, biases (S null: dense) */
-    int rows[4], row_wb[4], row_sb[4];   /* rows; bytes of a row of codes, of scales (= biases) */
-    int runs[4], pre[4];                 /* runs of its rows; rows prefetched from the start of each */
-    int nw, units;                       /* weights (0: no prefetch); runs of all */
-    int lines;                           /* 1: prefetch.global.L2 a 32-byte sector a lane; 0: bulk (lane 0) */
-};
-__device__ __forceinline__ void mr_pf_range(const uint8_t *p, size_t n, int lines, int lane) {
-    if (lines) {
-        for (size_t o = (size_t)lane * 32; o < n; o += 32 * 32) asm volatile("prefetch.global.L2 [%0];" ::"l"(p + o));
-        return;
-    }
-    if (lane) return;
-    for (size_t o = 0; o < n; o += 65536) {
-        const uint32_t b = (uint32_t)min((size_t)65536, n - o);
-        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p + o), "r"(b) : "memory");
-    }
-}
-/* warp gw of G's share (the whole warp calls it): the runs (units) dealt to the warps in order; a
- * unit shared by several warps (units <= G) is cut into equal runs of its rows */
-__device__ __noinline__ void mr_pf_issue(const mr_pf &pf, int gw, int G, int lane) {
-    const int U = pf.units;
-    int u = gw, step = G, end = U, sub = 0, nsub = 1;
-    if (U <= G) {
-        u = (int)((int64_t)gw * U / G); end = u + 1; step = 1;
-        const int f = (int)(((int64_t)u * G + U - 1) / U), l = (int)(((int64_t)(u + 1) * G + U - 1) / U);
-        sub = gw - f; nsub = l - f;
-    }
-    for (; u < end; u += step) {
-        int k = 0, j = u;
-        while (k < pf.nw - 1 && j >= pf.runs[k]) { j -= pf.runs[k]; k++; }
-        const int r0 = (int)((int64_t)j * pf.rows[k] / pf.runs[k]), r1 = (int)((int64_t)(j + 1) * pf.rows[k] / pf.runs[k]);
-        const int n = min(pf.pre[k], r1 - r0);
-        const int a = r0 + (int)((int64_t)n * sub / nsub), b = r0 + (int)((int64_t)n * (sub + 1) / nsub);
-        if (b <= a) continue;
-        mr_pf_range(pf.W[k] + (size_t)a * pf.row_wb[k], (size_t)(b - a) * pf.row_wb[k], pf.lines, lane);
-        if (pf.S[k]) {
-            mr_pf_range(pf.S[k] + (size_t)a * pf.row_sb[k], (size_t)(b - a) * pf.row_sb[k], pf.lines, lane);
-            mr_pf_range(pf.B[k] + (size_t)a * pf.row_sb[k], (size_t)(b - a) * pf.row_sb[k], pf.lines, lane);
-        }
-    }
-}
-
 /* PRO, the prologue: 0 none (the tenth session's kernel, which the form with a runtime branch on
  * nm.a measured slower than: Qwen3-0.6B q4 decode ~5%, twelfth session, NOTES.md); 1 the norm
  * (nm); 2 the act_mul before the product (MLXCEL_CUDA_RING_ACT): x = act(nm.a) * nm.b computed and
@@ -175,8 +124,7 @@ __device__ __noinline__ void mr_pf_issue(const mr_pf &pf, int gw, int G, int lan
  * (a may be y's own buffer: the decoder's act_mul is in place) */
 template <int BITS, typename ST, int RS, int PRO>
 __global__ void __launch_bounds__(512, 1)
-k_mv_ring(const mr_set set, const int8_t *__restrict__ xq, const float2 *__restrict__ xds, int gs_shift, const mr_norm nm,
-          const mr_pf pf) {
+k_mv_ring(const mr_set set, const int8_t *__restrict__ xq, const float2 *__restrict__ xds, int gs_shift, const mr_norm nm) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     extern __shared__ __align__(128) uint8_t mr_smem[];
     __shared__ float sh[33];
@@ -202,8 +150,6 @@ k_mv_ring(const mr_set set, const int8_t *__restrict__ xq, const float2 *__restr
         fd_bulk(d + RS * (set.row_wb + set.row_sb), Bk + (size_t)r0 * set.row_sb, sb, b, pol);
     };
     mr_start(bar, S, nitem, lane, waited, issue);
-    /* the warp's share of the L2 prefetch once its last item is issued: here, or in the loop */
-    if (nitem <= S && pf.nw) mr_pf_issue(pf, (int)blockIdx.x * nwarp + wid, (int)gridDim.x * nwarp, lane);
     const float *bias = set.bias[k];
     float *y = set.y[k];
     const int ng = set.ng, ssw = set.row_sb / 2;
@@ -317,7 +263,6 @@ k_mv_ring(const mr_set set, const int8_t *__restrict__ xq, const float2 *__restr
         }
         __syncwarp();   /* every lane has read the slot: it may be refilled */
         if (lane == 0 && t + S < nitem) issue(t + S);
-        if (t + S == nitem - 1 && pf.nw) mr_pf_issue(pf, (int)blockIdx.x * nwarp + wid, (int)gridDim.x * nwarp, lane);
 #pragma unroll
         for (int r = 0; r < RS; r++) {
             const float a = warp_sum(acc[r]);
@@ -354,7 +299,7 @@ struct mrb_set {                 /* up to 4 dense bf16 weights of equal columns 
  * writes y[1] = up, y[0] = act(gate) * up (act_mul in place over gate: what the two ops leave) */
 template <int RS, bool PAIR>
 __global__ void __launch_bounds__(512, 1)
-k_mv_ring_bf(const mrb_set set, const float *__restrict__ x, const mr_norm nm, const mr_pf pf) {
+k_mv_ring_bf(const mrb_set set, const float *__restrict__ x, const mr_norm nm) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     extern __shared__ __align__(128) uint8_t mr_smem[];
     __shared__ float sh[33];
@@ -388,8 +333,6 @@ k_mv_ring_bf(const mrb_set set, const float *__restrict__ x, const mr_norm nm, c
         fd_bulk(ring + (size_t)(t % S) * set.slot_b, (PAIR ? set.W[kk] : Wk) + ((size_t)r0 * cols + c0) * 2, bytes, b, pol);
     };
     mr_start(bar, S, nitem, lane, waited, issue);
-    /* the warp's share of the L2 prefetch once its last item is issued: here, or in the loop */
-    if (nitem <= S && pf.nw) mr_pf_issue(pf, (int)blockIdx.x * nwarp + wid, (int)gridDim.x * nwarp, lane);
     if (nm.a) {   /* the norm (nm.a): float4 f = thread + blockDim j of the row, j < 2 */
         float4 v[2];
         float ss = 0.f;
@@ -463,7 +406,6 @@ k_mv_ring_bf(const mrb_set set, const float *__restrict__ x, const mr_norm nm, c
         if (i < nc) vec(i, a0);
         __syncwarp();   /* every lane has read the slot: it may be refilled */
         if (lane == 0 && t + S < nitem) issue(t + S);
-        if (t + S == nitem - 1 && pf.nw) mr_pf_issue(pf, (int)blockIdx.x * nwarp + wid, (int)gridDim.x * nwarp, lane);
         if (j == nseg - 1) {
 #pragma unroll
             for (int r = 0; r < RS; r++) {
