@@ -274,6 +274,110 @@ k_mv_ring(const mr_set set, const int8_t *__restrict__ xq, const float2 *__restr
 #endif
 }
 
+/* Rows longer than 4096 columns (k_mv_ring_long, MLXCEL_CUDA_RING_LONG; Llama-8B's down, 14,336
+ * columns): x's int8 form is staged in shared memory once a block, after the wait (each group's
+ * two 16-byte halves apart, so a warp's reads of a half are 512 contiguous bytes), and read there
+ * for every row; a row is cut into nseg segments of sg groups (a multiple of 32 columns of groups
+ * and of 8 scales, so every copy is a multiple of 16 bytes), an item being one segment of one row
+ * (three copies: codes, scales, biases), the warp keeping the row's sums across its segments.
+ * Arithmetic: k_mv_i8's term for term (a lane takes the groups lane, lane + 32, ... of the row in
+ * order, segment after segment), so the results are bit for bit those of k_mv_i8. */
+struct mrl_set {                 /* up to 4 weights of one format sharing x (columns > 4096) */
+    const uint8_t *W[4], *S[4], *B[4];
+    const float *bias[4];
+    float *y[4];
+    int rows[4], blk0[5], nw;
+    int row_wb, row_sb;          /* bytes of a row: codes, scales (= biases) */
+    int ng, sg, nseg;            /* groups of 32 columns a row, a segment; segments a row */
+    int slots, slot_b;           /* slots a warp, bytes a slot (a segment) */
+};
+template <int BITS, typename ST>
+__global__ void __launch_bounds__(512, 1)
+k_mv_ring_long(const mrl_set set, const int8_t *__restrict__ xq, const float2 *__restrict__ xds, int gs_shift) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    extern __shared__ __align__(128) uint8_t mr_smem[];
+    bool waited = pdl_entry_weights_first();
+    int rb0, rb1;
+    const int k = mr_block(set, &rb0, &rb1);
+    const int nwarp = (int)(blockDim.x >> 5), wid = (int)(threadIdx.x >> 5), lane = (int)(threadIdx.x & 31);
+    const int nseg = set.nseg, S = set.slots, ng = set.ng;
+    const int nrow = rb1 - rb0 > wid ? (rb1 - rb0 - wid + nwarp - 1) / nwarp : 0;   /* this warp's rows */
+    const int nitem = nrow * nseg;
+    /* x: the groups' first halves [ng][16], second halves [ng][16], (dx, dx * code sum) [ng] */
+    uint8_t *xs = mr_smem;
+    const float2 *ds_s = (const float2 *)(xs + (size_t)ng * 32);
+    uint8_t *ring = mr_smem + (size_t)ng * 40 + (size_t)wid * S * set.slot_b;
+    uint64_t *bar = (uint64_t *)(mr_smem + (size_t)ng * 40 + (size_t)nwarp * S * set.slot_b) + wid * S;
+    const uint8_t *Wk = set.W[k], *Sk = set.S[k], *Bk = set.B[k];
+    const uint64_t pol = mr_evict_first();
+    const int seg_wb = set.sg * 16 * BITS / 4, seg_sb = (set.sg << 5 >> gs_shift) * 2;   /* a full segment's bytes */
+    /* (lane 0) item t: row rb0 + wid + nwarp (t / nseg), segment t % nseg */
+    auto issue = [&](int t) {
+        const int r = rb0 + wid + nwarp * (t / nseg), j = t % nseg;
+        const int g0 = j * set.sg, gn = min(set.sg, ng - g0);
+        uint8_t *d = ring + (size_t)(t % S) * set.slot_b;
+        uint64_t *b = bar + t % S;
+        const uint32_t wb = (uint32_t)(gn * 16 * BITS / 4), sb = (uint32_t)((gn << 5 >> gs_shift) * 2);
+        fd_mbar_expect(b, wb + 2 * sb);
+        fd_bulk(d, Wk + (size_t)r * set.row_wb + (size_t)j * seg_wb, wb, b, pol);
+        fd_bulk(d + seg_wb, Sk + (size_t)r * set.row_sb + (size_t)j * seg_sb, sb, b, pol);
+        fd_bulk(d + seg_wb + seg_sb, Bk + (size_t)r * set.row_sb + (size_t)j * seg_sb, sb, b, pol);
+    };
+    mr_start(bar, S, nitem, lane, waited, issue);
+    for (int g = (int)threadIdx.x; g < ng; g += (int)blockDim.x) {
+        const uint4 *xp = (const uint4 *)(xq + ((size_t)g << 5));
+        ((uint4 *)xs)[g] = __ldg(xp);
+        ((uint4 *)xs)[ng + g] = __ldg(xp + 1);
+        ((float2 *)ds_s)[g] = __ldg(xds + g);
+    }
+    __syncthreads();
+    const float *bias = set.bias[k];
+    float *y = set.y[k];
+    constexpr int V = BITS / 4;   /* 16-byte vectors a group of 32 codes */
+    float acc = 0.f;
+    for (int t = 0; t < nitem; t++) {
+        const int r = rb0 + wid + nwarp * (t / nseg), j = t % nseg;
+        const int g0 = j * set.sg, gn = min(set.sg, ng - g0);
+        fd_mbar_wait(bar + t % S, (uint32_t)(t / S) & 1u);
+        const uint8_t *d = ring + (size_t)(t % S) * set.slot_b;
+        const ST *sc = (const ST *)(d + seg_wb), *bc = (const ST *)(d + seg_wb + seg_sb);
+        for (int gl = lane; gl < gn; gl += 32) {
+            const int g = g0 + gl, wg = (gl << 5) >> gs_shift;
+            const uint4 xa = ((const uint4 *)xs)[g], xb = ((const uint4 *)xs)[ng + g];
+            const float2 dd = ds_s[g];
+            const uint4 *wp = (const uint4 *)d + (size_t)gl * V;
+            int ia = 0;
+            if (BITS == 4) {
+                const uint4 q = wp[0];
+                const uint32_t wd[4] = {q.x, q.y, q.z, q.w}, xv[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
+#pragma unroll
+                for (int h = 0; h < 4; h++) {
+                    ia = dp4a_us(wd[h] & 0x0f0f0f0fu, __byte_perm(xv[2 * h], xv[2 * h + 1], 0x6420), ia);
+                    ia = dp4a_us((wd[h] >> 4) & 0x0f0f0f0fu, __byte_perm(xv[2 * h], xv[2 * h + 1], 0x7531), ia);
+                }
+            } else {
+                const uint4 qa = wp[0], qb = wp[V - 1];
+                const uint32_t wb8[8] = {qa.x, qa.y, qa.z, qa.w, qb.x, qb.y, qb.z, qb.w};
+                const uint32_t xv[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
+#pragma unroll
+                for (int h = 0; h < 8; h++) ia = dp4a_us(wb8[h], xv[h], ia);
+            }
+            const float s = ld_s(sc + wg), b = ld_s(bc + wg);
+            acc = fmaf(s * dd.x, (float)ia, fmaf(b, dd.y, acc));
+        }
+        __syncwarp();   /* every lane has read the slot: it may be refilled */
+        if (lane == 0 && t + S < nitem) issue(t + S);
+        if (j == nseg - 1) {
+            const float a = warp_sum(acc);
+            if (lane == 0) y[r] = a + (bias ? bias[r] : 0.f);
+            acc = 0.f;
+        }
+    }
+#else
+    __trap();   /* launched only on sm_90 and later (mv_ring_long checks the device) */
+#endif
+}
+
 /* The same for dense bf16 weights (k_mv_ring_bf): x (f32) staged in shared memory once a block,
  * after the wait, each 256 columns as the lanes' low halves then their high halves (a lane's two
  * float4 reads then fall on consecutive words, no bank conflicts); the weights bulk-copied into
