@@ -149,11 +149,6 @@ int mx_backend_cuda_ring_pair_launches(mx_backend *b);
  * ops leave, bit for bit. Returns the previous on/off. Then: how many launches ran it (tests). */
 bool mx_backend_cuda_set_ring_act(mx_backend *b, bool on);
 int mx_backend_cuda_ring_act_launches(mx_backend *b);
-/* Batch-1 q4/q8 products of rows longer than 4096 columns (Llama-8B's down) on bulk-copied weights
- * too (k_mv_ring_long: x's int8 form in shared memory, rows in segments; MLXCEL_CUDA_RING_LONG, off
- * by default until measured); bit for bit the register form's results. Returns the previous on/off;
- * its launches count in mx_backend_cuda_ring_launches. */
-bool mx_backend_cuda_set_ring_long(mx_backend *b, bool on);
 /* On by default (MLXCEL_CUDA_SUM_NORM=0 at init turns it off; Llama-8B, 128 sequences: 13,525
  * against 13,266 tok/s on the H200): a product split along k by the GEMM on packed q4 weights (one weight, no bias,
  * 17..128 rows of x), then an add of its output, then an rmsnorm of that sum: the rmsnorm reads

@@ -56,8 +56,7 @@ static void test_select(void) {
                                          {"MLXCEL_CUDA_MV_RING_SLOT", "32k"}, {"MLXCEL_CUDA_RING_NORM", "on"}, {"MLXCEL_CUDA_RING_NORM", "2"},
                                          {"MLXCEL_CUDA_MV_RING_BF16", "2"}, {"MLXCEL_CUDA_ATTN_PREP", "on"},
                                          {"MLXCEL_CUDA_ATTN_PREP", "2"}, {"MLXCEL_CUDA_RING_PAIR", "on"},
-                                         {"MLXCEL_CUDA_RING_PAIR", "2"}, {"MLXCEL_CUDA_RING_ACT", "yes"},
-                                         {"MLXCEL_CUDA_RING_LONG", "2"}};
+                                         {"MLXCEL_CUDA_RING_PAIR", "2"}, {"MLXCEL_CUDA_RING_ACT", "yes"}};
     unsetenv("MLXCEL_DEVICE");
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         setenv(bad[i][0], bad[i][1], 1);
@@ -73,9 +72,9 @@ static void test_select(void) {
     setenv("MLXCEL_CUDA_MV_RING", "0", 1); setenv("MLXCEL_CUDA_MV_RING_KB", "64", 1); setenv("MLXCEL_CUDA_MV_RING_WARPS", "8", 1);
     setenv("MLXCEL_CUDA_MV_RING_SLOT", "16384", 1); setenv("MLXCEL_CUDA_RING_NORM", "bf16", 1);
     setenv("MLXCEL_CUDA_MV_RING_BF16", "norm", 1); setenv("MLXCEL_CUDA_ATTN_PREP", "0", 1);
-    setenv("MLXCEL_CUDA_RING_PAIR", "0", 1); setenv("MLXCEL_CUDA_RING_ACT", "1", 1); setenv("MLXCEL_CUDA_RING_LONG", "1", 1);
+    setenv("MLXCEL_CUDA_RING_PAIR", "0", 1); setenv("MLXCEL_CUDA_RING_ACT", "1", 1);
     TCHECK(mx_backend_cuda_check_env() == MX_OK, "good switches refused: %s", mx_last_error());
-    unsetenv("MLXCEL_CUDA_ATTN_PREP"); unsetenv("MLXCEL_CUDA_RING_PAIR"); unsetenv("MLXCEL_CUDA_RING_ACT"); unsetenv("MLXCEL_CUDA_RING_LONG");
+    unsetenv("MLXCEL_CUDA_ATTN_PREP"); unsetenv("MLXCEL_CUDA_RING_PAIR"); unsetenv("MLXCEL_CUDA_RING_ACT");
     unsetenv("MLXCEL_CUDA_FUSED"); unsetenv("MLXCEL_CUDA_FUSED_PF"); unsetenv("MLXCEL_CUDA_GEMM_SK");
     unsetenv("MLXCEL_CUDA_MV_RING"); unsetenv("MLXCEL_CUDA_MV_RING_KB"); unsetenv("MLXCEL_CUDA_MV_RING_WARPS"); unsetenv("MLXCEL_CUDA_MV_RING_SLOT");
     unsetenv("MLXCEL_CUDA_RING_NORM"); unsetenv("MLXCEL_CUDA_MV_RING_BF16");
@@ -1168,26 +1167,6 @@ static const rg_case g_rg[] = {
     {"cuda_ring_bf16_not_1032", {64}, 1032, 0, 0, MX_DTYPE_BF16, false, 0, 0, 0, false},
     {"cuda_ring_bf16_not_65536", {16}, 65536, 0, 0, MX_DTYPE_BF16, false, 0, 0, 0, false},
     {"cuda_ring_bf16_not_small_ring", {300}, 4096, 0, 0, MX_DTYPE_BF16, false, 8, 16, 0, false},
-};
-
-/* Rows longer than 4096 columns on the ring (k_mv_ring_long, MLXCEL_CUDA_RING_LONG=1): check_ring's
- * cases with the switch on: bit for bit the register form (k_mv_i8), against the CPU, twice; the
- * default geometry (Llama-8B's down: 2 segments of 224 groups a row, 3 slots a warp), a small ring
- * of 4 warps whose slots wrap (4 segments, the last of 64 groups), q8/g32/f16 scales, g128, a set
- * of two weights; not taken: columns not a multiple of 1024, a ring too small for two slots. */
-static void check_ring_long(const rg_case *rc) {
-    const bool was = mx_backend_cuda_set_ring_long(&G, true);
-    check_ring(rc);
-    mx_backend_cuda_set_ring_long(&G, was);
-}
-static const rg_case g_rl[] = {
-    {"cuda_ring_long_q4_g64_14336", {4096}, 14336, 4, 64, MX_DTYPE_BF16, true, 0, 0, 0, true},               /* Llama-8B's down */
-    {"cuda_ring_long_q4_g64_14336_small", {700}, 14336, 4, 64, MX_DTYPE_BF16, false, 24, 4, 2048, true},    /* wraps */
-    {"cuda_ring_long_q8_g32_f16_8192", {513}, 8192, 8, 32, MX_DTYPE_F16, true, 0, 0, 0, true},
-    {"cuda_ring_long_q4_g128_5120", {300}, 5120, 4, 128, MX_DTYPE_BF16, false, 0, 0, 0, true},
-    {"cuda_ring_long_set_2", {1000, 500}, 14336, 4, 64, MX_DTYPE_BF16, true, 0, 0, 0, true},
-    {"cuda_ring_long_not_4608", {64}, 4608, 4, 64, MX_DTYPE_BF16, false, 0, 0, 0, false},
-    {"cuda_ring_long_not_small_ring", {300}, 14336, 4, 64, MX_DTYPE_BF16, false, 8, 16, 0, false},
 };
 
 /* The batch-1 act_mul run in the prologue of the q4/q8 ring product that reads its output
@@ -2385,7 +2364,6 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < sizeof g_rp / sizeof g_rp[0]; i++) RUN_NAMED(g_rp[i].name, check_ring_pair, &g_rp[i]);
     RUN(test_ring_bf_modes);
     for (size_t i = 0; i < sizeof g_ra / sizeof g_ra[0]; i++) RUN_NAMED(g_ra[i].name, check_ring_act, &g_ra[i]);
-    for (size_t i = 0; i < sizeof g_rl / sizeof g_rl[0]; i++) RUN_NAMED(g_rl[i].name, check_ring_long, &g_rl[i]);
     for (size_t i = 0; i < sizeof g_sn / sizeof g_sn[0]; i++) RUN_NAMED(g_sn[i].name, check_sum_norm, &g_sn[i]);
     for (size_t i = 0; i < sizeof g_sq / sizeof g_sq[0]; i++) RUN_NAMED(g_sq[i].name, check_sum_qkv, &g_sq[i]);
     for (size_t i = 0; i < sizeof g_ap / sizeof g_ap[0]; i++) RUN_NAMED(g_ap[i].name, check_attn_prep, &g_ap[i]);

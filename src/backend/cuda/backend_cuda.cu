@@ -183,8 +183,6 @@ struct cu_ctx {
     int ring_act;                          /* a batch-1 act_mul run in the prologue of the q4/q8 ring product that
                                             * reads its output (MLXCEL_CUDA_RING_ACT) */
     int n_ring_act;                        /* its launches (tests) */
-    int ring_long;                         /* batch-1 q4/q8 rows of more than 4096 columns on k_mv_ring_long
-                                            * (MLXCEL_CUDA_RING_LONG) */
     struct { int act; const float *gate, *up; float *y; int d; bool on; } pa;   /* such an act_mul
                                             * (one row, in place or not) not yet launched */
     struct { const cu_weight *w[2]; const float *x; float *y[2]; cu_pnorm pn; bool has_pn, on; } pb;
@@ -272,7 +270,7 @@ static pdl_launch<KArgs...> PL(cu_ctx *c, void (*k)(KArgs...), dim3 g, dim3 b, s
  * the default; anything else is an error naming the variable and what it takes. */
 enum { GM_AUTO, GM_CUBLAS, GM_MMA, GM_WG, GM_NMODES };   /* MLXCEL_CUDA_GEMM, in k_gemm_modes' order */
 static const char *const k_gemm_modes[] = {"auto", "cublas", "mma", "wgmma"};
-struct cu_switches { int attn, attn_dec, attn_prep, gqa, gemm, gemm_rot, gemm_sk, gemm_pair, sum_norm, sum_qkv, att_gq, pdl, mv, profile, kv, graphs, fused, mv_ring, ring_norm, ring_bf, ring_pair, ring_act, ring_long; long dq_mb, fused_pf, mr_kb, mr_slot, mr_warps; };   /* kv: checked here, read by kv_init */
+struct cu_switches { int attn, attn_dec, attn_prep, gqa, gemm, gemm_rot, gemm_sk, gemm_pair, sum_norm, sum_qkv, att_gq, pdl, mv, profile, kv, graphs, fused, mv_ring, ring_norm, ring_bf, ring_pair, ring_act; long dq_mb, fused_pf, mr_kb, mr_slot, mr_warps; };   /* kv: checked here, read by kv_init */
 static mx_status env_choice(const char *name, const char *const *vals, int n, int def, int *out) {
     const char *e = getenv(name);
     *out = def;
@@ -326,8 +324,7 @@ static mx_status read_switches(cu_switches *sw) {
         (st = env_choice("MLXCEL_CUDA_RING_NORM", ring_norm, 3, 1, &sw->ring_norm)) ||
         (st = env_choice("MLXCEL_CUDA_MV_RING_BF16", ring_bf, 4, 3, &sw->ring_bf)) ||
         (st = env_choice("MLXCEL_CUDA_RING_PAIR", onoff, 2, 1, &sw->ring_pair)) ||
-        (st = env_choice("MLXCEL_CUDA_RING_ACT", onoff, 2, 0, &sw->ring_act)) ||
-        (st = env_choice("MLXCEL_CUDA_RING_LONG", onoff, 2, 0, &sw->ring_long)))
+        (st = env_choice("MLXCEL_CUDA_RING_ACT", onoff, 2, 0, &sw->ring_act)))
         return st;
     if ((st = env_long("MLXCEL_CUDA_FUSED_PF", 0, 64, 0, "chunks", &sw->fused_pf)) ||
         (st = env_long("MLXCEL_CUDA_MV_RING_KB", 8, MR_RING_KB_MAX, MR_RING_KB, "KB", &sw->mr_kb)) ||
@@ -3209,50 +3206,6 @@ static bool mv_i8_ok(const cu_ctx *c, const cu_weight *w, const cu_weight *w0, i
     case 3: PL(c, k_mv_i8<BITS, ST, 2, 8>, blk, MV_WARPS * 32, 0)(set, xq, xds, cols, gsh, n); break; \
     default: PL(c, k_mv_i8<BITS, ST, 2, 16>, blk, MV_WARPS * 32, 0)(set, xq, xds, cols, gsh, n); break; }
 
-/* Rows of more than 4096 columns on k_mv_ring_long (MLXCEL_CUDA_RING_LONG): columns a multiple
- * of 1024 (segments of whole 32-group columns of x), groups of at most 128, the copies' pointers
- * 16-byte aligned, a ring of two slots a warp at least beside x's int8 form (ng x 40 bytes); the
- * segments as many as the slot cap (MLXCEL_CUDA_MV_RING_SLOT, code bytes) asks. False: nothing
- * launched. */
-static bool mv_ring_long(cu_ctx *c, int nw, const cu_weight *const *w, const int8_t *xq, const float2 *xds, float *const *ys) {
-    const int64_t K = w[0]->cols;
-    const int bits = w[0]->bits, gs = (int)w[0]->gs, gsh = log2_exact(w[0]->gs);
-    if (K % 1024 || gs > 128 || ((uintptr_t)xq & 15) || ((uintptr_t)xds & 7)) return false;
-    mrl_set set;
-    memset(&set, 0, sizeof set);
-    set.row_wb = (int)(K * bits / 8); set.row_sb = (int)(K / gs * 2); set.ng = (int)(K / 32);
-    if (set.row_wb % 16 || set.row_sb % 16) return false;
-    for (int k = 0; k < nw; k++)
-        if (((uintptr_t)w[k]->w | (uintptr_t)w[k]->scales | (uintptr_t)w[k]->biases) & 15) return false;
-    const int ns = (set.row_wb + c->mr_slot - 1) / c->mr_slot;
-    set.sg = ((set.ng + ns - 1) / ns + 31) / 32 * 32;
-    set.nseg = (set.ng + set.sg - 1) / set.sg;
-    set.slot_b = set.sg * 16 * bits / 4 + 2 * (set.sg * 32 / gs * 2);
-    const int nwarp = c->mr_warps;
-    const int64_t optin = (int64_t)c->prop.sharedMemPerBlockOptin - 1024, xb = (int64_t)set.ng * 40;   /* (-1024: static) */
-    int64_t ring = (int64_t)c->mr_kb << 10;
-    if (ring > optin - xb) ring = optin - xb;
-    const int fit = ring > 0 ? (int)(ring / (nwarp * (set.slot_b + 8))) : 0;   /* (+8: a slot's mbarrier) */
-    const int64_t run = mr_deal(c, nw, w, 1, set.blk0);
-    if (!(set.slots = mr_slots(fit, (int)((run + nwarp - 1) / nwarp) * set.nseg))) return false;
-    for (int k = 0; k < nw; k++) {
-        set.W[k] = (const uint8_t *)w[k]->w; set.S[k] = (const uint8_t *)w[k]->scales; set.B[k] = (const uint8_t *)w[k]->biases;
-        set.bias[k] = w[k]->bias; set.y[k] = ys[k]; set.rows[k] = (int)w[k]->rows;
-    }
-    set.nw = nw;
-    const size_t shm = (size_t)xb + (size_t)nwarp * set.slots * (set.slot_b + 8);
-    typedef void (*mrl_fn)(const mrl_set, const int8_t *, const float2 *, int);
-    static const mrl_fn forms[2][2] = {{k_mv_ring_long<4, __half>, k_mv_ring_long<4, __nv_bfloat16>},
-                                       {k_mv_ring_long<8, __half>, k_mv_ring_long<8, __nv_bfloat16>}};
-    const bool bf = w[0]->sdt == SDT_BF16;
-    const mrl_fn kf = forms[bits == 8][bf];
-    if (!mr_raise(c, (const void *)kf, 44 + (bits == 8) * 2 + bf, (int)optin)) return false;   /* (form bits 44-47) */
-    PL(c, kf, (unsigned)set.blk0[nw], nwarp * 32, shm)(set, xq, xds, gsh);
-    LAUNCHED(c, "matvec (int8 activations, bulk-copied long rows)");
-    c->n_ring++;
-    return true;
-}
-
 /* The batch-1 form on bulk-copied weights (k_mv_ring, mv_ring.cuh): false (nothing launched)
  * where it does not apply (switched off, a device before sm_90, rows longer than 4096 columns,
  * rows or pointers not 16-byte aligned for the copies, a ring that holds neither all of a warp's
@@ -3261,8 +3214,7 @@ static bool mv_ring_long(cu_ctx *c, int nw, const cu_weight *const *w, const int
 static bool mv_ring(cu_ctx *c, int nw, const cu_weight *const *w, const int8_t *xq, const float2 *xds, float *const *ys,
                     const mr_norm *nm, int pro = 1) {
     const int64_t K = w[0]->cols;
-    if (!c->mr_on || c->prop.major < 9) return false;
-    if (K > 4096) return !nm && c->ring_long && mv_ring_long(c, nw, w, xq, xds, ys);
+    if (!c->mr_on || c->prop.major < 9 || K > 4096) return false;
     if (nm && (K > 256 * c->mr_warps || K % 32 || !rn_apart(nm, K, nw, w, ys))) return false;
     const int bits = w[0]->bits, gs = (int)w[0]->gs, gsh = log2_exact(w[0]->gs);
     mr_set set;
@@ -4829,7 +4781,6 @@ extern "C" mx_status mx_backend_cuda_init(mx_backend *out) {
         c->mr_bf = sw.ring_bf;
         c->ring_pair = sw.ring_pair;
         c->ring_act = sw.ring_act;
-        c->ring_long = sw.ring_long;
     }
     if ((e = cudaStreamCreateWithFlags(&c->st, cudaStreamNonBlocking)) != cudaSuccess) {
         free(c);
@@ -5009,7 +4960,6 @@ extern "C" bool mx_backend_cuda_set_ring_pair(mx_backend *b, bool on) { return s
 extern "C" int mx_backend_cuda_ring_pair_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_ring_pair; }
 extern "C" bool mx_backend_cuda_set_ring_act(mx_backend *b, bool on) { return set_flag(&switch_ctx(b)->ring_act, on); }
 extern "C" int mx_backend_cuda_ring_act_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_ring_act; }
-extern "C" bool mx_backend_cuda_set_ring_long(mx_backend *b, bool on) { return set_flag(&switch_ctx(b)->ring_long, on); }
 extern "C" void mx_backend_cuda_set_sum_norm(mx_backend *b, bool on) { switch_ctx(b)->sum_norm = on; }
 extern "C" void mx_backend_cuda_set_sum_qkv(mx_backend *b, bool on) { switch_ctx(b)->sum_qkv = on; }
 extern "C" int mx_backend_cuda_sum_qkv_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_sum_qkv; }
