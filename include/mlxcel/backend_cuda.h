@@ -144,7 +144,7 @@ int mx_backend_cuda_ring_norm_launches(mx_backend *b);
 bool mx_backend_cuda_set_ring_pair(mx_backend *b, bool on);
 int mx_backend_cuda_ring_pair_launches(mx_backend *b);
 /* A batch-1 act_mul (y = act(gate) * up) run in the prologue of the q4/q8 ring product (k_mv_ring)
- * that reads y (MLXCEL_CUDA_RING_ACT; off by default, not yet measured): the act_mul waits for the
+ * that reads y (MLXCEL_CUDA_RING_ACT; off by default: Qwen3-0.6B q4 decode 8-11% slower on the H200): the act_mul waits for the
  * next op, and launches as it is if that is not such a product. The memory then holds what the two
  * ops leave, bit for bit. Returns the previous on/off. Then: how many launches ran it (tests). */
 bool mx_backend_cuda_set_ring_act(mx_backend *b, bool on);
