@@ -46,6 +46,12 @@
 # that file with the stamp of its own sources uses it instead of building (~150 s less a cold
 # device call; carry `.gpudeps/prebuilt.tar.xz`, the .deb files are then not needed);
 # GPU_CHECK_PREBUILT=0 builds anyway.
+#
+# `scripts/gpu_check.sh --pack-ab REV` (here too) builds mlxcel of commit REV the same way into
+# .gpudeps/ab-mlxcel.xz (~6 MB; carry it with the prebuilt): a run that uses the prebuilt puts it
+# beside its mlxcel as build-cuda-gpu/mlxcel-ab, and a sweep line that sets M to it runs that row
+# with REV's code, e.g. "l8q4-old M=build-cuda-gpu/mlxcel-ab -- --config ..." against
+# "l8q4-new -- --config ...": old and new code in one call, on one machine.
 set -u
 cd "$(dirname "$0")/.."
 # the hash of what the binaries are built from
@@ -70,6 +76,18 @@ if [ "${1:-}" = --pack ]; then
   mkdir -p .gpudeps
   tar -C "$st" -cJf .gpudeps/prebuilt.tar.xz . && rm -rf "$st" || exit 1
   echo "packed: .gpudeps/prebuilt.tar.xz ($(du -h .gpudeps/prebuilt.tar.xz | cut -f1), sources $(src_hash | cut -c1-12))"
+  exit 0
+fi
+if [ "${1:-}" = --pack-ab ]; then   # mlxcel of another commit, for A/B rows in the same call
+  rev=$(git rev-parse --verify --quiet "${2:-}^{commit}") || { echo "usage: $0 --pack-ab REV (a commit)" >&2; exit 2; }
+  W=build-ab-src P=build-ab
+  rm -rf $W && mkdir -p $W && git archive "$rev" | tar -x -C $W || exit 1
+  cmake -S $W -B $P -DCMAKE_BUILD_TYPE=Release -DMLXCEL_CUDA=ON -DMLXCEL_NATIVE=OFF -DCMAKE_EXE_LINKER_FLAGS=-Wl,--disable-new-dtags \
+    '-DCMAKE_BUILD_RPATH=$ORIGIN/lib;$ORIGIN/../lib' >/dev/null && cmake --build $P -j "$(nproc)" --target mlxcel >/dev/null || exit 1
+  mkdir -p .gpudeps
+  xz -T0 -c $P/mlxcel >.gpudeps/ab-mlxcel.xz && git log -1 --format='%h %s' "$rev" | cut -c1-100 >.gpudeps/ab-rev || exit 1
+  rm -rf $W
+  echo "packed: .gpudeps/ab-mlxcel.xz ($(du -h .gpudeps/ab-mlxcel.xz | cut -f1), $(cat .gpudeps/ab-rev))"
   exit 0
 fi
 if [ "${1:-}" = --fetch-debs ]; then   # on the Debian 12 development machine (apt, no root needed)
@@ -128,6 +146,10 @@ if [ "${GPU_CHECK_PREBUILT:-1}" = 1 ] && [ -f $PRE ]; then   # binaries packed b
   if [ "$(cat $B/STAMP 2>/dev/null)" = "$(src_hash)" ] && $B/mlxcel --version >/dev/null 2>&1; then
     build_ok=1 full=1
     echo "using $PRE (sources $(src_hash | cut -c1-12))"
+    if [ -f .gpudeps/ab-mlxcel.xz ]; then   # --pack-ab: beside the packed one, the same libraries
+      xz -dc .gpudeps/ab-mlxcel.xz >$B/mlxcel-ab && chmod +x $B/mlxcel-ab && $B/mlxcel-ab --version >/dev/null 2>&1 &&
+        echo "A/B binary: $B/mlxcel-ab ($(cat .gpudeps/ab-rev 2>/dev/null))" || echo "note: .gpudeps/ab-mlxcel.xz does not run here"
+    fi
   else
     echo "note: $PRE is not of these sources or does not run here: building"
     rm -rf $B
