@@ -65,22 +65,21 @@ struct mr_norm {
     int act;                     /* k_mv_ring<.., PRO 2>: x = act(a) * b (an act_mul), stored to y */
 };
 
-/* the block's share of the sum of squares -> 1 / rms; *last: this block stores sum and y */
-/* after a barrier that follows every thread's loads of a and b: whether this block is the last
- * to have read them (nm.count, which that block resets) */
-__device__ __forceinline__ bool mr_last(const mr_norm &nm, float *sh) {
+/* Which block stores the sum and the normed row (or the act_mul's output): the last to have read a
+ * and b. Thread 0 counts its block in nm.count after a barrier that follows every thread's loads of
+ * a and b (mr_arrive); the count comes back while the block streams its rows, and only at the end
+ * (mr_end, after a barrier) does the block learn whether it was the last, which then resets the
+ * counter and stores from the registers it kept. So the atomic's round trip is not on the path to
+ * the first row (it was: a barrier waited for it before the quantization). */
+__device__ __forceinline__ unsigned mr_arrive(const mr_norm &nm) { return threadIdx.x == 0 ? atomicAdd(nm.count, 1u) : 0u; }
+__device__ __forceinline__ bool mr_end(const mr_norm &nm, unsigned tok, float *sh) {
     if (threadIdx.x == 0) {
-        const bool l = atomicAdd(nm.count, 1u) == gridDim.x - 1;
+        const bool l = tok == gridDim.x - 1;
         if (l) *nm.count = 0;   /* (every other block has taken its turn) */
         sh[32] = l ? 1.f : 0.f;
     }
     __syncthreads();
     return sh[32] != 0.f;
-}
-__device__ __forceinline__ float mr_norm_inv(const mr_norm &nm, float ss, int d, float *sh, bool *last) {
-    ss = block_sum(ss, sh);   /* (every thread's loads of a and b have returned) */
-    *last = mr_last(nm, sh);
-    return rsqrtf(ss / (float)d + nm.eps);
 }
 
 /* the weight of a set (mr_set, mrb_set) this block takes, and its rows [rb0, rb1): the blocks
@@ -158,41 +157,43 @@ k_mv_ring(const mr_set set, const int8_t *__restrict__ xq, const float2 *__restr
      * after the ring and its mbarriers: codes, then (dx, dx * code sum) a group */
     int8_t *xq_s = (int8_t *)(mr_smem + (((size_t)nwarp * S * (set.slot_b + 8) + 15) & ~(size_t)15));
     float2 *xds_s = (float2 *)(xq_s + (ng << 5));
+    float pv[8], po[8];   /* (PRO: the values this block stores at the end if it is the last) */
+    unsigned tok = 0;
     if constexpr (PRO == 2) {   /* the act_mul: groups as the norm's */
-        float v[8];
 #pragma unroll
         for (int j = 0; j < 8; j++) {
             const int g = wid + nwarp * j, i = (g << 5) + lane;
-            v[j] = g < ng ? act_f(nm.act, nm.a[i]) * nm.b[i] : 0.f;
+            pv[j] = g < ng ? act_f(nm.act, nm.a[i]) * nm.b[i] : 0.f;
         }
         __syncthreads();   /* (every thread's loads of a and b have returned) */
-        const bool last = mr_last(nm, sh);
+        tok = mr_arrive(nm);
 #pragma unroll
         for (int j = 0; j < 8; j++) {
             const int g = wid + nwarp * j, i = (g << 5) + lane;
             if (g >= ng) break;   /* (uniform in the warp) */
-            if (last) nm.y[i] = v[j];
-            quant_group(v[j], xq_s, xds_s, (size_t)i);   /* (k_act_mul's int8 form, into shared memory) */
+            quant_group(pv[j], xq_s, xds_s, (size_t)i);   /* (k_act_mul's int8 form, into shared memory) */
         }
         __syncthreads();
     }
     if constexpr (PRO == 1) {
         const int d = ng << 5;
-        float v[8], ss = 0.f;
+        float ss = 0.f;
 #pragma unroll
-        for (int j = 0; j < 8; j++) {
+        for (int j = 0; j < 8; j++) {   /* (gamma loaded with a and b: one round trip) */
             const int g = wid + nwarp * j, i = (g << 5) + lane;
-            v[j] = g < ng ? nm.a[i] + (nm.b ? nm.b[i] : 0.f) : 0.f;
-            ss = fmaf(v[j], v[j], ss);
+            pv[j] = g < ng ? nm.a[i] + (nm.b ? nm.b[i] : 0.f) : 0.f;
+            po[j] = g < ng && nm.g ? nm.g[i] + nm.add_one : 1.f;
+            ss = fmaf(pv[j], pv[j], ss);
         }
-        bool last;
-        const float inv = mr_norm_inv(nm, ss, d, sh, &last);
+        ss = block_sum(ss, sh);   /* (every thread's loads of a and b have returned) */
+        tok = mr_arrive(nm);
+        const float inv = rsqrtf(ss / (float)d + nm.eps);
 #pragma unroll
         for (int j = 0; j < 8; j++) {
             const int g = wid + nwarp * j, i = (g << 5) + lane;
             if (g >= ng) break;   /* (uniform in the warp) */
-            const float o = v[j] * inv * (nm.g ? nm.g[i] + nm.add_one : 1.f);
-            if (last) { if (nm.b) nm.sum[i] = v[j]; nm.y[i] = o; }
+            const float o = pv[j] * inv * po[j];
+            po[j] = o;
             const float amax = warp_max(fabsf(o));
             const int q = __float2int_rn(o * (amax > 0.f ? 127.f / amax : 0.f));
             xq_s[i] = (int8_t)q;
@@ -269,6 +270,16 @@ k_mv_ring(const mr_set set, const int8_t *__restrict__ xq, const float2 *__restr
             if (lane == 0 && r < nr) y[r0 + r] = a + (bias ? bias[r0 + r] : 0.f);
         }
     }
+    if constexpr (PRO != 0) {   /* the last block to have read a and b stores what the norm (act_mul) would */
+        if (mr_end(nm, tok, sh)) {
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                const int g = wid + nwarp * j, i = (g << 5) + lane;
+                if (g >= ng) break;
+                if (PRO == 2) { nm.y[i] = pv[j]; } else { if (nm.b) nm.sum[i] = pv[j]; nm.y[i] = po[j]; }
+            }
+        }
+    }
 #else
     __trap();   /* launched only on sm_90 and later (mv_ring checks the device) */
 #endif
@@ -333,39 +344,39 @@ k_mv_ring_bf(const mrb_set set, const float *__restrict__ x, const mr_norm nm) {
         fd_bulk(ring + (size_t)(t % S) * set.slot_b, (PAIR ? set.W[kk] : Wk) + ((size_t)r0 * cols + c0) * 2, bytes, b, pol);
     };
     mr_start(bar, S, nitem, lane, waited, issue);
+    float4 nv[2], no[2];   /* (the norm: what this block stores at the end if it is the last) */
+    unsigned tok = 0;
     if (nm.a) {   /* the norm (nm.a): float4 f = thread + blockDim j of the row, j < 2 */
-        float4 v[2];
         float ss = 0.f;
 #pragma unroll
-        for (int j = 0; j < 2; j++) {
+        for (int j = 0; j < 2; j++) {   /* (gamma loaded with a and b: one round trip) */
             const int f = (int)threadIdx.x + (int)blockDim.x * j;
-            v[j] = make_float4(0.f, 0.f, 0.f, 0.f);
+            nv[j] = make_float4(0.f, 0.f, 0.f, 0.f);
+            no[j] = make_float4(1.f, 1.f, 1.f, 1.f);
             if (f < cols / 4) {
-                v[j] = ((const float4 *)nm.a)[f];
+                nv[j] = ((const float4 *)nm.a)[f];
                 if (nm.b) {
                     const float4 w = ((const float4 *)nm.b)[f];
-                    v[j].x += w.x; v[j].y += w.y; v[j].z += w.z; v[j].w += w.w;
+                    nv[j].x += w.x; nv[j].y += w.y; nv[j].z += w.z; nv[j].w += w.w;
+                }
+                if (nm.g) {
+                    no[j] = ((const float4 *)nm.g)[f];
+                    no[j].x += nm.add_one; no[j].y += nm.add_one; no[j].z += nm.add_one; no[j].w += nm.add_one;
                 }
             }
-            ss = fmaf(v[j].x, v[j].x, ss); ss = fmaf(v[j].y, v[j].y, ss);
-            ss = fmaf(v[j].z, v[j].z, ss); ss = fmaf(v[j].w, v[j].w, ss);
+            ss = fmaf(nv[j].x, nv[j].x, ss); ss = fmaf(nv[j].y, nv[j].y, ss);
+            ss = fmaf(nv[j].z, nv[j].z, ss); ss = fmaf(nv[j].w, nv[j].w, ss);
         }
-        bool last;
-        const float inv = mr_norm_inv(nm, ss, cols, sh, &last);
+        ss = block_sum(ss, sh);   /* (every thread's loads of a and b have returned) */
+        tok = mr_arrive(nm);
+        const float inv = rsqrtf(ss / (float)cols + nm.eps);
 #pragma unroll
         for (int j = 0; j < 2; j++) {
             const int f = (int)threadIdx.x + (int)blockDim.x * j, vv = f >> 1;
             if (f >= cols / 4) break;
-            float4 gm = make_float4(1.f, 1.f, 1.f, 1.f);
-            if (nm.g) {
-                gm = ((const float4 *)nm.g)[f];
-                gm.x += nm.add_one; gm.y += nm.add_one; gm.z += nm.add_one; gm.w += nm.add_one;
-            }
-            const float4 o = make_float4(v[j].x * inv * gm.x, v[j].y * inv * gm.y, v[j].z * inv * gm.z, v[j].w * inv * gm.w);
-            if (last) {
-                if (nm.b) ((float4 *)nm.sum)[f] = v[j];
-                ((float4 *)nm.y)[f] = o;
-            }
+            const float4 gm = no[j];
+            const float4 o = make_float4(nv[j].x * inv * gm.x, nv[j].y * inv * gm.y, nv[j].z * inv * gm.z, nv[j].w * inv * gm.w);
+            no[j] = o;
             *(float4 *)(xs + (vv >> 5) * 256 + (f & 1) * 128 + (vv & 31) * 4) = o;
         }
     } else {
@@ -424,6 +435,15 @@ k_mv_ring_bf(const mrb_set set, const float *__restrict__ x, const mr_norm nm) {
                 }
                 a0[r] = a1[r] = 0.f;
             }
+        }
+    }
+    if (nm.a && mr_end(nm, tok, sh)) {   /* the last block to have read a and b stores what the norm would */
+#pragma unroll
+        for (int j = 0; j < 2; j++) {
+            const int f = (int)threadIdx.x + (int)blockDim.x * j;
+            if (f >= cols / 4) break;
+            if (nm.b) ((float4 *)nm.sum)[f] = nv[j];
+            ((float4 *)nm.y)[f] = no[j];
         }
     }
 #else
