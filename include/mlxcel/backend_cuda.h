@@ -132,7 +132,8 @@ int mx_backend_cuda_ring_launches(mx_backend *b);
 int mx_backend_cuda_set_mv_ring_bf16(mx_backend *b, int mode);
 /* The batch-1 rmsnorm of a product's x run in that product's prologue, one launch for both
  * (MLXCEL_CUDA_RING_NORM): 0 never, 1 ("bf16", the default) for dense bf16 products (k_mv_ring_bf),
- * 2 ("1") also q4/q8 ones (k_mv_ring; measured slower on Llama-8B, so not the default). Returns the
+ * 2 ("1") also q4/q8 ones (k_mv_ring; at parity with the norm kernel on Llama-8B and Qwen3-0.6B q4 since the
+ * fourteenth session, slower before; not the default). Returns the
  * previous mode. Then: how many ring launches ran the norm (tests). */
 int mx_backend_cuda_set_ring_norm(mx_backend *b, int mode);
 int mx_backend_cuda_ring_norm_launches(mx_backend *b);

@@ -33,7 +33,11 @@
  * launch (host pb_defer / c_act_mul, MLXCEL_CUDA_RING_PAIR): Qwen3-0.6B bf16 decode 1,137 against
  * 1,096 tok/s, Llama-8B bf16 unchanged (239.7 / 239.7 against 240.2 / 239.8: there the act_mul
  * was already hidden behind the down product's first loads); and the long rows' products (Llama-
- * 8B's down, 14,336 columns) on k_mv_ring_bf by default (238.9 / 239.8 against 235.2 / 234.9). */
+ * 8B's down, 14,336 columns) on k_mv_ring_bf by default (238.9 / 239.8 against 235.2 / 234.9).
+ * Fourteenth session: the prologues shortened (gamma with a and b; the last-block count read at
+ * the end, mr_arrive / mr_end): Qwen3-0.6B bf16 1,159.5 against 1,138.0, the norm in k_mv_ring (q4)
+ * 495.3 against 468.9 before (the norm kernel, still the q4 default: 496.8), Llama-8B bf16 at
+ * parity (242.4 / 243.3 against 243.5 / 243.0); one call, the previous binary beside. */
 
 #define MR_MAXSLOTS 16
 
