@@ -58,10 +58,14 @@ cd "$(dirname "$0")/.."
 src_hash() {
   find src include tests/unit tests/test.h CMakeLists.txt -type f | LC_ALL=C sort | xargs sha1sum | sha1sum | cut -c1-40
 }
+# configure SRC into BUILD for packing: any x86-64, libraries found beside the binaries (DT_RPATH)
+pack_configure() {
+  cmake -S "$1" -B "$2" -DCMAKE_BUILD_TYPE=Release -DMLXCEL_CUDA=ON -DMLXCEL_NATIVE=OFF -DCMAKE_EXE_LINKER_FLAGS=-Wl,--disable-new-dtags \
+    '-DCMAKE_BUILD_RPATH=$ORIGIN/lib;$ORIGIN/../lib' >/dev/null
+}
 if [ "${1:-}" = --pack ]; then
   P=build-cuda-pack
-  cmake -S . -B $P -DCMAKE_BUILD_TYPE=Release -DMLXCEL_CUDA=ON -DMLXCEL_NATIVE=OFF -DCMAKE_EXE_LINKER_FLAGS=-Wl,--disable-new-dtags \
-    '-DCMAKE_BUILD_RPATH=$ORIGIN/lib;$ORIGIN/../lib' >/dev/null &&
+  pack_configure . $P &&
     cmake --build $P -j "$(nproc)" --target mlxcel mlxcel-server test_backend_cuda test_models >/dev/null || exit 1
   [ -n "$(cmake --build $P --target help 2>/dev/null | grep -w test_cuda_topk)" ] && { cmake --build $P --target test_cuda_topk >/dev/null || exit 1; }
   st=$(mktemp -d)
@@ -84,8 +88,7 @@ if [ "${1:-}" = --pack-ab ]; then   # mlxcel of another commit, for A/B rows in 
   rev=$(git rev-parse --verify --quiet "${2:-}^{commit}") || { echo "usage: $0 --pack-ab REV (a commit)" >&2; exit 2; }
   W=build-ab-src P=build-ab
   rm -rf $W && mkdir -p $W && git archive "$rev" | tar -x -C $W || exit 1
-  cmake -S $W -B $P -DCMAKE_BUILD_TYPE=Release -DMLXCEL_CUDA=ON -DMLXCEL_NATIVE=OFF -DCMAKE_EXE_LINKER_FLAGS=-Wl,--disable-new-dtags \
-    '-DCMAKE_BUILD_RPATH=$ORIGIN/lib;$ORIGIN/../lib' >/dev/null && cmake --build $P -j "$(nproc)" --target mlxcel >/dev/null || exit 1
+  pack_configure $W $P && cmake --build $P -j "$(nproc)" --target mlxcel >/dev/null || exit 1
   mkdir -p .gpudeps
   xz -T0 -c $P/mlxcel >.gpudeps/ab-mlxcel.xz && git log -1 --format='%h %s' "$rev" | cut -c1-100 >.gpudeps/ab-rev || exit 1
   rm -rf $W

@@ -132,9 +132,9 @@ int mx_backend_cuda_ring_launches(mx_backend *b);
 int mx_backend_cuda_set_mv_ring_bf16(mx_backend *b, int mode);
 /* The batch-1 rmsnorm of a product's x run in that product's prologue, one launch for both
  * (MLXCEL_CUDA_RING_NORM): 0 never, 1 ("bf16", the default) for dense bf16 products (k_mv_ring_bf),
- * 2 ("1") also q4/q8 ones (k_mv_ring; at parity with the norm kernel on Llama-8B and Qwen3-0.6B q4 since the
- * fourteenth session, slower before; not the default). Returns the
- * previous mode. Then: how many ring launches ran the norm (tests). */
+ * 2 ("1") also q4/q8 ones (k_mv_ring; at parity with the norm kernel on Llama-8B and Qwen3-0.6B
+ * q4 since the fourteenth session, slower before; not the default). Returns the previous mode.
+ * Then: how many ring launches ran the norm (tests). */
 int mx_backend_cuda_set_ring_norm(mx_backend *b, int mode);
 int mx_backend_cuda_ring_norm_launches(mx_backend *b);
 /* A batch-1 gate/up pair of dense bf16 weights on the ring (k_mv_ring_bf) and the act_mul of its
@@ -145,9 +145,9 @@ int mx_backend_cuda_ring_norm_launches(mx_backend *b);
 bool mx_backend_cuda_set_ring_pair(mx_backend *b, bool on);
 int mx_backend_cuda_ring_pair_launches(mx_backend *b);
 /* A batch-1 act_mul (y = act(gate) * up) run in the prologue of the q4/q8 ring product (k_mv_ring)
- * that reads y (MLXCEL_CUDA_RING_ACT; off by default: Qwen3-0.6B q4 decode 8-11% slower on the H200): the act_mul waits for the
- * next op, and launches as it is if that is not such a product. The memory then holds what the two
- * ops leave, bit for bit. Returns the previous on/off. Then: how many launches ran it (tests). */
+ * that reads y (MLXCEL_CUDA_RING_ACT; off by default: Qwen3-0.6B q4 decode 8-11% slower on the
+ * H200): the act_mul waits for the next op, and launches as it is if that is not such a product.
+ * The memory then holds what the two ops leave, bit for bit. Returns the previous on/off. Then: how many launches ran it (tests). */
 bool mx_backend_cuda_set_ring_act(mx_backend *b, bool on);
 int mx_backend_cuda_ring_act_launches(mx_backend *b);
 /* On by default (MLXCEL_CUDA_SUM_NORM=0 at init turns it off; Llama-8B, 128 sequences: 13,525

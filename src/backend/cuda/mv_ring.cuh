@@ -75,7 +75,9 @@ struct mr_norm {
  * (mr_end, after a barrier) does the block learn whether it was the last, which then resets the
  * counter and stores from the registers it kept. So the atomic's round trip is not on the path to
  * the first row (it was: a barrier waited for it before the quantization). */
-__device__ __forceinline__ unsigned mr_arrive(const mr_norm &nm) { return threadIdx.x == 0 ? atomicAdd(nm.count, 1u) : 0u; }
+__device__ __forceinline__ unsigned mr_arrive(const mr_norm &nm) {
+    return threadIdx.x == 0 ? atomicAdd(nm.count, 1u) : 0u;
+}
 __device__ __forceinline__ bool mr_end(const mr_norm &nm, unsigned tok, float *sh) {
     if (threadIdx.x == 0) {
         const bool l = tok == gridDim.x - 1;
