@@ -163,6 +163,9 @@ struct cu_ctx {
     int wg_bps[2][2];                      /* k_gemm_wg<64 | 128, 2 | 4 warpgroups>: blocks a multiprocessor
                                             * holds, [nwg == 4][bn == 128] */
     void *xq; size_t xq_cap;               /* activations quantized to int8 (k_quant_x) */
+    void *xq2; size_t xq2_cap;             /* the int8 form of a q4/q8 gate/up pair's act_mul output (pr), written
+                                            * while the pair reads x's in xq */
+    const float *xq2_src; int64_t xq2_count;   /* the activations whose int8 form xq2 holds */
     int mr_on;                             /* batch-1 q4/q8 matvecs through k_mv_ring (MLXCEL_CUDA_MV_RING) */
     int mr_kb, mr_slot, mr_warps;          /* its ring (KB a block), most code bytes a slot, warps a block */
     int mr_init[3];                        /* those three as init set them (the switches) */
@@ -177,8 +180,10 @@ struct cu_ctx {
     int n_ring_norm;                       /* ring launches that ran the norm (tests) */
     struct cu_pnorm { const float *a, *b; float *sum; const float *g; float eps, add_one; float *y; int d; bool on; } pn;
                                            /* that norm (one row) not yet launched: a product of y takes it */
-    int ring_pair;                         /* a batch-1 dense bf16 gate/up product on the ring and the act_mul of
-                                            * its outputs in one launch (MLXCEL_CUDA_RING_PAIR) */
+    int ring_pair;                         /* a batch-1 gate/up product on the ring (dense bf16, q4, q8) and the
+                                            * act_mul of its outputs in one launch (MLXCEL_CUDA_RING_PAIR): 0 never;
+                                            * 1 bf16 pairs, and q4/q8 ones of at least 32 rows a multiprocessor;
+                                            * 2 ("all") q4/q8 ones of any rows too */
     int n_ring_pair;                       /* its launches (tests) */
     int ring_act;                          /* a batch-1 act_mul run in the prologue of the q4/q8 ring product that
                                             * reads its output (MLXCEL_CUDA_RING_ACT) */
@@ -188,6 +193,8 @@ struct cu_ctx {
     struct { const cu_weight *w[2]; const float *x; float *y[2]; cu_pnorm pn; bool has_pn, on; } pb;
                                            /* such a product not yet launched (with the norm it took, has_pn):
                                             * a following act_mul of its outputs runs in it (pb_flush: as it is) */
+    struct { const cu_weight *w[2]; const float *x; float *y[2]; bool on; } pr;
+                                           /* the same for q4/q8 weights on x's int8 form (pr_flush) */
     void *tk; size_t tk_cap;               /* topk: device results + scratch */
     void *tkh; size_t tkh_cap;             /* topk: pinned host copy of the results */
     bool mv_f32;                           /* MLXCEL_PRECISE=1 / MLXCEL_CUDA_MV=f32: f32 matvecs */
@@ -301,7 +308,7 @@ static mx_status read_switches(cu_switches *sw) {
                              *const pdl[] = {"0", "1", "2"},
                              *const mv[] = {"i8", "f32"}, *const kv[] = {"bf16", "f32"},
                              *const graphs[] = {"0", "1", "auto"}, *const ring_bf[] = {"0", "norm", "1", "long"},
-                             *const ring_norm[] = {"0", "bf16", "1"};
+                             *const ring_norm[] = {"0", "bf16", "1"}, *const ring_pair[] = {"0", "1", "all"};
     mx_status st;
     if ((st = env_choice("MLXCEL_CUDA_ATTN", attn, 3, 0, &sw->attn)) ||
         (st = env_choice("MLXCEL_CUDA_ATTN_DEC", attn_dec, 2, 0, &sw->attn_dec)) ||
@@ -323,7 +330,7 @@ static mx_status read_switches(cu_switches *sw) {
         (st = env_choice("MLXCEL_CUDA_MV_RING", onoff, 2, 1, &sw->mv_ring)) ||
         (st = env_choice("MLXCEL_CUDA_RING_NORM", ring_norm, 3, 1, &sw->ring_norm)) ||
         (st = env_choice("MLXCEL_CUDA_MV_RING_BF16", ring_bf, 4, 3, &sw->ring_bf)) ||
-        (st = env_choice("MLXCEL_CUDA_RING_PAIR", onoff, 2, 1, &sw->ring_pair)) ||
+        (st = env_choice("MLXCEL_CUDA_RING_PAIR", ring_pair, 3, 1, &sw->ring_pair)) ||
         (st = env_choice("MLXCEL_CUDA_RING_ACT", onoff, 2, 0, &sw->ring_act)))
         return st;
     if ((st = env_long("MLXCEL_CUDA_FUSED_PF", 0, 64, 0, "chunks", &sw->fused_pf)) ||
@@ -2766,12 +2773,15 @@ static bool g_op(cu_ctx *c, const uint64_t *v, size_t n) {
 #define GOP_HOST(c, ...) do { uint64_t v_[] = {__VA_ARGS__}; if (!g_op(c, v_, sizeof v_ / 8)) return; } while (0)
 #define REPLAY_STOP(c) do { if ((c)->gmode == G_REPLAY) return; } while (0)
 
-static void xq_forget(cu_ctx *c) { c->xq_src = NULL; c->xq_count = 0; c->xg_src = NULL; c->xg_count = 0; }
+static void xq_forget(cu_ctx *c) {
+    c->xq_src = NULL; c->xq_count = 0; c->xg_src = NULL; c->xg_count = 0; c->xq2_src = NULL; c->xq2_count = 0;
+}
 /* a product wrote y[0, count): the cached forms of activations there are stale (called by
  * c_matmul / c_matmul_multi after each product, the one place that drops them for outputs) */
 static void forget_overlap(cu_ctx *c, const float *y, int64_t count) {
     if (c->xq_src && y < c->xq_src + c->xq_count && c->xq_src < y + count) { c->xq_src = NULL; c->xq_count = 0; }
     if (c->xg_src && y < c->xg_src + c->xg_count && c->xg_src < y + count) { c->xg_src = NULL; c->xg_count = 0; }
+    if (c->xq2_src && y < c->xq2_src + c->xq2_count && c->xq2_src < y + count) { c->xq2_src = NULL; c->xq2_count = 0; }
 }
 /* the int8 buffer for `count` activations: codes, then (dx, dx*sum) per group of 32 */
 static bool xq_buf(cu_ctx *c, int64_t count, int8_t **q, float2 **ds) {
@@ -2781,13 +2791,23 @@ static bool xq_buf(cu_ctx *c, int64_t count, int8_t **q, float2 **ds) {
     *q = (int8_t *)buf; *ds = (float2 *)(buf + qb);
     return true;
 }
+/* the same in xq2 */
+static bool xq2_buf(cu_ctx *c, int64_t count, int8_t **q, float2 **ds) {
+    size_t qb = ((size_t)count + 15) & ~(size_t)15;
+    char *buf = (char *)scratch(c, &c->xq2, &c->xq2_cap, qb + (size_t)(count / 32) * sizeof(float2));
+    if (!buf) return false;
+    *q = (int8_t *)buf; *ds = (float2 *)(buf + qb);
+    return true;
+}
 static void pg_flush(cu_ctx *c);
 static void pb_flush(cu_ctx *c);
+static void pr_flush(cu_ctx *c);
 static void pa_flush(cu_ctx *c);
 static void psum_launch(cu_ctx *c, const cu_ctx::cu_psum *p);
 static void pn_flush(cu_ctx *c);
 static void pend_flush(cu_ctx *c) {
     pb_flush(c);   /* (first: it may take the norm) */
+    pr_flush(c);
     pa_flush(c);
     pn_flush(c);
     pg_flush(c);
@@ -3210,12 +3230,19 @@ static bool mv_i8_ok(const cu_ctx *c, const cu_weight *w, const cu_weight *w0, i
  * where it does not apply (switched off, a device before sm_90, rows longer than 4096 columns,
  * rows or pointers not 16-byte aligned for the copies, a ring that holds neither all of a warp's
  * items nor two slots). The weights share the format (mv_i8_ok). nm: the prologue computes x, the
- * norm (pro 1) or the act_mul (pro 2) it describes. */
+ * norm (pro 1) or the act_mul (pro 2) it describes; pro 3: a gate/up pair (nw 2, equal rows, a
+ * multiple of 32, outputs apart) on x's int8 form xq and the act_mul of its outputs in place over
+ * ys[0] (nm: its activation, and where the int8 form of its output goes, apart from xq); dry: only
+ * whether it applies (nothing launched, no state changed). */
 static bool mv_ring(cu_ctx *c, int nw, const cu_weight *const *w, const int8_t *xq, const float2 *xds, float *const *ys,
-                    const mr_norm *nm, int pro = 1) {
+                    const mr_norm *nm, int pro = 1, bool dry = false) {
     const int64_t K = w[0]->cols;
     if (!c->mr_on || c->prop.major < 9 || K > 4096) return false;
-    if (nm && (K > 256 * c->mr_warps || K % 32 || !rn_apart(nm, K, nw, w, ys))) return false;
+    const bool pair = nm && pro == 3;
+    if (pair && (nw != 2 || w[1]->rows != w[0]->rows || w[0]->rows % 32 || w[0]->rows > (int64_t)32 * 32 * c->prop.multiProcessorCount ||
+                 (ys[0] < ys[1] + w[1]->rows && ys[1] < ys[0] + w[0]->rows) || (((uintptr_t)nm->oq | (uintptr_t)nm->ods) & 15)))
+        return false;
+    if (nm && !pair && (K > 256 * c->mr_warps || K % 32 || !rn_apart(nm, K, nw, w, ys))) return false;
     const int bits = w[0]->bits, gs = (int)w[0]->gs, gsh = log2_exact(w[0]->gs);
     mr_set set;
     memset(&set, 0, sizeof set);
@@ -3229,39 +3256,50 @@ static bool mv_ring(cu_ctx *c, int nw, const cu_weight *const *w, const int8_t *
     int rs = 4;
     while (rs > 1 && (rs * set.row_wb > c->mr_slot || slots_of(rs) < 2)) rs /= 2;
     set.slot_b = rs * (set.row_wb + 2 * set.row_sb);
-    const int64_t run = mr_deal(c, nw, w, rs, set.blk0);
-    const int blk = set.blk0[nw];
+    int64_t run;
+    if (pair) {   /* (the blocks take runs of whole groups of 32 rows of both weights: mr_pair_block) */
+        const int64_t ng = w[0]->rows / 32, nb = ng < c->prop.multiProcessorCount ? ng : c->prop.multiProcessorCount;
+        run = (ng + nb - 1) / nb * 32;
+        set.blk0[0] = 0; set.blk0[1] = set.blk0[2] = (int)nb;
+    } else {
+        run = mr_deal(c, nw, w, rs, set.blk0);
+    }
+    const int blk = set.blk0[pair ? 1 : nw];
     for (int k = 0; k < nw; k++) {
         set.W[k] = (const uint8_t *)w[k]->w; set.S[k] = (const uint8_t *)w[k]->scales; set.B[k] = (const uint8_t *)w[k]->biases;
         set.bias[k] = w[k]->bias; set.y[k] = ys[k]; set.rows[k] = (int)w[k]->rows;
     }
     set.nw = nw;
-    if (!(set.slots = mr_slots(slots_of(rs), (int)(((run + rs - 1) / rs + nwarp - 1) / nwarp)))) return false;
+    if (!(set.slots = mr_slots(slots_of(rs), (int)(((run + rs - 1) / rs + nwarp - 1) / nwarp) * (pair ? 2 : 1)))) return false;
     size_t shm = (size_t)nwarp * set.slots * (set.slot_b + 8);
-    if (nm) shm = ((shm + 15) & ~(size_t)15) + (size_t)K + (size_t)K / 32 * 8;   /* x's int8 form, after the ring */
+    if (pair) shm = ((shm + 15) & ~(size_t)15) + (size_t)run * 4;   /* the act_mul's outputs of the block's rows */
+    else if (nm) shm = ((shm + 15) & ~(size_t)15) + (size_t)K + (size_t)K / 32 * 8;   /* x's int8 form, after the ring */
     const size_t optin = c->prop.sharedMemPerBlockOptin - 1024;   /* (-1024: static) */
     if (shm > optin) return false;
     const bool bf = w[0]->sdt == SDT_BF16;
     typedef void (*mr_fn)(const mr_set, const int8_t *, const float2 *, int, const mr_norm);
 #define MR_RS(B, T, N) {k_mv_ring<B, T, 1, N>, k_mv_ring<B, T, 2, N>, k_mv_ring<B, T, 4, N>}
 #define MR_N(N) {{MR_RS(4, __half, N), MR_RS(4, __nv_bfloat16, N)}, {MR_RS(8, __half, N), MR_RS(8, __nv_bfloat16, N)}}
-    static const mr_fn forms[3][2][2][3] = {MR_N(0), MR_N(1), MR_N(2)};
+    static const mr_fn forms[4][2][2][3] = {MR_N(0), MR_N(1), MR_N(2), MR_N(3)};
 #undef MR_N
 #undef MR_RS
-    /* (form bits 0-11 without a prologue, 16-27 with the norm, 32-43 with the act_mul; 12-14 and
-     * 28-30: k_mv_ring_bf's) */
-    const int p = nm ? (pro == 2 ? 2 : 1) : 0, ri = rs == 4 ? 2 : rs == 2 ? 1 : 0;
+    /* (form bits 0-11 without a prologue, 16-27 with the norm, 32-43 with the act_mul before, 48-59
+     * the pair with the act_mul after; 12-14 and 28-30: k_mv_ring_bf's) */
+    const int p = nm ? (pro == 2 || pro == 3 ? pro : 1) : 0, ri = rs == 4 ? 2 : rs == 2 ? 1 : 0;
     const int form = ((bits == 8) * 2 + bf) * 3 + ri + 16 * p;
     const mr_fn kf = forms[p][bits == 8][bf][ri];
+    if (dry) return true;
     if (!mr_raise(c, (const void *)kf, form, (int)optin)) return false;
     mr_norm no;
     memset(&no, 0, sizeof no);
     PL(c, kf, (unsigned)blk, nwarp * 32, shm)(set, xq, xds, gsh, nm ? *nm : no);
-    LAUNCHED(c, p == 2 ? "matvec (int8 activations, bulk-copied weights) + act_mul"
+    LAUNCHED(c, p == 3 ? "matvec (int8 activations, gate/up, bulk-copied weights) + act_mul"
+                : p == 2 ? "matvec (int8 activations, bulk-copied weights) + act_mul"
                 : p ? "matvec (int8 activations, bulk-copied weights) + rmsnorm" : "matvec (int8 activations, bulk-copied weights)");
     c->n_ring++;
     if (p == 1) c->n_ring_norm++;
     if (p == 2) c->n_ring_act++;
+    if (p == 3) c->n_ring_pair++;
     return true;
 }
 
@@ -3273,8 +3311,11 @@ static bool mv_i8(cu_ctx *c, int nw, const cu_weight *const *w, const float *x, 
     const int cols = (int)w[0]->cols, ngx = cols / 32, gsh = log2_exact(w[0]->gs);
     const int R = n >= 2 ? 2 : 1;
     int8_t *xq; float2 *xds;
-    if (!xq_buf(c, (int64_t)n * cols, &xq, &xds)) return true;   /* failure recorded */
-    if (c->xq_src != x || c->xq_count != (int64_t)n * cols) {
+    if (n == 1 && c->xq2_src == x && c->xq2_count == cols) {   /* the act_mul of a gate/up pair wrote it (pr) */
+        if (!xq2_buf(c, cols, &xq, &xds)) return true;
+    } else if (!xq_buf(c, (int64_t)n * cols, &xq, &xds)) {
+        return true;   /* failure recorded */
+    } else if (c->xq_src != x || c->xq_count != (int64_t)n * cols) {
         PL(c, k_quant_x, nblk((int64_t)n * ngx * 32, 256), 256, 0)(x, xq, xds, n, cols);
         LAUNCHED(c, "quantize activations");
         c->xq_src = x; c->xq_count = (int64_t)n * cols;
@@ -3369,6 +3410,40 @@ static void pb_flush(cu_ctx *c) {
     multi_run(c, 2, c->pb.w, c->pb.x, c->pb.y, 1);
     c->ring_pair = rp;
 }
+/* a batch-1 q4/q8 gate/up pair the ring takes, on x's int8 form (the norm before it wrote it, or
+ * it is quantized here as mv_i8 would): deferred (true), so that an act_mul of its outputs runs in
+ * the same launch (k_mv_ring<.., 3>) */
+static bool pr_defer(cu_ctx *c, int nw, const cu_weight *const *w, const float *x, float *const *ys, int n) {
+    if (!c->ring_pair || nw != 2 || n != 1 || !mv_i8_ok(c, w[0], w[0], 1) || !mv_i8_ok(c, w[1], w[0], 1)) return false;
+    /* (by default only where the groups of 32 rows, a block's unit, fill the multiprocessors:
+     * Qwen3-0.6B's pair, 96 groups on 96 of the H200's 132, decoded 5% slower with graphs, why not
+     * established; NOTES.md) */
+    if (c->ring_pair == 1 && w[0]->rows < (int64_t)32 * c->prop.multiProcessorCount) return false;
+    const int64_t K = w[0]->cols;
+    int8_t *xq; float2 *xds;
+    if (!xq_buf(c, K, &xq, &xds)) return false;
+    mr_norm nm;
+    memset(&nm, 0, sizeof nm);
+    nm.oq = xq; nm.ods = xds;   /* (any 16-byte aligned pointers: only the dry run sees them) */
+    if (!mv_ring(c, 2, w, xq, xds, ys, &nm, 3, true)) return false;
+    if (c->xq_src != x || c->xq_count != K) {
+        PL(c, k_quant_x, nblk(K, 256), 256, 0)(x, xq, xds, 1, (int)K);
+        LAUNCHED(c, "quantize activations");
+        c->xq_src = x; c->xq_count = K;
+    }
+    c->pr.w[0] = w[0]; c->pr.w[1] = w[1]; c->pr.x = x; c->pr.y[0] = ys[0]; c->pr.y[1] = ys[1];
+    c->pr.on = true;
+    return true;
+}
+/* the deferred q4/q8 pair as it is (x's int8 form is still in xq: nothing ran since) */
+static void pr_flush(cu_ctx *c) {
+    if (!c->pr.on) return;
+    c->pr.on = false;
+    const int rp = c->ring_pair;
+    c->ring_pair = 0;   /* (not deferred again) */
+    multi_run(c, 2, c->pr.w, c->pr.x, c->pr.y, 1);
+    c->ring_pair = rp;
+}
 /* c_matmul_multi's products (the weights found) */
 static void multi_run(cu_ctx *c, int nw, const cu_weight *const *w, const float *x, float *const *ys, int n) {
     mr_norm nm;
@@ -3383,7 +3458,7 @@ static void multi_run(cu_ctx *c, int nw, const cu_weight *const *w, const float 
         }
     }
     FLUSH_ALL(c);
-    if (pb_defer(c, nw, w, x, ys, n, NULL)) return;
+    if (pb_defer(c, nw, w, x, ys, n, NULL) || pr_defer(c, nw, w, x, ys, n)) return;
     /* a gate/up pair the fused form takes (MLXCEL_CUDA_GEMM_PAIR=1): deferred, so that a
      * following act_mul of its outputs runs in the GEMM's epilogue (any other op launches it as it
      * is first) */
@@ -4270,6 +4345,26 @@ static void c_act_mul(void *ctx, mx_act act, const float *gate, const float *up,
             return;
         }
     }
+    /* in place on the outputs of the deferred batch-1 q4/q8 gate/up pair: in its launch, which also
+     * writes the int8 form of y (into xq2: the pair reads x's from xq) */
+    if (c->pr.on && gate == c->pr.y[0] && up == c->pr.y[1] && y == gate && n == 1 && d == (int)c->pr.w[0]->rows &&
+        stride == d) {
+        hq_flush(c);
+        c->pr.on = false;
+        int8_t *xq, *oq; float2 *xds, *ods;
+        mr_norm nm;
+        memset(&nm, 0, sizeof nm);
+        nm.act = (int)act;
+        if (xq_buf(c, c->pr.w[0]->cols, &xq, &xds) && xq2_buf(c, d, &oq, &ods)) {
+            nm.oq = oq; nm.ods = ods;
+            if (mv_ring(c, 2, c->pr.w, xq, xds, c->pr.y, &nm, 3)) {
+                for (int k = 0; k < 2; k++) forget_overlap(c, c->pr.y[k], c->pr.w[k]->rows);
+                c->xq2_src = y; c->xq2_count = d;
+                return;
+            }
+        }
+        c->pr.on = true;   /* (not expected: the dry run said it applies) the two ops as they are */
+    }
     OP_ENTER(c);
     /* one row for a q4/q8 ring product (MLXCEL_CUDA_RING_ACT): deferred, for its prologue (pa_product) */
     if (n == 1 && c->ring_act && c->mr_on && c->prop.major >= 9 && !c->mv_f32 && c->rn_count && d % 32 == 0 &&
@@ -4957,6 +5052,7 @@ extern "C" int mx_backend_cuda_set_mv_ring_bf16(mx_backend *b, int mode) { retur
 extern "C" int mx_backend_cuda_set_ring_norm(mx_backend *b, int mode) { return set_mode3(&switch_ctx(b)->rn_on, mode); }
 extern "C" int mx_backend_cuda_ring_norm_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_ring_norm; }
 extern "C" bool mx_backend_cuda_set_ring_pair(mx_backend *b, bool on) { return set_flag(&switch_ctx(b)->ring_pair, on); }
+extern "C" int mx_backend_cuda_set_ring_pair_mode(mx_backend *b, int mode) { return set_mode(&switch_ctx(b)->ring_pair, mode, 2); }
 extern "C" int mx_backend_cuda_ring_pair_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_ring_pair; }
 extern "C" bool mx_backend_cuda_set_ring_act(mx_backend *b, bool on) { return set_flag(&switch_ctx(b)->ring_act, on); }
 extern "C" int mx_backend_cuda_ring_act_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_ring_act; }
@@ -5162,6 +5258,7 @@ extern "C" void mx_backend_cuda_free(mx_backend *b) {
     if (c->rn_count) cudaFree(c->rn_count);
     if (c->att_cnt) cudaFree(c->att_cnt);
     if (c->xq) cudaFree(c->xq);
+    if (c->xq2) cudaFree(c->xq2);
     if (c->xg) cudaFree(c->xg);
     if (c->xg2) cudaFree(c->xg2);
     if (c->tk) cudaFree(c->tk);

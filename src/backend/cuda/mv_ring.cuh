@@ -66,7 +66,9 @@ struct mr_norm {
     float eps, add_one;
     float *y;                    /* the normed row stored here */
     unsigned *count;             /* blocks that have read a and b (the last resets it) */
-    int act;                     /* k_mv_ring<.., PRO 2>: x = act(a) * b (an act_mul), stored to y */
+    int act;                     /* k_mv_ring<.., PRO 2>: x = act(a) * b (an act_mul), stored to y;
+                                  * PRO 3: the activation of the pair's act_mul */
+    int8_t *oq; float2 *ods;     /* PRO 3: the int8 form of the act_mul's output (not x's buffer) */
 };
 
 /* Which block stores the sum and the normed row (or the act_mul's output): the last to have read a
@@ -100,6 +102,14 @@ __device__ __forceinline__ int mr_block(const SET &set, int *rb0, int *rb1) {
     *rb1 = (int)((int64_t)(lb + 1) * rows / nb);
     return k;
 }
+/* PRO 3 (a gate/up pair): the block's rows [rb0, rb1) of both weights, whole groups of 32 rows
+ * (the block quantizes the act_mul's output of its rows itself) */
+__device__ __forceinline__ int mr_pair_block(int rows, int *rb0, int *rb1) {
+    const int ng = rows >> 5;
+    *rb0 = (int)((int64_t)blockIdx.x * ng / gridDim.x) << 5;
+    *rb1 = (int)((int64_t)(blockIdx.x + 1) * ng / gridDim.x) << 5;
+    return 0;
+}
 /* the L2 policy of the rings' copies: weights are read once a step */
 __device__ __forceinline__ uint64_t mr_evict_first() {
     uint64_t pol;
@@ -126,7 +136,15 @@ __device__ __forceinline__ void mr_start(uint64_t *bar, int S, int nitem, int la
  * nm.a measured slower than: Qwen3-0.6B q4 decode ~5%, twelfth session, NOTES.md); 1 the norm
  * (nm); 2 the act_mul before the product (MLXCEL_CUDA_RING_ACT): x = act(nm.a) * nm.b computed and
  * quantized by every block as k_act_mul does, stored to nm.y by the block that reads a and b last
- * (a may be y's own buffer: the decoder's act_mul is in place) */
+ * (a may be y's own buffer: the decoder's act_mul is in place).
+ * PRO 3, no prologue but an epilogue (MLXCEL_CUDA_RING_PAIR): a gate/up pair (set.nw 2, equal
+ * rows, a multiple of 32) and the act_mul after it in one launch. Every block takes the same run
+ * of whole groups of 32 rows of both weights (mr_pair_block); a warp's units of RS rows are two
+ * items each, the gate's rows then the up's, so the warp holds the gate's sums when the up's are
+ * done: lane 0 writes y[1] = up and y[0] = act(gate) * up (in place over gate, what the two ops
+ * leave) and keeps the latter in shared memory; after a barrier the block quantizes its groups
+ * into nm.oq / nm.ods as k_act_mul does (quant_group), for the down product. The sums are the
+ * unpaired form's, so every output is bit for bit that of the ring and k_act_mul. */
 template <int BITS, typename ST, int RS, int PRO>
 __global__ void __launch_bounds__(512, 1)
 k_mv_ring(const mr_set set, const int8_t *__restrict__ xq, const float2 *__restrict__ xds, int gs_shift, const mr_norm nm) {
@@ -135,24 +153,27 @@ k_mv_ring(const mr_set set, const int8_t *__restrict__ xq, const float2 *__restr
     __shared__ float sh[33];
     bool waited = pdl_entry_weights_first();
     int rb0, rb1;
-    const int k = mr_block(set, &rb0, &rb1);
+    const int k = PRO == 3 ? mr_pair_block(set.rows[0], &rb0, &rb1) : mr_block(set, &rb0, &rb1);
     const int nwarp = (int)(blockDim.x >> 5), wid = (int)(threadIdx.x >> 5), lane = (int)(threadIdx.x & 31);
     const int nunit = (rb1 - rb0 + RS - 1) / RS, S = set.slots;
-    const int nitem = nunit > wid ? (nunit - wid + nwarp - 1) / nwarp : 0;
+    constexpr int PER = PRO == 3 ? 2 : 1;   /* items a unit of RS rows */
+    const int nitem = (nunit > wid ? (nunit - wid + nwarp - 1) / nwarp : 0) * PER;
     uint8_t *ring = mr_smem + (size_t)wid * S * set.slot_b;
     uint64_t *bar = (uint64_t *)(mr_smem + (size_t)nwarp * S * set.slot_b) + wid * S;
     const uint8_t *Wk = set.W[k], *Sk = set.S[k], *Bk = set.B[k];
     const uint64_t pol = mr_evict_first();
     /* (lane 0) item t of this warp into its slot */
     auto issue = [&](int t) {
-        const int r0 = rb0 + (wid + nwarp * t) * RS, nr = min(RS, rb1 - r0);
+        const int u = t / PER, kk = t - u * PER;   /* (PRO 3: kk the weight) */
+        const int r0 = rb0 + (wid + nwarp * u) * RS, nr = min(RS, rb1 - r0);
         uint8_t *d = ring + (size_t)(t % S) * set.slot_b;
         uint64_t *b = bar + t % S;
         const uint32_t wb = (uint32_t)(nr * set.row_wb), sb = (uint32_t)(nr * set.row_sb);
+        const uint8_t *Wt = PRO == 3 && kk ? set.W[1] : Wk, *St = PRO == 3 && kk ? set.S[1] : Sk, *Bt = PRO == 3 && kk ? set.B[1] : Bk;
         fd_mbar_expect(b, wb + 2 * sb);
-        fd_bulk(d, Wk + (size_t)r0 * set.row_wb, wb, b, pol);
-        fd_bulk(d + RS * set.row_wb, Sk + (size_t)r0 * set.row_sb, sb, b, pol);
-        fd_bulk(d + RS * (set.row_wb + set.row_sb), Bk + (size_t)r0 * set.row_sb, sb, b, pol);
+        fd_bulk(d, Wt + (size_t)r0 * set.row_wb, wb, b, pol);
+        fd_bulk(d + RS * set.row_wb, St + (size_t)r0 * set.row_sb, sb, b, pol);
+        fd_bulk(d + RS * (set.row_wb + set.row_sb), Bt + (size_t)r0 * set.row_sb, sb, b, pol);
     };
     mr_start(bar, S, nitem, lane, waited, issue);
     const float *bias = set.bias[k];
@@ -218,7 +239,7 @@ k_mv_ring(const mr_set set, const int8_t *__restrict__ xq, const float2 *__restr
         const int g = 32 * uu + lane;
         if (g >= ng) break;
         uint4 xa, xb;
-        if constexpr (PRO != 0) {
+        if constexpr (PRO == 1 || PRO == 2) {
             const uint4 *xp = (const uint4 *)(xq_s + (g << 5));
             xa = xp[0]; xb = xp[1]; ds[uu] = xds_s[g];
         } else {
@@ -232,8 +253,11 @@ k_mv_ring(const mr_set set, const int8_t *__restrict__ xq, const float2 *__restr
             xv[uu][2 * h + 1] = BITS == 4 ? __byte_perm(v[2 * h], v[2 * h + 1], 0x7531) : v[2 * h + 1];
         }
     }
+    float gs[RS];   /* (PRO 3: the gate's sums of the unit; ob: the act_mul's outputs of the block's rows) */
+    float *ob = (float *)xq_s;
     for (int t = 0; t < nitem; t++) {
-        const int r0 = rb0 + (wid + nwarp * t) * RS, nr = min(RS, rb1 - r0);
+        const int u = t / PER, kk = t - u * PER;
+        const int r0 = rb0 + (wid + nwarp * u) * RS, nr = min(RS, rb1 - r0);
         fd_mbar_wait(bar + t % S, (uint32_t)(t / S) & 1u);
         const uint8_t *d = ring + (size_t)(t % S) * set.slot_b;
         const ST *sc = (const ST *)(d + RS * set.row_wb), *bc = (const ST *)(d + RS * (set.row_wb + set.row_sb));
@@ -273,10 +297,28 @@ k_mv_ring(const mr_set set, const int8_t *__restrict__ xq, const float2 *__restr
 #pragma unroll
         for (int r = 0; r < RS; r++) {
             const float a = warp_sum(acc[r]);
-            if (lane == 0 && r < nr) y[r0 + r] = a + (bias ? bias[r0 + r] : 0.f);
+            if constexpr (PRO == 3) {
+                const float *bk = kk ? set.bias[1] : set.bias[0];
+                const float v = a + (bk && r < nr ? bk[r0 + r] : 0.f);
+                if (kk == 0) {
+                    gs[r] = v;
+                } else if (lane == 0 && r < nr) {
+                    const float o = act_f(nm.act, gs[r]) * v;
+                    set.y[1][r0 + r] = v;
+                    set.y[0][r0 + r] = o;
+                    ob[r0 - rb0 + r] = o;
+                }
+            } else {
+                if (lane == 0 && r < nr) y[r0 + r] = a + (bias ? bias[r0 + r] : 0.f);
+            }
         }
     }
-    if constexpr (PRO != 0) {   /* the last block to have read a and b stores what the norm (act_mul) would */
+    if constexpr (PRO == 3) {   /* the int8 form of the block's groups of the act_mul's output */
+        __syncthreads();
+        for (int gl = wid; gl < (rb1 - rb0) >> 5; gl += nwarp)
+            quant_group(ob[(gl << 5) + lane], nm.oq, nm.ods, (size_t)(rb0 + (gl << 5) + lane));
+    }
+    if constexpr (PRO == 1 || PRO == 2) {   /* the last block to have read a and b stores what the norm (act_mul) would */
         if (mr_end(nm, tok, sh)) {
 #pragma unroll
             for (int j = 0; j < 8; j++) {
