@@ -144,11 +144,6 @@ int mx_backend_cuda_ring_norm_launches(mx_backend *b);
  * as it is if that is not such an act_mul. The memory then holds what the two ops leave, bit for
  * bit. Returns the previous on/off. Then: how many launches ran a pair that way (tests). */
 bool mx_backend_cuda_set_ring_pair(mx_backend *b, bool on);
-/* The same switch's mode: 0 off; 1 (the default) bf16 pairs and q4/q8 pairs of at least 32 rows a
- * multiprocessor (a block takes whole groups of 32 rows; Qwen3-0.6B's pair, 3,072 rows on 96 of
- * the H200's 132, decoded 5% slower with graphs); 2 ("all") q4/q8 pairs of any rows too. Returns
- * the previous mode. */
-int mx_backend_cuda_set_ring_pair_mode(mx_backend *b, int mode);
 int mx_backend_cuda_ring_pair_launches(mx_backend *b);
 /* A batch-1 act_mul (y = act(gate) * up) run in the prologue of the q4/q8 ring product (k_mv_ring)
  * that reads y (MLXCEL_CUDA_RING_ACT; off by default: Qwen3-0.6B q4 decode 8-11% slower on the

@@ -72,7 +72,7 @@ static void test_select(void) {
     setenv("MLXCEL_CUDA_MV_RING", "0", 1); setenv("MLXCEL_CUDA_MV_RING_KB", "64", 1); setenv("MLXCEL_CUDA_MV_RING_WARPS", "8", 1);
     setenv("MLXCEL_CUDA_MV_RING_SLOT", "16384", 1); setenv("MLXCEL_CUDA_RING_NORM", "bf16", 1);
     setenv("MLXCEL_CUDA_MV_RING_BF16", "norm", 1); setenv("MLXCEL_CUDA_ATTN_PREP", "0", 1);
-    setenv("MLXCEL_CUDA_RING_PAIR", "all", 1); setenv("MLXCEL_CUDA_RING_ACT", "1", 1);
+    setenv("MLXCEL_CUDA_RING_PAIR", "0", 1); setenv("MLXCEL_CUDA_RING_ACT", "1", 1);
     TCHECK(mx_backend_cuda_check_env() == MX_OK, "good switches refused: %s", mx_last_error());
     unsetenv("MLXCEL_CUDA_ATTN_PREP"); unsetenv("MLXCEL_CUDA_RING_PAIR"); unsetenv("MLXCEL_CUDA_RING_ACT");
     unsetenv("MLXCEL_CUDA_FUSED"); unsetenv("MLXCEL_CUDA_FUSED_PF"); unsetenv("MLXCEL_CUDA_GEMM_SK");
@@ -1368,23 +1368,13 @@ static const rn_case g_rn[] = {
  * itself: no stale int8 form; after a q4/q8 pair it reads the int8 form the pair wrote, which must
  * be k_act_mul's for its output to be equal) and within 2e-5 (q4/q8: 1e-2) of the CPU; one pair
  * launch counted where it applies, none where it must not (an act_mul into another buffer, an op
- * between the product and the act_mul, rows of odd columns, q4 rows not a multiple of 32; by
- * default q4/q8 rows fewer than 32 a multiprocessor). kb, warps, slot: a small ring whose slots wrap
- * (0: the default geometry). */
+ * between the product and the act_mul, rows of odd columns, q4 rows not a multiple of 32). kb,
+ * warps, slot: a small ring whose slots wrap (0: the default geometry). */
 typedef struct {
     const char *name; int rows, d, bits; mx_act act; bool norm, bias, q4_down; int kb, warps, slot;
     int how;   /* 0 the decoder's order; 1 act_mul into another buffer; 2 a product between */
     bool taken;
-    int pmode;   /* the switch's mode when on: 1 (0: 1 too; q4/q8 pairs then taken only for rows of at
-                  * least 32 a multiprocessor, whatever taken says) or 2 ("all") */
 } rp_case;
-static int gpu_sms(void) {
-    char desc[300];
-    mx_backend_cuda_describe(&G, desc, sizeof desc);
-    const char *p = strstr(desc, " SMs");
-    while (p && p > desc && p[-1] >= '0' && p[-1] <= '9') p--;
-    return p ? atoi(p) : 0;
-}
 static void check_ring_pair(const rp_case *rc) {
     const int D = rc->d, R = rc->rows;
     tw t[3], dn;
@@ -1417,7 +1407,7 @@ static void check_ring_pair(const rp_case *rc) {
     const bool sm90 = gpu_sm90();
     float *dov = gup(o, D), *dz = gup(z, D), *res[2][2][3];
     for (int mode = 0; mode < 2; mode++) {
-        const int was = mx_backend_cuda_set_ring_pair_mode(&G, mode == 1 ? (rc->pmode ? rc->pmode : 1) : 0);
+        const bool was = mx_backend_cuda_set_ring_pair(&G, mode == 1);
         const int was_bf = mx_backend_cuda_set_mv_ring_bf16(&G, rc->norm ? 1 : 2);   /* (no norm: all bf16 products on the ring) */
         const bool was_ring = mx_backend_cuda_set_mv_ring(&G, true, rc->kb, rc->warps, rc->slot);
         for (int rep = 0; rep < 2; rep++) {
@@ -1432,8 +1422,7 @@ static void check_ring_pair(const rp_case *rc) {
             if (rc->how == 2) G.i->matmul(G.ctx, ws[0], dz, dw, 1);
             G.i->act_mul(G.ctx, rc->act, gy[0], gy[1], R, gout, 1, R);
             G.i->matmul(G.ctx, &dn.w, gout, dd, 1);
-            const bool fill = !rc->bits || rc->pmode == 2 || (int64_t)rc->rows >= 32 * (int64_t)gpu_sms();
-            const int got = mx_backend_cuda_ring_pair_launches(&G) - before, want = mode == 1 && sm90 && rc->taken && fill ? 1 : 0;
+            const int got = mx_backend_cuda_ring_pair_launches(&G) - before, want = mode == 1 && sm90 && rc->taken ? 1 : 0;
             TCHECK(got == want, "mode %d rep %d: %d pair launches, expected %d", mode, rep, got, want);
             res[mode][rep][0] = gdown(dh, D); res[mode][rep][1] = gdown(dgu, 3 * (int64_t)R); res[mode][rep][2] = gdown(dd, D);
             G.i->free(G.ctx, dh); G.i->free(G.ctx, dx); G.i->free(G.ctx, dgu); G.i->free(G.ctx, dd); G.i->free(G.ctx, dw);
@@ -1446,7 +1435,7 @@ static void check_ring_pair(const rp_case *rc) {
         }
         mx_backend_cuda_set_mv_ring(&G, was_ring, -1, -1, -1);
         mx_backend_cuda_set_mv_ring_bf16(&G, was_bf);
-        mx_backend_cuda_set_ring_pair_mode(&G, was);
+        mx_backend_cuda_set_ring_pair(&G, was);
     }
     const int64_t ng = rc->how == 1 ? 3 * (int64_t)R : 2 * (int64_t)R;
     for (int mode = 0; mode < 2; mode++)
@@ -1468,34 +1457,32 @@ static void check_ring_pair(const rp_case *rc) {
 }
 static const rp_case g_rp[] = {
     /* Llama-8B's shape (14336 rows of 4096: two segments a row), SiLU, the norm in the ring */
-    {"cuda_ring_pair_llama_14336", 14336, 4096, 0, MX_ACT_SILU, true, false, false, 0, 0, 0, 0, true, 0},
+    {"cuda_ring_pair_llama_14336", 14336, 4096, 0, MX_ACT_SILU, true, false, false, 0, 0, 0, 0, true},
     /* Qwen3-0.6B's (3072 rows of 1024: rows a slot), q4 down after it (quantizes g itself) */
-    {"cuda_ring_pair_qwen_3072_q4_down", 3072, 1024, 0, MX_ACT_SILU, true, false, true, 0, 0, 0, 0, true, 0},
-    {"cuda_ring_pair_gelu_bias_small", 1500, 768, 0, MX_ACT_GELU_TANH, true, true, false, 16, 4, 2048, 0, true, 0},  /* 2 slots a warp: wraps */
+    {"cuda_ring_pair_qwen_3072_q4_down", 3072, 1024, 0, MX_ACT_SILU, true, false, true, 0, 0, 0, 0, true},
+    {"cuda_ring_pair_gelu_bias_small", 1500, 768, 0, MX_ACT_GELU_TANH, true, true, false, 16, 4, 2048, 0, true},  /* 2 slots a warp: wraps */
     /* not taken: the norm of 768 values cannot run in a ring of one warp (8 values a thread), so
      * the norm kernel runs and the products go to the register form */
-    {"cuda_ring_pair_not_norm_one_warp", 1500, 768, 0, MX_ACT_GELU_TANH, true, true, false, 8, 1, 2048, 0, false, 0},
-    {"cuda_ring_pair_no_norm_2304", 1000, 2304, 0, MX_ACT_GELU, false, true, false, 24, 2, 4096, 0, true, 0},       /* ring for all bf16 */
-    {"cuda_ring_pair_rows4_1024", 151, 1024, 0, MX_ACT_RELU, true, false, false, 0, 4, 8192, 0, true, 0},            /* 4 rows a slot, 151 = 4 x 37 + 3 */
+    {"cuda_ring_pair_not_norm_one_warp", 1500, 768, 0, MX_ACT_GELU_TANH, true, true, false, 8, 1, 2048, 0, false},
+    {"cuda_ring_pair_no_norm_2304", 1000, 2304, 0, MX_ACT_GELU, false, true, false, 24, 2, 4096, 0, true},       /* ring for all bf16 */
+    {"cuda_ring_pair_rows4_1024", 151, 1024, 0, MX_ACT_RELU, true, false, false, 0, 4, 8192, 0, true},            /* 4 rows a slot, 151 = 4 x 37 + 3 */
     /* not taken: the act_mul into another buffer; a product between; 1032 columns */
-    {"cuda_ring_pair_not_other_out", 3072, 1024, 0, MX_ACT_SILU, true, false, false, 0, 0, 0, 1, false, 0},
-    {"cuda_ring_pair_not_between", 3072, 1024, 0, MX_ACT_SILU, true, false, false, 0, 0, 0, 2, false, 0},
-    {"cuda_ring_pair_not_1032", 300, 1032, 0, MX_ACT_SILU, false, false, false, 0, 0, 0, 0, false, 0},
+    {"cuda_ring_pair_not_other_out", 3072, 1024, 0, MX_ACT_SILU, true, false, false, 0, 0, 0, 1, false},
+    {"cuda_ring_pair_not_between", 3072, 1024, 0, MX_ACT_SILU, true, false, false, 0, 0, 0, 2, false},
+    {"cuda_ring_pair_not_1032", 300, 1032, 0, MX_ACT_SILU, false, false, false, 0, 0, 0, 0, false},
     /* q4/q8 (k_mv_ring<.., 3>): Qwen3-0.6B's shape with its q4 down on the ring after it (the int8
      * form the pair wrote), Llama-8B's (448 groups of rows on the blocks, down on registers) */
-    {"cuda_ring_pair_q4_qwen_3072", 3072, 1024, 4, MX_ACT_SILU, true, false, true, 0, 0, 0, 0, true, 2},
-    /* the default mode: 96 groups of rows, fewer than an H200's 132 multiprocessors: not taken there */
-    {"cuda_ring_pair_q4_qwen_3072_default", 3072, 1024, 4, MX_ACT_SILU, true, false, true, 0, 0, 0, 0, true, 1},
-    {"cuda_ring_pair_q4_llama_14336", 14336, 4096, 4, MX_ACT_SILU, true, false, true, 0, 0, 0, 0, true, 0},
-    {"cuda_ring_pair_q4_bf16_down", 3072, 1024, 4, MX_ACT_SILU, true, false, false, 0, 0, 0, 0, true, 2},
+    {"cuda_ring_pair_q4_qwen_3072", 3072, 1024, 4, MX_ACT_SILU, true, false, true, 0, 0, 0, 0, true},
+    {"cuda_ring_pair_q4_llama_14336", 14336, 4096, 4, MX_ACT_SILU, true, false, true, 0, 0, 0, 0, true},
+    {"cuda_ring_pair_q4_bf16_down", 3072, 1024, 4, MX_ACT_SILU, true, false, false, 0, 0, 0, 0, true},
     /* x quantized by the pair's host side (no norm before it); bias; a ring of 3 slots a warp that
      * wraps (16 items a warp); 48 groups of rows on 48 blocks */
-    {"cuda_ring_pair_q8_gelu_bias_small", 1536, 1024, 8, MX_ACT_GELU_TANH, false, true, true, 16, 4, 2048, 0, true, 2},
-    {"cuda_ring_pair_q4_relu_192", 192, 1024, 4, MX_ACT_RELU, true, false, true, 0, 0, 0, 0, true, 2},   /* 6 blocks */
+    {"cuda_ring_pair_q8_gelu_bias_small", 1536, 1024, 8, MX_ACT_GELU_TANH, false, true, true, 16, 4, 2048, 0, true},
+    {"cuda_ring_pair_q4_relu_192", 192, 1024, 4, MX_ACT_RELU, true, false, true, 0, 0, 0, 0, true},   /* 6 blocks */
     /* not taken: rows not a multiple of 32; an act_mul into another buffer; a product between */
-    {"cuda_ring_pair_q4_not_1000", 1000, 1024, 4, MX_ACT_SILU, true, false, false, 0, 0, 0, 0, false, 2},
-    {"cuda_ring_pair_q4_not_other_out", 3072, 1024, 4, MX_ACT_SILU, true, false, true, 0, 0, 0, 1, false, 2},
-    {"cuda_ring_pair_q4_not_between", 3072, 1024, 4, MX_ACT_SILU, true, false, true, 0, 0, 0, 2, false, 2},
+    {"cuda_ring_pair_q4_not_1000", 1000, 1024, 4, MX_ACT_SILU, true, false, false, 0, 0, 0, 0, false},
+    {"cuda_ring_pair_q4_not_other_out", 3072, 1024, 4, MX_ACT_SILU, true, false, true, 0, 0, 0, 1, false},
+    {"cuda_ring_pair_q4_not_between", 3072, 1024, 4, MX_ACT_SILU, true, false, true, 0, 0, 0, 2, false},
 };
 
 /* A q4 product split along k, an add of its output, an rmsnorm of the sum (a residual stream):

@@ -181,9 +181,7 @@ struct cu_ctx {
     struct cu_pnorm { const float *a, *b; float *sum; const float *g; float eps, add_one; float *y; int d; bool on; } pn;
                                            /* that norm (one row) not yet launched: a product of y takes it */
     int ring_pair;                         /* a batch-1 gate/up product on the ring (dense bf16, q4, q8) and the
-                                            * act_mul of its outputs in one launch (MLXCEL_CUDA_RING_PAIR): 0 never;
-                                            * 1 bf16 pairs, and q4/q8 ones of at least 32 rows a multiprocessor;
-                                            * 2 ("all") q4/q8 ones of any rows too */
+                                            * act_mul of its outputs in one launch (MLXCEL_CUDA_RING_PAIR) */
     int n_ring_pair;                       /* its launches (tests) */
     int ring_act;                          /* a batch-1 act_mul run in the prologue of the q4/q8 ring product that
                                             * reads its output (MLXCEL_CUDA_RING_ACT) */
@@ -308,7 +306,7 @@ static mx_status read_switches(cu_switches *sw) {
                              *const pdl[] = {"0", "1", "2"},
                              *const mv[] = {"i8", "f32"}, *const kv[] = {"bf16", "f32"},
                              *const graphs[] = {"0", "1", "auto"}, *const ring_bf[] = {"0", "norm", "1", "long"},
-                             *const ring_norm[] = {"0", "bf16", "1"}, *const ring_pair[] = {"0", "1", "all"};
+                             *const ring_norm[] = {"0", "bf16", "1"};
     mx_status st;
     if ((st = env_choice("MLXCEL_CUDA_ATTN", attn, 3, 0, &sw->attn)) ||
         (st = env_choice("MLXCEL_CUDA_ATTN_DEC", attn_dec, 2, 0, &sw->attn_dec)) ||
@@ -330,7 +328,7 @@ static mx_status read_switches(cu_switches *sw) {
         (st = env_choice("MLXCEL_CUDA_MV_RING", onoff, 2, 1, &sw->mv_ring)) ||
         (st = env_choice("MLXCEL_CUDA_RING_NORM", ring_norm, 3, 1, &sw->ring_norm)) ||
         (st = env_choice("MLXCEL_CUDA_MV_RING_BF16", ring_bf, 4, 3, &sw->ring_bf)) ||
-        (st = env_choice("MLXCEL_CUDA_RING_PAIR", ring_pair, 3, 1, &sw->ring_pair)) ||
+        (st = env_choice("MLXCEL_CUDA_RING_PAIR", onoff, 2, 1, &sw->ring_pair)) ||
         (st = env_choice("MLXCEL_CUDA_RING_ACT", onoff, 2, 0, &sw->ring_act)))
         return st;
     if ((st = env_long("MLXCEL_CUDA_FUSED_PF", 0, 64, 0, "chunks", &sw->fused_pf)) ||
@@ -3270,9 +3268,9 @@ static bool mv_ring(cu_ctx *c, int nw, const cu_weight *const *w, const int8_t *
         set.bias[k] = w[k]->bias; set.y[k] = ys[k]; set.rows[k] = (int)w[k]->rows;
     }
     set.nw = nw;
-    if (!(set.slots = mr_slots(slots_of(rs), (int)(((run + rs - 1) / rs + nwarp - 1) / nwarp) * (pair ? 2 : 1)))) return false;
+    if (!(set.slots = mr_slots(slots_of(rs), (int)(((run + rs - 1) / rs * (pair ? 2 : 1) + nwarp - 1) / nwarp)))) return false;
     size_t shm = (size_t)nwarp * set.slots * (set.slot_b + 8);
-    if (pair) shm = ((shm + 15) & ~(size_t)15) + (size_t)run * 4;   /* the act_mul's outputs of the block's rows */
+    if (pair) shm = ((shm + 15) & ~(size_t)15) + (size_t)run * 8;   /* the sums of the block's rows, gate's and up's */
     else if (nm) shm = ((shm + 15) & ~(size_t)15) + (size_t)K + (size_t)K / 32 * 8;   /* x's int8 form, after the ring */
     const size_t optin = c->prop.sharedMemPerBlockOptin - 1024;   /* (-1024: static) */
     if (shm > optin) return false;
@@ -3415,10 +3413,6 @@ static void pb_flush(cu_ctx *c) {
  * the same launch (k_mv_ring<.., 3>) */
 static bool pr_defer(cu_ctx *c, int nw, const cu_weight *const *w, const float *x, float *const *ys, int n) {
     if (!c->ring_pair || nw != 2 || n != 1 || !mv_i8_ok(c, w[0], w[0], 1) || !mv_i8_ok(c, w[1], w[0], 1)) return false;
-    /* (by default only where the groups of 32 rows, a block's unit, fill the multiprocessors:
-     * Qwen3-0.6B's pair, 96 groups on 96 of the H200's 132, decoded 5% slower with graphs, why not
-     * established; NOTES.md) */
-    if (c->ring_pair == 1 && w[0]->rows < (int64_t)32 * c->prop.multiProcessorCount) return false;
     const int64_t K = w[0]->cols;
     int8_t *xq; float2 *xds;
     if (!xq_buf(c, K, &xq, &xds)) return false;
@@ -5052,7 +5046,6 @@ extern "C" int mx_backend_cuda_set_mv_ring_bf16(mx_backend *b, int mode) { retur
 extern "C" int mx_backend_cuda_set_ring_norm(mx_backend *b, int mode) { return set_mode3(&switch_ctx(b)->rn_on, mode); }
 extern "C" int mx_backend_cuda_ring_norm_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_ring_norm; }
 extern "C" bool mx_backend_cuda_set_ring_pair(mx_backend *b, bool on) { return set_flag(&switch_ctx(b)->ring_pair, on); }
-extern "C" int mx_backend_cuda_set_ring_pair_mode(mx_backend *b, int mode) { return set_mode(&switch_ctx(b)->ring_pair, mode, 2); }
 extern "C" int mx_backend_cuda_ring_pair_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_ring_pair; }
 extern "C" bool mx_backend_cuda_set_ring_act(mx_backend *b, bool on) { return set_flag(&switch_ctx(b)->ring_act, on); }
 extern "C" int mx_backend_cuda_ring_act_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_ring_act; }

@@ -139,12 +139,16 @@ __device__ __forceinline__ void mr_start(uint64_t *bar, int S, int nitem, int la
  * (a may be y's own buffer: the decoder's act_mul is in place).
  * PRO 3, no prologue but an epilogue (MLXCEL_CUDA_RING_PAIR): a gate/up pair (set.nw 2, equal
  * rows, a multiple of 32) and the act_mul after it in one launch. Every block takes the same run
- * of whole groups of 32 rows of both weights (mr_pair_block); a warp's units of RS rows are two
- * items each, the gate's rows then the up's, so the warp holds the gate's sums when the up's are
- * done: lane 0 writes y[1] = up and y[0] = act(gate) * up (in place over gate, what the two ops
- * leave) and keeps the latter in shared memory; after a barrier the block quantizes its groups
- * into nm.oq / nm.ods as k_act_mul does (quant_group), for the down product. The sums are the
- * unpaired form's, so every output is bit for bit that of the ring and k_act_mul. */
+ * of whole groups of 32 rows of both weights (mr_pair_block); a unit of RS rows is two items, its
+ * gate's rows and its up's, which go to different warps (the items are dealt in turn); the warps
+ * keep the sums in shared memory, and after a barrier each warp takes a group of 32 rows: y[1] =
+ * up, y[0] = act(gate) * up (in place over gate: what the two ops leave) and the int8 form of the
+ * latter into nm.oq / nm.ods as k_act_mul writes it (quant_group), for the down product. The sums
+ * are the unpaired form's, so every output is bit for bit that of the ring and k_act_mul.
+ * Measured (H200, one call, tok/s): Llama-8B q4 decode 510.9 / 509.7 / 508.6 against 496.3 /
+ * 495.2 / 491.9 without the pair; Qwen3-0.6B q4 (graphs) 1,265.6 / 1,290.1 against 1,244.9 /
+ * 1,281.0. A first form, which gave a warp both items of a unit and had lane 0 store the act_mul
+ * row by row, was slower on Qwen3-0.6B (1,191 / 1,187 against 1,270 / 1,241; NOTES.md). */
 template <int BITS, typename ST, int RS, int PRO>
 __global__ void __launch_bounds__(512, 1)
 k_mv_ring(const mr_set set, const int8_t *__restrict__ xq, const float2 *__restrict__ xds, int gs_shift, const mr_norm nm) {
@@ -156,16 +160,29 @@ k_mv_ring(const mr_set set, const int8_t *__restrict__ xq, const float2 *__restr
     const int k = PRO == 3 ? mr_pair_block(set.rows[0], &rb0, &rb1) : mr_block(set, &rb0, &rb1);
     const int nwarp = (int)(blockDim.x >> 5), wid = (int)(threadIdx.x >> 5), lane = (int)(threadIdx.x & 31);
     const int nunit = (rb1 - rb0 + RS - 1) / RS, S = set.slots;
-    constexpr int PER = PRO == 3 ? 2 : 1;   /* items a unit of RS rows */
-    const int nitem = (nunit > wid ? (nunit - wid + nwarp - 1) / nwarp : 0) * PER;
+    /* items: a unit of RS rows; PRO 3 two a unit (its gate's rows, its up's), dealt to the warps in
+     * turn, so the gate's and the up's rows of a unit stream in side by side */
+    const int nit = PRO == 3 ? 2 * nunit : nunit;
+    const int nitem = nit > wid ? (nit - wid + nwarp - 1) / nwarp : 0;
+    /* item t of this warp: its first row, and (PRO 3) kk, its weight */
+    auto item_of = [&](int t, int &kk) -> int {
+        if constexpr (PRO == 3) {
+            const int j = wid + nwarp * t;
+            kk = j & 1;
+            return rb0 + (j >> 1) * RS;
+        } else {
+            kk = 0;
+            return rb0 + (wid + nwarp * t) * RS;
+        }
+    };
     uint8_t *ring = mr_smem + (size_t)wid * S * set.slot_b;
     uint64_t *bar = (uint64_t *)(mr_smem + (size_t)nwarp * S * set.slot_b) + wid * S;
     const uint8_t *Wk = set.W[k], *Sk = set.S[k], *Bk = set.B[k];
     const uint64_t pol = mr_evict_first();
     /* (lane 0) item t of this warp into its slot */
     auto issue = [&](int t) {
-        const int u = t / PER, kk = t - u * PER;   /* (PRO 3: kk the weight) */
-        const int r0 = rb0 + (wid + nwarp * u) * RS, nr = min(RS, rb1 - r0);
+        int kk;
+        const int r0 = item_of(t, kk), nr = min(RS, rb1 - r0);
         uint8_t *d = ring + (size_t)(t % S) * set.slot_b;
         uint64_t *b = bar + t % S;
         const uint32_t wb = (uint32_t)(nr * set.row_wb), sb = (uint32_t)(nr * set.row_sb);
@@ -253,11 +270,10 @@ k_mv_ring(const mr_set set, const int8_t *__restrict__ xq, const float2 *__restr
             xv[uu][2 * h + 1] = BITS == 4 ? __byte_perm(v[2 * h], v[2 * h + 1], 0x7531) : v[2 * h + 1];
         }
     }
-    float gs[RS];   /* (PRO 3: the gate's sums of the unit; ob: the act_mul's outputs of the block's rows) */
-    float *ob = (float *)xq_s;
+    float *ob = (float *)xq_s;   /* (PRO 3: the sums of the block's rows, the gate's then the up's) */
     for (int t = 0; t < nitem; t++) {
-        const int u = t / PER, kk = t - u * PER;
-        const int r0 = rb0 + (wid + nwarp * u) * RS, nr = min(RS, rb1 - r0);
+        int kk;
+        const int r0 = item_of(t, kk), nr = min(RS, rb1 - r0);
         fd_mbar_wait(bar + t % S, (uint32_t)(t / S) & 1u);
         const uint8_t *d = ring + (size_t)(t % S) * set.slot_b;
         const ST *sc = (const ST *)(d + RS * set.row_wb), *bc = (const ST *)(d + RS * (set.row_wb + set.row_sb));
@@ -299,24 +315,22 @@ k_mv_ring(const mr_set set, const int8_t *__restrict__ xq, const float2 *__restr
             const float a = warp_sum(acc[r]);
             if constexpr (PRO == 3) {
                 const float *bk = kk ? set.bias[1] : set.bias[0];
-                const float v = a + (bk && r < nr ? bk[r0 + r] : 0.f);
-                if (kk == 0) {
-                    gs[r] = v;
-                } else if (lane == 0 && r < nr) {
-                    const float o = act_f(nm.act, gs[r]) * v;
-                    set.y[1][r0 + r] = v;
-                    set.y[0][r0 + r] = o;
-                    ob[r0 - rb0 + r] = o;
-                }
+                if (lane == 0 && r < nr) ob[kk * (rb1 - rb0) + r0 - rb0 + r] = a + (bk ? bk[r0 + r] : 0.f);
             } else {
                 if (lane == 0 && r < nr) y[r0 + r] = a + (bias ? bias[r0 + r] : 0.f);
             }
         }
     }
-    if constexpr (PRO == 3) {   /* the int8 form of the block's groups of the act_mul's output */
+    if constexpr (PRO == 3) {   /* the act_mul of the block's rows, a group of 32 a warp, and its int8 form */
         __syncthreads();
-        for (int gl = wid; gl < (rb1 - rb0) >> 5; gl += nwarp)
-            quant_group(ob[(gl << 5) + lane], nm.oq, nm.ods, (size_t)(rb0 + (gl << 5) + lane));
+        const int nb = rb1 - rb0;
+        for (int gl = wid; gl < nb >> 5; gl += nwarp) {
+            const int i = (gl << 5) + lane;
+            const float g = ob[i], u = ob[nb + i], o = act_f(nm.act, g) * u;
+            set.y[1][rb0 + i] = u;
+            set.y[0][rb0 + i] = o;
+            quant_group(o, nm.oq, nm.ods, (size_t)(rb0 + i));
+        }
     }
     if constexpr (PRO == 1 || PRO == 2) {   /* the last block to have read a and b stores what the norm (act_mul) would */
         if (mr_end(nm, tok, sh)) {
