@@ -2781,18 +2781,12 @@ static void forget_overlap(cu_ctx *c, const float *y, int64_t count) {
     if (c->xg_src && y < c->xg_src + c->xg_count && c->xg_src < y + count) { c->xg_src = NULL; c->xg_count = 0; }
     if (c->xq2_src && y < c->xq2_src + c->xq2_count && c->xq2_src < y + count) { c->xq2_src = NULL; c->xq2_count = 0; }
 }
-/* the int8 buffer for `count` activations: codes, then (dx, dx*sum) per group of 32 */
-static bool xq_buf(cu_ctx *c, int64_t count, int8_t **q, float2 **ds) {
+/* the int8 buffer for `count` activations: codes, then (dx, dx*sum) per group of 32; in xq, or in
+ * xq2 (second: the act_mul output of a q4/q8 gate/up pair, written while the pair reads xq) */
+static bool xq_buf(cu_ctx *c, int64_t count, int8_t **q, float2 **ds, bool second = false) {
     size_t qb = ((size_t)count + 15) & ~(size_t)15;
-    char *buf = (char *)scratch(c, &c->xq, &c->xq_cap, qb + (size_t)(count / 32) * sizeof(float2));
-    if (!buf) return false;
-    *q = (int8_t *)buf; *ds = (float2 *)(buf + qb);
-    return true;
-}
-/* the same in xq2 */
-static bool xq2_buf(cu_ctx *c, int64_t count, int8_t **q, float2 **ds) {
-    size_t qb = ((size_t)count + 15) & ~(size_t)15;
-    char *buf = (char *)scratch(c, &c->xq2, &c->xq2_cap, qb + (size_t)(count / 32) * sizeof(float2));
+    char *buf = (char *)scratch(c, second ? &c->xq2 : &c->xq, second ? &c->xq2_cap : &c->xq_cap,
+                                qb + (size_t)(count / 32) * sizeof(float2));
     if (!buf) return false;
     *q = (int8_t *)buf; *ds = (float2 *)(buf + qb);
     return true;
@@ -3310,7 +3304,7 @@ static bool mv_i8(cu_ctx *c, int nw, const cu_weight *const *w, const float *x, 
     const int R = n >= 2 ? 2 : 1;
     int8_t *xq; float2 *xds;
     if (n == 1 && c->xq2_src == x && c->xq2_count == cols) {   /* the act_mul of a gate/up pair wrote it (pr) */
-        if (!xq2_buf(c, cols, &xq, &xds)) return true;
+        if (!xq_buf(c, cols, &xq, &xds, true)) return true;
     } else if (!xq_buf(c, (int64_t)n * cols, &xq, &xds)) {
         return true;   /* failure recorded */
     } else if (c->xq_src != x || c->xq_count != (int64_t)n * cols) {
@@ -3398,15 +3392,19 @@ static bool pb_defer(cu_ctx *c, int nw, const cu_weight *const *w, const float *
     c->pb.on = true;
     return true;
 }
+/* a deferred gate/up pair issued as the product it was (not deferred again) */
+static void pair_as_product(cu_ctx *c, const cu_weight *const *w, const float *x, float *const *y) {
+    const int rp = c->ring_pair;
+    c->ring_pair = 0;
+    multi_run(c, 2, w, x, y, 1);
+    c->ring_pair = rp;
+}
 /* the deferred gate/up pair as it is: its norm waits again, and the product is issued as then */
 static void pb_flush(cu_ctx *c) {
     if (!c->pb.on) return;
     c->pb.on = false;
     if (c->pb.has_pn) { c->pn = c->pb.pn; c->pn.on = true; }
-    const int rp = c->ring_pair;
-    c->ring_pair = 0;   /* (not deferred again) */
-    multi_run(c, 2, c->pb.w, c->pb.x, c->pb.y, 1);
-    c->ring_pair = rp;
+    pair_as_product(c, c->pb.w, c->pb.x, c->pb.y);
 }
 /* a batch-1 q4/q8 gate/up pair the ring takes, on x's int8 form (the norm before it wrote it, or
  * it is quantized here as mv_i8 would): deferred (true), so that an act_mul of its outputs runs in
@@ -3433,10 +3431,7 @@ static bool pr_defer(cu_ctx *c, int nw, const cu_weight *const *w, const float *
 static void pr_flush(cu_ctx *c) {
     if (!c->pr.on) return;
     c->pr.on = false;
-    const int rp = c->ring_pair;
-    c->ring_pair = 0;   /* (not deferred again) */
-    multi_run(c, 2, c->pr.w, c->pr.x, c->pr.y, 1);
-    c->ring_pair = rp;
+    pair_as_product(c, c->pr.w, c->pr.x, c->pr.y);
 }
 /* c_matmul_multi's products (the weights found) */
 static void multi_run(cu_ctx *c, int nw, const cu_weight *const *w, const float *x, float *const *ys, int n) {
@@ -4349,7 +4344,7 @@ static void c_act_mul(void *ctx, mx_act act, const float *gate, const float *up,
         mr_norm nm;
         memset(&nm, 0, sizeof nm);
         nm.act = (int)act;
-        if (xq_buf(c, c->pr.w[0]->cols, &xq, &xds) && xq2_buf(c, d, &oq, &ods)) {
+        if (xq_buf(c, c->pr.w[0]->cols, &xq, &xds) && xq_buf(c, d, &oq, &ods, true)) {
             nm.oq = oq; nm.ods = ods;
             if (mv_ring(c, 2, c->pr.w, xq, xds, c->pr.y, &nm, 3)) {
                 for (int k = 0; k < 2; k++) forget_overlap(c, c->pr.y[k], c->pr.w[k]->rows);
