@@ -468,10 +468,14 @@ static const att_case g_att[] = {
  * (prepared separately in all modes), then 20 decode tokens that cross two cache blocks, over two
  * layers, the last of them outside the sequences (its output zeros, its q and k still prepared).
  * Modes: 0 off; 1 always; 2 and 3 the default (after a dense bf16 product), each layer's ops after
- * a small product of other buffers with bf16 weights (2, fused) or q4 weights (3, not fused).
+ * a small product of other buffers with bf16 weights (2, fused) or q4 weights (3, not fused);
+ * 4 off again. Modes 1-4 read the first chunk of cached K/V before the PDL wait
+ * (mx_backend_cuda_set_attn_early), mode 0 does not. Each mode first runs every step on other
+ * data (a pass whose results are dropped), so that each decode token's slot holds a stale key
+ * and value that only a read before its preparation would see.
  * Each step's attention output, q, k (prepared in place) and v must be equal bit for bit between
  * the modes; later steps read the cache entries that earlier fused steps wrote. The output of
- * mode 1 is also compared with the CPU reference, and the fused launches are counted. */
+ * mode 1 is also compared with the CPU reference, and the fused and early launches are counted. */
 typedef struct { const char *name; int n_heads, n_kv, hd; bool f32kv, qknorm, rope; } ap_case;
 /* the per-head q/k norms and ropes of a case, as the decoder calls them */
 static void ap_ops(mx_backend *B, const ap_case *a, float *q, float *k, const mx_vec *gq, const mx_vec *gk, const mx_rope *rp,
@@ -498,7 +502,8 @@ static void check_attn_prep(const ap_case *a) {
     vec_make(&gk, &bk, a->hd, MX_DTYPE_BF16, 0.5f); gk2 = gk; gk2.dev = NULL;
     mx_attn_params p = {a->n_heads, a->n_kv, a->hd, 1.f / sqrtf((float)a->hd), 0, 0.f, NULL};
     /* the raw q, k, v of every step and layer */
-    float *raw[1 + STEPS][L][3], *res[4][1 + STEPS][L][4];
+    enum { NM = 5 };
+    float *raw[2][1 + STEPS][L][3], *res[NM][1 + STEPS][L][4];
     tw pw[2];   /* the products before the ops in modes 2 and 3 */
     tw_make(&pw[0], 32, 256, 0, 0, MX_DTYPE_BF16, false);
     tw_make(&pw[1], 32, 256, 4, 64, MX_DTYPE_BF16, false);
@@ -507,21 +512,26 @@ static void check_attn_prep(const ap_case *a) {
     for (int st = 0; st <= STEPS; st++)
         for (int l = 0; l < L; l++) {
             const int n = st == 0 ? P0 : 1;
-            for (int k = 0; k < 3; k++) {
-                const int64_t cnt = (int64_t)n * (k == 0 ? qd : kvd);
-                raw[st][l][k] = malloc((size_t)cnt * 4);
-                fill(raw[st][l][k], cnt, k == 2 ? 1.f : 2.f);
-            }
+            for (int k = 0; k < 3; k++)
+                for (int pass = 0; pass < 2; pass++) {
+                    const int64_t cnt = (int64_t)n * (k == 0 ? qd : kvd);
+                    raw[pass][st][l][k] = malloc((size_t)cnt * 4);
+                    fill(raw[pass][st][l][k], cnt, (k == 2 ? 1.f : 2.f) * (pass ? 1.f : 0.7f));
+                }
         }
     double worst = 0;
-    G.i->write(G.ctx, px, raw[0][0][0], 256 * 4);
+    G.i->write(G.ctx, px, raw[1][0][0][0], 256 * 4);
     const int was = mx_backend_cuda_set_attn_prep(&G, 0);
-    for (int mode = 0; mode < 4; mode++) {
-        mx_backend_cuda_set_attn_prep(&G, mode == 0 ? 0 : mode == 1 ? 2 : 1);
+    const bool was_early = mx_backend_cuda_set_attn_early(&G, false);
+    for (int mode = 0; mode < NM; mode++) {
+        mx_backend_cuda_set_attn_prep(&G, mode == 0 || mode == 4 ? 0 : mode == 1 ? 2 : 1);
+        mx_backend_cuda_set_attn_early(&G, mode != 0);
         mx_kv_desc kg = {L, a->n_kv, a->hd, BS, NB, MX_DTYPE_F32}, kc = kg;
         TREQUIRE(G.i->kv_init(G.ctx, &kg) == MX_OK && (mode != 1 || C.i->kv_init(C.ctx, &kc) == MX_OK), "kv_init: %s", mx_last_error());
-        const int before = mx_backend_cuda_attn_prep_launches(&G);
+        int before = 0, before_e = 0;
+        for (int pass = 0; pass < 2; pass++)
         for (int st = 0; st <= STEPS; st++) {
+            if (pass == 1 && st == 0) { before = mx_backend_cuda_attn_prep_launches(&G); before_e = mx_backend_cuda_attn_early_launches(&G); }
             const int n = st == 0 ? P0 : 1;
             int32_t pos[P0], slot[P0], seq[P0];
             for (int t = 0; t < n; t++) {
@@ -531,19 +541,23 @@ static void check_attn_prep(const ap_case *a) {
             }
             mx_attn_meta m = {n, pos, slot, seq, 1, NB, bt};
             for (int l = 0; l < L; l++) {
-                float *dq = gup(raw[st][l][0], (int64_t)n * qd), *dk = gup(raw[st][l][1], (int64_t)n * kvd),
-                      *dv = gup(raw[st][l][2], (int64_t)n * kvd), *dout = gnan((int64_t)n * qd);
-                if (mode >= 2) G.i->matmul(G.ctx, &pw[mode - 2].w, px, py, 1);
+                float *dq = gup(raw[pass][st][l][0], (int64_t)n * qd), *dk = gup(raw[pass][st][l][1], (int64_t)n * kvd),
+                      *dv = gup(raw[pass][st][l][2], (int64_t)n * kvd), *dout = gnan((int64_t)n * qd);
+                if (mode == 2 || mode == 3) G.i->matmul(G.ctx, &pw[mode - 2].w, px, py, 1);
                 ap_ops(&G, a, dq, dk, &gq, &gk, &rp, &m, n);
                 G.i->attention(G.ctx, l, dq, dk, dv, dout, &p, &m);
+                if (pass == 0) {
+                    G.i->free(G.ctx, dq); G.i->free(G.ctx, dk); G.i->free(G.ctx, dv); G.i->free(G.ctx, dout);
+                    continue;
+                }
                 res[mode][st][l][0] = gdown(dout, (int64_t)n * qd); res[mode][st][l][1] = gdown(dq, (int64_t)n * qd);
                 res[mode][st][l][2] = gdown(dk, (int64_t)n * kvd); res[mode][st][l][3] = gdown(dv, (int64_t)n * kvd);
                 G.i->free(G.ctx, dq); G.i->free(G.ctx, dk); G.i->free(G.ctx, dv); G.i->free(G.ctx, dout);
                 if (mode == 1) {   /* the CPU reference */
                     float *q = malloc((size_t)n * qd * 4), *k = malloc((size_t)n * kvd * 4), *ref = malloc((size_t)n * qd * 4);
-                    memcpy(q, raw[st][l][0], (size_t)n * qd * 4); memcpy(k, raw[st][l][1], (size_t)n * kvd * 4);
+                    memcpy(q, raw[1][st][l][0], (size_t)n * qd * 4); memcpy(k, raw[1][st][l][1], (size_t)n * kvd * 4);
                     ap_ops(&C, a, q, k, &gq2, &gk2, &rp, &m, n);
-                    C.i->attention(C.ctx, l, q, k, raw[st][l][2], ref, &p, &m);
+                    C.i->attention(C.ctx, l, q, k, raw[1][st][l][2], ref, &p, &m);
                     const double e = relerr(res[1][st][l][0], ref, (int64_t)n * qd);
                     if (e > worst) worst = e;
                     free(q); free(k); free(ref);
@@ -552,11 +566,14 @@ static void check_attn_prep(const ap_case *a) {
         }
         const int fused = mx_backend_cuda_attn_prep_launches(&G) - before, want = mode == 1 || mode == 2 ? STEPS * L : 0;
         TCHECK(fused == want, "mode %d: %d attentions did the q/k preparation (expected %d)", mode, fused, want);
+        const int early = mx_backend_cuda_attn_early_launches(&G) - before_e, want_e = mode ? STEPS * L : 0;
+        TCHECK(early == want_e, "mode %d: %d attentions read K/V before the wait (expected %d)", mode, early, want_e);
         TCHECK(mx_backend_cuda_status(&G) == MX_OK, "status: %s", mx_last_error());
         G.i->kv_free(G.ctx);
         if (mode == 1) C.i->kv_free(C.ctx);
     }
     mx_backend_cuda_set_attn_prep(&G, was);
+    mx_backend_cuda_set_attn_early(&G, was_early);
     static const char *const what[4] = {"attention output", "q", "k", "v"};
     int bad = 0;
     for (int st = 0; st <= STEPS; st++)
@@ -564,7 +581,7 @@ static void check_attn_prep(const ap_case *a) {
             const int n = st == 0 ? P0 : 1;
             for (int k = 0; k < 4; k++) {
                 const int64_t cnt = (int64_t)n * (k < 2 ? qd : kvd);
-                for (int mode = 1; mode < 4; mode++) {
+                for (int mode = 1; mode < NM; mode++) {
                     bool finite = true;
                     for (int64_t i = 0; i < cnt; i++) finite = finite && isfinite(res[mode][st][l][k][i]);
                     if (bad < 3 && (!finite || memcmp(res[0][st][l][k], res[mode][st][l][k], (size_t)cnt * 4))) {
@@ -572,9 +589,9 @@ static void check_attn_prep(const ap_case *a) {
                         bad++;
                     }
                 }
-                for (int mode = 0; mode < 4; mode++) free(res[mode][st][l][k]);
+                for (int mode = 0; mode < NM; mode++) free(res[mode][st][l][k]);
             }
-            for (int k = 0; k < 3; k++) free(raw[st][l][k]);
+            for (int k = 0; k < 3; k++) free(raw[0][st][l][k]), free(raw[1][st][l][k]);
         }
     const double tol = a->f32kv ? 2e-5 : 1e-2;
     TCHECK(worst < tol, "against the CPU: rel err %.3g > %.3g", worst, tol);

@@ -119,6 +119,11 @@ struct cu_ctx {
     bool last_bf16;                        /* the last product's weights were dense bf16 */
     unsigned *att_cnt;                     /* its per-KV-head block counters, ATT_CNT_MAX (zero between launches) */
     int n_attn_prep;                       /* attentions that did the preparation (tests) */
+    int attn_early;                        /* one-token decode: k_attn_vec reads the block table and
+                                              its first chunk of cached K/V before its PDL wait
+                                              (MLXCEL_CUDA_ATTN_EARLY=1; off by default
+                                              until measured on a GPU) */
+    int n_attn_early;                      /* attentions that did (tests) */
     bool attn_mma;                         /* k_attn_mma where it applies (MLXCEL_CUDA_ATTN=tiled|pertoken: off) */
     int gemm_mode;                         /* q4 above the matvecs (MLXCEL_CUDA_GEMM): GM_AUTO, GM_CUBLAS
                                               (dequantize + cuBLAS), GM_MMA (k_gemm_gq up to
@@ -275,7 +280,7 @@ static pdl_launch<KArgs...> PL(cu_ctx *c, void (*k)(KArgs...), dim3 g, dim3 b, s
  * the default; anything else is an error naming the variable and what it takes. */
 enum { GM_AUTO, GM_CUBLAS, GM_MMA, GM_WG, GM_NMODES };   /* MLXCEL_CUDA_GEMM, in k_gemm_modes' order */
 static const char *const k_gemm_modes[] = {"auto", "cublas", "mma", "wgmma"};
-struct cu_switches { int attn, attn_dec, attn_prep, gqa, gemm, gemm_rot, gemm_sk, gemm_pair, sum_norm, sum_qkv, att_gq, pdl, mv, profile, kv, graphs, fused, mv_ring, ring_norm, ring_bf, ring_pair, ring_act; long dq_mb, fused_pf, mr_kb, mr_slot, mr_warps; };   /* kv: checked here, read by kv_init */
+struct cu_switches { int attn, attn_dec, attn_prep, gqa, gemm, gemm_rot, gemm_sk, gemm_pair, sum_norm, sum_qkv, att_gq, pdl, mv, profile, kv, graphs, fused, mv_ring, ring_norm, ring_bf, ring_pair, ring_act, attn_early; long dq_mb, fused_pf, mr_kb, mr_slot, mr_warps; };   /* kv: checked here, read by kv_init */
 static mx_status env_choice(const char *name, const char *const *vals, int n, int def, int *out) {
     const char *e = getenv(name);
     *out = def;
@@ -312,6 +317,7 @@ static mx_status read_switches(cu_switches *sw) {
         (st = env_choice("MLXCEL_CUDA_ATTN_DEC", attn_dec, 2, 0, &sw->attn_dec)) ||
         (st = env_choice("MLXCEL_CUDA_ATTN_GQA", onoff, 2, 1, &sw->gqa)) ||
         (st = env_choice("MLXCEL_CUDA_ATTN_PREP", ring_norm, 3, 1, &sw->attn_prep)) ||
+        (st = env_choice("MLXCEL_CUDA_ATTN_EARLY", onoff, 2, 0, &sw->attn_early)) ||
         (st = env_choice("MLXCEL_CUDA_GEMM", k_gemm_modes, GM_NMODES, GM_AUTO, &sw->gemm)) ||
         (st = env_choice("MLXCEL_CUDA_GEMM_ROT", onoff, 2, 1, &sw->gemm_rot)) ||
         (st = env_choice("MLXCEL_CUDA_GEMM_SK", onoff, 2, 1, &sw->gemm_sk)) ||
@@ -2181,7 +2187,7 @@ __device__ __forceinline__ void qk_finish(const qk_prep_args &a, bool isq, int t
  * (bshift). On the H200, Qwen3-0.6B with 128 sequences of 128-256 positions: 27 us a layer at 55%
  * of the DRAM peak, against 58 us (26%) for k_attn, which reads 2-4 bytes a lane and reduces over
  * the warp for every key and head. */
-template <typename T, int D, int G, int W, int U, bool PREP = false>
+template <typename T, int D, int G, int W, int U, bool PREP = false, bool EARLY = false>
 __global__ void __launch_bounds__(W * 32)
 k_attn_vec(const float *q, T *kp, T *vp, float *out, const int32_t *pos, const int32_t *seq,
            const int32_t *bt, int n_seqs, int max_blocks, int bshift, int n_blocks, int n_heads, int n_kv, float scale,
@@ -2191,13 +2197,53 @@ k_attn_vec(const float *q, T *kp, T *vp, float *out, const int32_t *pos, const i
     constexpr int NV = G * U, REM = NV >= LPK ? NV / LPK : 1, E = G * CH, NJ = (E + 31) / 32, SEG = CH < 32 ? CH : 32;
     static_assert(D % VPL == 0 && LPK >= 1 && LPK <= 32 && 32 % LPK == 0, "a K row is 1..32 lanes' 16-byte vectors");
     static_assert(CH <= 32 && (CH & (CH - 1)) == 0 && U <= 32, "a chunk is at most 32 keys, a power of two");
-    pdl_entry();
     __shared__ float sm[W][G], sl[W][G];
     __shared__ __align__(16) float sacc[W][G][D];
     __shared__ __align__(16) float ss[W][G][KPL][U];
     extern __shared__ int32_t sbt[];
     const int t = blockIdx.x, h0 = blockIdx.y * G, lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     const int kvh = h0 / (n_heads / n_kv), kvdim = n_kv * D, bmask = (1 << bshift) - 1;
+    /* EARLY (one token, MLXCEL_CUDA_ATTN_EARLY): before the PDL wait, the block table (to shared
+     * memory) and each warp's first chunk of K/V, which no kernel of this step writes: pos, seq,
+     * slot and the table were uploaded by a copy before this step's kernels, and the only cache
+     * slot a one-token step writes is the token's own (slot[t], by the q/k preparation before this
+     * kernel, or by this kernel with PREP). Keys at that slot are marked (epend) and loaded after
+     * the wait, as every key is without EARLY. */
+    int e_end = -1, e_p0 = 0;
+    const int32_t *e_btr = bt;
+    uint4 ekr[EARLY ? U : 1], evr[EARLY ? U : 1];
+    uint32_t eok = 0, epend = 0;
+    if constexpr (EARLY) {
+        if (!(seq[t] < 0 || seq[t] >= n_seqs || pos[t] < 0)) {
+            e_end = min(pos[t], (max_blocks << bshift) - 1);
+            e_p0 = window > 0 ? max(0, pos[t] - window + 1) : 0;
+            e_btr = bt + (size_t)seq[t] * max_blocks;
+            if (sbt_n > 0) {
+                const int nb = min((e_end >> bshift) + 1, sbt_n);
+                for (int i = threadIdx.x; i < nb; i += blockDim.x) sbt[i] = e_btr[i];
+                __syncthreads();
+                e_btr = sbt;
+            }
+            const int64_t cur = slot[t];
+            const int c0 = e_p0 + w * CH, kg0 = lane / LPK, dd0 = (lane % LPK) * VPL;
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const int pj = c0 + u * KPL + kg0, blk = pj <= e_end ? e_btr[pj >> bshift] : -1;
+                const bool ok = blk >= 0 && blk < n_blocks;
+                eok |= (uint32_t)ok << u;
+                ekr[u] = evr[u] = make_uint4(0, 0, 0, 0);
+                if (ok) {
+                    const size_t sl = (size_t)blk << bshift | (size_t)(pj & bmask), o = sl * kvdim + (size_t)kvh * D + dd0;
+                    if ((int64_t)sl == cur) epend |= 1u << u;
+                    else { ekr[u] = *(const uint4 *)(kp + o); evr[u] = *(const uint4 *)(vp + o); }
+                }
+            }
+        }
+        pdl_wait();
+        pdl_release();
+    } else {
+        pdl_entry();
+    }
     /* PREP (one token, G = 1, MLXCEL_CUDA_ATTN_PREP): the deferred q/k norms and ropes and the cache
      * write of k_qk_prep done here, by three groups of D/2 threads side by side: the block's query
      * head (in place: no other block reads it), its KV head's new key and its new value (both in
@@ -2281,19 +2327,47 @@ k_attn_vec(const float *q, T *kp, T *vp, float *out, const int32_t *pos, const i
     float mj[NJ], lj[NJ];
 #pragma unroll
     for (int j = 0; j < NJ; j++) { mj[j] = -INFINITY; lj[j] = 0.f; }
-    const int p_end = min(pos[t], (max_blocks << bshift) - 1);
-    const int p0 = window > 0 ? max(0, pos[t] - window + 1) : 0;
-    const int32_t *btr = bt + (size_t)seq[t] * max_blocks;
-    if (sbt_n > 0) {
-        const int nb = min((p_end >> bshift) + 1, sbt_n);
-        for (int i = threadIdx.x; i < nb; i += blockDim.x) sbt[i] = btr[i];
-        __syncthreads();
-        btr = sbt;
+    int p_end, p0;
+    const int32_t *btr;
+    if constexpr (EARLY) {
+        p_end = e_end; p0 = e_p0; btr = e_btr;
+    } else {
+        p_end = min(pos[t], (max_blocks << bshift) - 1);
+        p0 = window > 0 ? max(0, pos[t] - window + 1) : 0;
+        btr = bt + (size_t)seq[t] * max_blocks;
+        if (sbt_n > 0) {
+            const int nb = min((p_end >> bshift) + 1, sbt_n);
+            for (int i = threadIdx.x; i < nb; i += blockDim.x) sbt[i] = btr[i];
+            __syncthreads();
+            btr = sbt;
+        }
     }
     float *ssw = &ss[w][0][0][0];
+    bool efirst = EARLY;
     for (int c0 = p0 + w * CH; c0 <= p_end; c0 += W * CH) {
         uint4 kr[U], vr[U];
         uint32_t okm = 0;
+        bool pre = false;
+        if constexpr (EARLY) pre = efirst;
+        if (pre) {   /* the chunk loaded before the wait; the keys at the token's slot now */
+            efirst = false;
+            okm = eok;
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                kr[u] = ekr[u]; vr[u] = evr[u];
+                if (epend >> u & 1u) {
+                    const int pj = c0 + u * KPL + kg;
+                    const size_t sl = (size_t)btr[pj >> bshift] << bshift | (size_t)(pj & bmask), o = sl * kvdim + (size_t)kvh * D + d0;
+                    if (PREP && (int64_t)sl == pslot) {
+                        kr[u] = *(const uint4 *)(knew + d0);
+                        vr[u] = *(const uint4 *)(vnew + d0);
+                    } else {
+                        kr[u] = *(const uint4 *)(kp + o);
+                        vr[u] = *(const uint4 *)(vp + o);
+                    }
+                }
+            }
+        } else {
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int pj = c0 + u * KPL + kg, blk = pj <= p_end ? btr[pj >> bshift] : -1;
@@ -2310,6 +2384,7 @@ k_attn_vec(const float *q, T *kp, T *vp, float *out, const int32_t *pos, const i
                     vr[u] = *(const uint4 *)(vp + o);
                 }
             }
+        }
         }
         float v[NV];   /* partial dots: v[g U + u] */
 #pragma unroll
@@ -4152,7 +4227,7 @@ static bool launch_attn_tiled(cu_ctx *c, const float *q, float *out, const mx_at
  * (token, head) with short chunks; else 4 warps a (token, G query heads), 8 loads a chunk where a
  * K row is 16 lanes or fewer (bf16 128: 16 keys a chunk), else 4. */
 template <typename T, int D>
-static void launch_attn_vec_d(cu_ctx *c, dim3 grid, int G, bool wide, size_t shm, const float *q, T *kp, T *vp,
+static void launch_attn_vec_d(cu_ctx *c, dim3 grid, int G, bool wide, bool early, size_t shm, const float *q, T *kp, T *vp,
                               float *out, const dmeta &dm, const mx_attn_meta *meta, const mx_attn_params *p, const float *sk,
                               int8_t *xq, float2 *xds, __nv_bfloat16 *xg, int sbt_n, const qk_prep_args *pa, int64_t nslots) {
     constexpr int U = D * (int)sizeof(T) <= 256 ? 8 : 4, U4 = 4;   /* G = 4: 4 loads a chunk (registers) */
@@ -4162,7 +4237,9 @@ static void launch_attn_vec_d(cu_ctx *c, dim3 grid, int G, bool wide, size_t shm
                   p->n_heads, p->n_kv_heads, p->scale, p->sliding_window, p->softcap, sk, xq, xds, xg, sbt_n, \
                   pa ? *pa : none, dm.slot, nslots, c->att_cnt)
     const int bshift = log2_exact(c->kv.block_size);
-    if (wide && pa) PL(c, (k_attn_vec<T, D, 1, 16, 2, true>), grid, 512, shm)VEC_ARGS;
+    if (wide && early && pa) PL(c, (k_attn_vec<T, D, 1, 16, 2, true, true>), grid, 512, shm)VEC_ARGS;
+    else if (wide && early) PL(c, (k_attn_vec<T, D, 1, 16, 2, false, true>), grid, 512, shm)VEC_ARGS;
+    else if (wide && pa) PL(c, (k_attn_vec<T, D, 1, 16, 2, true>), grid, 512, shm)VEC_ARGS;
     else if (wide) PL(c, k_attn_vec<T, D, 1, 16, 2>, grid, 512, shm)VEC_ARGS;
     else if (G == 2) PL(c, k_attn_vec<T, D, 2, 4, U>, grid, 128, shm)VEC_ARGS;
     else if (G == 1) PL(c, k_attn_vec<T, D, 1, 4, U>, grid, 128, shm)VEC_ARGS;
@@ -4181,12 +4258,15 @@ static bool launch_attn_vec(cu_ctx *c, const float *q, float *out, const mx_attn
                             const qk_prep_args *pa, int64_t nslots) {
     const int hd = p->head_dim;
     if (!attn_vec_takes(c, hd, sizeof(T))) return false;
-#define VEC_D(D) launch_attn_vec_d<T, D>(c, grid, G, wide, shm, q, kp, vp, out, dm, meta, p, sk, xq, xds, xg, sbt_n, pa, nslots)
+    /* one token: the early K/V loads (EARLY), only in the 16-warp form */
+    const bool early = wide && c->attn_early && grid.x == 1;
+#define VEC_D(D) launch_attn_vec_d<T, D>(c, grid, G, wide, early, shm, q, kp, vp, out, dm, meta, p, sk, xq, xds, xg, sbt_n, pa, nslots)
     if (hd == 64) VEC_D(64);
     else if (hd == 128) VEC_D(128);
     else if constexpr (sizeof(T) == 2) VEC_D(256);
 #undef VEC_D
     if (pa) c->n_attn_prep++;
+    if (early) c->n_attn_early++;
     LAUNCHED(c, pa ? "attention (vec) + q/k prep" : "attention (vec)");
     return true;
 }
@@ -4840,6 +4920,7 @@ extern "C" mx_status mx_backend_cuda_init(mx_backend *out) {
         c->attn_mma = sw.attn == 0;
         c->attn_gqa = sw.gqa;
         c->attn_prep = sw.attn_prep;
+        c->attn_early = sw.attn_early;
         c->attn_vec = sw.attn_dec == 0;
         c->gemm_mode = sw.gemm;
         c->gq_rot = sw.gemm_rot;
@@ -5055,6 +5136,8 @@ extern "C" void mx_backend_cuda_set_mma_attention(mx_backend *b, bool on) { swit
 extern "C" void mx_backend_cuda_set_vec_attention(mx_backend *b, bool on) { switch_ctx(b)->attn_vec = on; }
 extern "C" int mx_backend_cuda_set_attn_prep(mx_backend *b, int mode) { return set_mode3(&switch_ctx(b)->attn_prep, mode); }
 extern "C" int mx_backend_cuda_attn_prep_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_attn_prep; }
+extern "C" bool mx_backend_cuda_set_attn_early(mx_backend *b, bool on) { return set_flag(&switch_ctx(b)->attn_early, on); }
+extern "C" int mx_backend_cuda_attn_early_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_attn_early; }
 extern "C" void mx_backend_cuda_set_gqa_attention(mx_backend *b, int mode) {
     switch_ctx(b)->attn_gqa = mode < 0 ? 0 : mode > 2 ? 2 : mode;
 }
