@@ -2209,31 +2209,36 @@ k_attn_vec(const float *q, T *kp, T *vp, float *out, const int32_t *pos, const i
      * slot a one-token step writes is the token's own (slot[t], by the q/k preparation before this
      * kernel, or by this kernel with PREP). Keys at that slot are marked (epend) and loaded after
      * the wait, as every key is without EARLY. */
-    int e_end = -1, e_p0 = 0;
-    const int32_t *e_btr = bt;
+    const int kg = lane / LPK, d0 = (lane % LPK) * VPL;   /* this lane's key within a load, first value */
+    /* the token's keys p0..p_end and its block table btr (in shared memory when it fits) */
+    int p_end = -1, p0 = 0;
+    const int32_t *btr = bt;
+    const auto att_span = [&]() {
+        p_end = min(pos[t], (max_blocks << bshift) - 1);
+        p0 = window > 0 ? max(0, pos[t] - window + 1) : 0;
+        btr = bt + (size_t)seq[t] * max_blocks;
+        if (sbt_n > 0) {
+            const int nb = min((p_end >> bshift) + 1, sbt_n);
+            for (int i = threadIdx.x; i < nb; i += blockDim.x) sbt[i] = btr[i];
+            __syncthreads();
+            btr = sbt;
+        }
+    };
     uint4 ekr[EARLY ? U : 1], evr[EARLY ? U : 1];
     uint32_t eok = 0, epend = 0;
     if constexpr (EARLY) {
         if (!(seq[t] < 0 || seq[t] >= n_seqs || pos[t] < 0)) {
-            e_end = min(pos[t], (max_blocks << bshift) - 1);
-            e_p0 = window > 0 ? max(0, pos[t] - window + 1) : 0;
-            e_btr = bt + (size_t)seq[t] * max_blocks;
-            if (sbt_n > 0) {
-                const int nb = min((e_end >> bshift) + 1, sbt_n);
-                for (int i = threadIdx.x; i < nb; i += blockDim.x) sbt[i] = e_btr[i];
-                __syncthreads();
-                e_btr = sbt;
-            }
+            att_span();
             const int64_t cur = slot[t];
-            const int c0 = e_p0 + w * CH, kg0 = lane / LPK, dd0 = (lane % LPK) * VPL;
+            const int c0 = p0 + w * CH;
 #pragma unroll
             for (int u = 0; u < U; u++) {
-                const int pj = c0 + u * KPL + kg0, blk = pj <= e_end ? e_btr[pj >> bshift] : -1;
+                const int pj = c0 + u * KPL + kg, blk = pj <= p_end ? btr[pj >> bshift] : -1;
                 const bool ok = blk >= 0 && blk < n_blocks;
                 eok |= (uint32_t)ok << u;
                 ekr[u] = evr[u] = make_uint4(0, 0, 0, 0);
                 if (ok) {
-                    const size_t sl = (size_t)blk << bshift | (size_t)(pj & bmask), o = sl * kvdim + (size_t)kvh * D + dd0;
+                    const size_t sl = (size_t)blk << bshift | (size_t)(pj & bmask), o = sl * kvdim + (size_t)kvh * D + d0;
                     if ((int64_t)sl == cur) epend |= 1u << u;
                     else { ekr[u] = *(const uint4 *)(kp + o); evr[u] = *(const uint4 *)(vp + o); }
                 }
@@ -2310,7 +2315,6 @@ k_attn_vec(const float *q, T *kp, T *vp, float *out, const int32_t *pos, const i
         prep_end();
         return;
     }
-    const int kg = lane / LPK, d0 = (lane % LPK) * VPL;   /* this lane's key within a load, first value */
     float qv[G][VPL], acc[G][VPL];
 #pragma unroll
     for (int g = 0; g < G; g++) {
@@ -2327,21 +2331,7 @@ k_attn_vec(const float *q, T *kp, T *vp, float *out, const int32_t *pos, const i
     float mj[NJ], lj[NJ];
 #pragma unroll
     for (int j = 0; j < NJ; j++) { mj[j] = -INFINITY; lj[j] = 0.f; }
-    int p_end, p0;
-    const int32_t *btr;
-    if constexpr (EARLY) {
-        p_end = e_end; p0 = e_p0; btr = e_btr;
-    } else {
-        p_end = min(pos[t], (max_blocks << bshift) - 1);
-        p0 = window > 0 ? max(0, pos[t] - window + 1) : 0;
-        btr = bt + (size_t)seq[t] * max_blocks;
-        if (sbt_n > 0) {
-            const int nb = min((p_end >> bshift) + 1, sbt_n);
-            for (int i = threadIdx.x; i < nb; i += blockDim.x) sbt[i] = btr[i];
-            __syncthreads();
-            btr = sbt;
-        }
-    }
+    if constexpr (!EARLY) att_span();   /* (EARLY: before the wait) */
     float *ssw = &ss[w][0][0][0];
     bool efirst = EARLY;
     for (int c0 = p0 + w * CH; c0 <= p_end; c0 += W * CH) {
