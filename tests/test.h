@@ -27,9 +27,15 @@ static inline int t_want(const char *name) {
     const char *f = getenv("MLXCEL_TEST_CASE");
     return !f || !*f || strstr(name, f) != NULL;
 }
-#define RUN(fn) do { if (!t_want(#fn)) break; t_case_failed = 0; t_why[0] = 0; fn(); t_report(#fn); } while (0)
+/* A file that defines T_CASE_BEGIN(name) before including this one has it called before each
+ * case (e.g. to seed its random inputs from the name, so that a case's data does not depend on
+ * which cases ran before it). */
+#ifndef T_CASE_BEGIN
+#define T_CASE_BEGIN(name) ((void)0)
+#endif
+#define RUN(fn) do { if (!t_want(#fn)) break; t_case_failed = 0; t_why[0] = 0; T_CASE_BEGIN(#fn); fn(); t_report(#fn); } while (0)
 /* Like RUN but with a runtime name (for table-driven cases). */
-#define RUN_NAMED(name, fn, arg) do { if (!t_want(name)) break; t_case_failed = 0; t_why[0] = 0; fn(arg); t_report(name); } while (0)
+#define RUN_NAMED(name, fn, arg) do { if (!t_want(name)) break; t_case_failed = 0; t_why[0] = 0; T_CASE_BEGIN(name); fn(arg); t_report(name); } while (0)
 
 #define TEST_EXIT() return t_total_failed ? 1 : 0
 

@@ -78,8 +78,8 @@ int mx_backend_cuda_set_attn_prep(mx_backend *b, int mode);
 int mx_backend_cuda_attn_prep_launches(mx_backend *b);
 /* One-token decode: the decode attention (its 16-warp form) reads the block table and its first
  * chunk of cached keys and values before it waits for the kernel before it (PDL), all but the
- * token's own slot, which that kernel may be writing. Off by default (not yet run on a GPU); MLXCEL_CUDA_ATTN_EARLY=1 at
- * init turns it on. Returns the previous setting; the count is of attentions that did it. */
+ * token's own slot, which that kernel may be writing. On by default; MLXCEL_CUDA_ATTN_EARLY=0 at
+ * init turns it off. Returns the previous setting; the count is of attentions that did it. */
 bool mx_backend_cuda_set_attn_early(mx_backend *b, bool on);
 int mx_backend_cuda_attn_early_launches(mx_backend *b);
 /* Decode attention with the query heads of a KV head in one block (each K/V row read once for

@@ -7,6 +7,9 @@
  * `test_backend_cuda --bench` (CUDA builds; --bench-mv: the matvec table only) prints bandwidth/throughput tables instead: the
  * device-to-device copy rate, the matvec kernels on Llama-3.1-8B shapes, and a synthetic decode
  * step of Llama-3.1-8B / Qwen3-0.6B shapes built from the backend's ops. Not a test. */
+/* each case's random inputs come from a seed of its name (t_seed), not from the cases before it */
+static void t_seed(const char *name);
+#define T_CASE_BEGIN(name) t_seed(name)
 #include "test.h"
 #include "mlxcel/backend_cuda.h"
 
@@ -19,6 +22,11 @@ static uint64_t g_rng = 0x2545f4914f6cdd1dull;
 static inline uint32_t rnd32(void) {
     g_rng ^= g_rng << 13; g_rng ^= g_rng >> 7; g_rng ^= g_rng << 17;
     return (uint32_t)(g_rng >> 16);
+}
+static void t_seed(const char *name) {   /* FNV-1a of the name; never 0 (xorshift's fixed point) */
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (const char *p = name; *p; p++) h = (h ^ (unsigned char)*p) * 0x100000001b3ull;
+    g_rng = h ? h : 0x2545f4914f6cdd1dull;
 }
 static inline float frand(void) { return (float)((rnd32() & 0xffffff) / 8388608.0 - 1.0); } /* [-1, 1) */
 static inline void fill(float *p, int64_t n, float s) { for (int64_t i = 0; i < n; i++) p[i] = frand() * s; }

@@ -121,8 +121,8 @@ struct cu_ctx {
     int n_attn_prep;                       /* attentions that did the preparation (tests) */
     int attn_early;                        /* one-token decode: k_attn_vec reads the block table and
                                               its first chunk of cached K/V before its PDL wait
-                                              (MLXCEL_CUDA_ATTN_EARLY=1; off by default
-                                              until measured on a GPU) */
+                                              (MLXCEL_CUDA_ATTN_EARLY, on by default:
+                                              +1.6-3.7% at batch 1, NOTES.md) */
     int n_attn_early;                      /* attentions that did (tests) */
     bool attn_mma;                         /* k_attn_mma where it applies (MLXCEL_CUDA_ATTN=tiled|pertoken: off) */
     int gemm_mode;                         /* q4 above the matvecs (MLXCEL_CUDA_GEMM): GM_AUTO, GM_CUBLAS
@@ -317,7 +317,7 @@ static mx_status read_switches(cu_switches *sw) {
         (st = env_choice("MLXCEL_CUDA_ATTN_DEC", attn_dec, 2, 0, &sw->attn_dec)) ||
         (st = env_choice("MLXCEL_CUDA_ATTN_GQA", onoff, 2, 1, &sw->gqa)) ||
         (st = env_choice("MLXCEL_CUDA_ATTN_PREP", ring_norm, 3, 1, &sw->attn_prep)) ||
-        (st = env_choice("MLXCEL_CUDA_ATTN_EARLY", onoff, 2, 0, &sw->attn_early)) ||
+        (st = env_choice("MLXCEL_CUDA_ATTN_EARLY", onoff, 2, 1, &sw->attn_early)) ||
         (st = env_choice("MLXCEL_CUDA_GEMM", k_gemm_modes, GM_NMODES, GM_AUTO, &sw->gemm)) ||
         (st = env_choice("MLXCEL_CUDA_GEMM_ROT", onoff, 2, 1, &sw->gemm_rot)) ||
         (st = env_choice("MLXCEL_CUDA_GEMM_SK", onoff, 2, 1, &sw->gemm_sk)) ||
@@ -2141,11 +2141,32 @@ __device__ __forceinline__ float qk_in(const qk_prep_args &a, const float *buf, 
     for (int z = 0; z < a.nsplit; z++) s += a.part[(size_t)z * a.ptot + ofs + j];
     return s + 0.f;   /* k_gq_sum's "+ 0.f" without a bias */
 }
-/* Head hd of q (isq) or k of token t prepared, in two steps around the sum of squares over the head
+/* Head hd of q (isq) or k of token t prepared, in steps around the sum of squares over the head
  * (a block reduction whose arithmetic its callers share): qk_load gives thread i (ok: i < D/2) the
- * pair (i, i + D/2), qk_finish norms it (with that sum, when the head has a norm) and rotates it.
+ * pair (i, i + D/2), qk_finish norms it (with that sum, when the head has a norm) and rotates it
+ * with what qk_begin read and computed: its pair of the norm's weights and its rotation. qk_begin
+ * reads only weights, constant tables and the token's position (uploaded before the step's
+ * kernels), so it may run before the PDL wait, off the chain of dependent loads.
  * Shared by k_qk_prep and the decode attention that does the preparation itself
  * (k_attn_vec<.., PREP>). */
+struct qk_pre { float g0, g1, cs, sn; };
+__device__ __forceinline__ qk_pre qk_begin(const qk_prep_args &a, bool isq, int t, int i, bool ok, const int32_t *pos) {
+    const int half = a.D / 2;
+    qk_pre r = {1.f, 1.f, 1.f, 0.f};
+    if (isq ? a.qnorm : a.knorm) {
+        const float *g = isq ? a.qg : a.kg;
+        const float a1 = isq ? a.qa1 : a.ka1;
+        r.g0 = g ? (ok ? g[i] + a1 : 0.f) : 1.f; r.g1 = g ? (ok ? g[i + half] + a1 : 0.f) : 1.f;
+    }
+    if (ok && (isq ? a.qrope : a.krope)) {
+        const float *f = isq ? a.qf : a.kf;
+        const float af = isq ? a.qaf : a.kaf;
+        float sn, cs;
+        sincosf((float)pos[t] * f[i], &sn, &cs);
+        r.sn = sn * af; r.cs = cs * af;
+    }
+    return r;
+}
 __device__ __forceinline__ void qk_load(const qk_prep_args &a, bool isq, int hd, int t, int i, bool ok, float &x0, float &x1) {
     const int half = a.D / 2;
     const int64_t j = isq ? ((int64_t)t * a.nh + hd) * a.D : ((int64_t)t * a.nkv + hd) * a.D;
@@ -2153,23 +2174,14 @@ __device__ __forceinline__ void qk_load(const qk_prep_args &a, bool isq, int hd,
     const int64_t po = isq ? 0 : a.kofs;
     x0 = ok ? qk_in(a, xr, po + j, i) : 0.f; x1 = ok ? qk_in(a, xr, po + j, i + half) : 0.f;
 }
-__device__ __forceinline__ void qk_finish(const qk_prep_args &a, bool isq, int t, int i, bool ok, const int32_t *pos, float ss,
-                                          float &x0, float &x1) {
-    const int half = a.D / 2;
+__device__ __forceinline__ void qk_finish(const qk_prep_args &a, bool isq, bool ok, const qk_pre &r, float ss, float &x0,
+                                          float &x1) {
     if (isq ? a.qnorm : a.knorm) {
-        const float *g = isq ? a.qg : a.kg;
-        const float a1 = isq ? a.qa1 : a.ka1, eps = isq ? a.qeps : a.keps;
-        const float g0 = g ? (ok ? g[i] + a1 : 0.f) : 1.f, g1 = g ? (ok ? g[i + half] + a1 : 0.f) : 1.f;
-        const float inv = rsqrtf(ss / a.D + eps);
-        x0 = x0 * inv * g0; x1 = x1 * inv * g1;
+        const float inv = rsqrtf(ss / a.D + (isq ? a.qeps : a.keps));
+        x0 = x0 * inv * r.g0; x1 = x1 * inv * r.g1;
     }
     if (ok && (isq ? a.qrope : a.krope)) {
-        const float *f = isq ? a.qf : a.kf;
-        const float af = isq ? a.qaf : a.kaf;
-        float sn, cs;
-        sincosf((float)pos[t] * f[i], &sn, &cs);
-        sn *= af; cs *= af;
-        const float r0 = x0 * cs - x1 * sn, r1 = x1 * cs + x0 * sn;
+        const float r0 = x0 * r.cs - x1 * r.sn, r1 = x1 * r.cs + x0 * r.sn;
         x0 = r0; x1 = r1;
     }
 }
@@ -2226,6 +2238,11 @@ k_attn_vec(const float *q, T *kp, T *vp, float *out, const int32_t *pos, const i
     };
     uint4 ekr[EARLY ? U : 1], evr[EARLY ? U : 1];
     uint32_t eok = 0, epend = 0;
+    constexpr int PH = D / 2;
+    const int prole = (int)threadIdx.x / PH, pi = (int)threadIdx.x % PH;   /* PREP: group 0 q, 1 k, 2 v, 3 and up none */
+    qk_pre ppre = {};   /* (PREP) qk_begin's part of the q/k preparation, before the wait */
+    if constexpr (PREP)
+        if (prole < 2) ppre = qk_begin(pa, prole == 0, t, pi, true, pos);
     if constexpr (EARLY) {
         if (!(seq[t] < 0 || seq[t] >= n_seqs || pos[t] < 0)) {
             att_span();
@@ -2256,14 +2273,12 @@ k_attn_vec(const float *q, T *kp, T *vp, float *out, const int32_t *pos, const i
      * KV head's first block writes them to the cache. At the end the KV head's blocks count
      * themselves in cnt[kvh] (each read k in its prologue); the last one stores the prepared k in
      * place and resets the count. */
-    constexpr int PH = D / 2;
     static_assert(!PREP || (G == 1 && 3 * PH <= W * 32 && PH % 32 == 0), "PREP: one query head; D/2 whole warps");
     __shared__ __align__(16) T knew[PREP ? D : 1], vnew[PREP ? D : 1];
     __shared__ float psh[PREP ? W : 1];
     __shared__ bool plast;
     int64_t pslot = -1;
     float px0 = 0.f, px1 = 0.f;   /* this thread's pair of its group's head, prepared */
-    const int prole = (int)threadIdx.x / PH, pi = (int)threadIdx.x % PH;   /* group 0 q, 1 k, 2 v, 3 and up none */
     if constexpr (PREP) {
         const int64_t s = slot[t];
         pslot = s >= 0 && s < nslots ? s : -1;
@@ -2281,7 +2296,7 @@ k_attn_vec(const float *q, T *kp, T *vp, float *out, const int32_t *pos, const i
             __syncthreads();
             if (prole < 2) ss = warp_sum(lane < NWR ? psh[prole * NWR + lane] : 0.f);
         }
-        if (prole < 2) qk_finish(pa, prole == 0, t, pi, true, pos, ss, px0, px1);
+        if (prole < 2) qk_finish(pa, prole == 0, true, ppre, ss, px0, px1);
         if (prole == 0) {
             float *xr = pa.q + ((int64_t)t * n_heads + h0) * D;
             xr[pi] = px0; xr[pi + PH] = px1;
@@ -2476,13 +2491,15 @@ k_attn_vec(const float *q, T *kp, T *vp, float *out, const int32_t *pos, const i
 
 template <typename T>
 __global__ void k_qk_prep(const qk_prep_args a, T *kp, T *vp, const int32_t *slot, const int32_t *pos, int64_t nslots) {
-    pdl_entry();
     __shared__ float sh[32];
     const int t = blockIdx.x, hh = blockIdx.y, half = a.D / 2, i = threadIdx.x;
     const bool ok = i < half;
     const int kvdim = a.nkv * a.D;
-    const int64_t s = slot[t];
+    const int64_t s = slot[t];   /* (before the wait: the meta arrays, like qk_begin's reads) */
     const bool store = s >= 0 && s < nslots;
+    const bool isq = hh < a.nh;
+    const qk_pre pre = hh < a.nh + a.nkv ? qk_begin(a, isq, t, i, ok, pos) : qk_pre{};
+    pdl_entry();
     if (hh >= a.nh + a.nkv) {   /* v head */
         const int vh = hh - a.nh - a.nkv;
         const int64_t j = (int64_t)t * kvdim + (int64_t)vh * a.D;
@@ -2496,12 +2513,11 @@ __global__ void k_qk_prep(const qk_prep_args a, T *kp, T *vp, const int32_t *slo
         }
         return;
     }
-    const bool isq = hh < a.nh;
     const int hd = isq ? hh : hh - a.nh;
     float x0, x1;
     qk_load(a, isq, hd, t, i, ok, x0, x1);
     const float ss = (isq ? a.qnorm : a.knorm) ? block_sum(fmaf(x1, x1, x0 * x0), sh) : 0.f;
-    qk_finish(a, isq, t, i, ok, pos, ss, x0, x1);
+    qk_finish(a, isq, ok, pre, ss, x0, x1);
     if (!ok) return;
     float *xr = (isq ? a.q : a.k) + (isq ? ((int64_t)t * a.nh + hd) * a.D : ((int64_t)t * a.nkv + hd) * a.D);
     xr[i] = x0; xr[i + half] = x1;
