@@ -25,6 +25,10 @@
 #   syncprobe  tools/cuda_probe/sync_probe.cu: a bulk-copy ring's streaming rate, a grid barrier
 #           and an L2 round trip alone and while the ring streams (the persistent decode kernel's
 #           parts, NOTES.md)
+#   chainprobe  tools/cuda_probe/chain_probe.cu: a chain of small dependent kernels (Qwen3-0.6B's
+#           batch-1 step as launched, and two plain shapes) handed over in plain stream order,
+#           through PDL (griddepcontrol.wait) and through counters polled by the next kernel; eager
+#           and as graph replays; us a kernel
 #   mvprobe tools/cuda_probe/mv_probe.cu: the batch-1 matvecs' weight reads alone (Llama-8B's q4
 #           matrix sizes), loaded into registers as k_mv_i8 does or streamed through shared memory
 #   sweep   bench rows listed in the file GPU_CHECK_SWEEP ("LABEL [VAR=VALUE...] -- bench args" a line)
@@ -445,6 +449,10 @@ probe_run() {   # label source log timeout pattern
 if has syncprobe; then   # what the persistent decode kernel rests on (tools/cuda_probe/sync_probe.cu)
   echo "== sync probe"
   probe_run syncprobe tools/cuda_probe/sync_probe.cu syncprobe.log 120 '^(PROBE|FAIL)'
+fi
+if has chainprobe; then   # what a hand-off between dependent kernels costs (tools/cuda_probe/chain_probe.cu)
+  echo "== chain probe"
+  probe_run chainprobe tools/cuda_probe/chain_probe.cu chainprobe.log 120 '^(PROBE|FAIL)'
 fi
 if has mvprobe; then   # the batch-1 matvecs' weight reads alone, into registers or through shared memory
   echo "== matvec read probe"
