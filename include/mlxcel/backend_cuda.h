@@ -82,6 +82,14 @@ int mx_backend_cuda_attn_prep_launches(mx_backend *b);
  * init turns it off. Returns the previous setting; the count is of attentions that did it. */
 bool mx_backend_cuda_set_attn_early(mx_backend *b, bool on);
 int mx_backend_cuda_attn_early_launches(mx_backend *b);
+/* One-token decode with the early loads above: extra blocks of the attention's grid prefetch into
+ * L2 up to MIB MiB of the weights of the product that followed the same layer's attention in the
+ * previous step (a hint: no result changes). Off (0) by default until measured on a GPU;
+ * MLXCEL_CUDA_ATTN_L2PF=MiB at init. Returns the previous setting; the count is of attentions that
+ * prefetched, the bytes those the last of them asked for. */
+int mx_backend_cuda_set_attn_l2pf(mx_backend *b, int mib);
+int mx_backend_cuda_attn_l2pf_launches(mx_backend *b);
+int64_t mx_backend_cuda_attn_l2pf_bytes(mx_backend *b);
 /* Decode attention with the query heads of a KV head in one block (each K/V row read once for
  * them): 1 (default) when the batch has enough blocks for it, 0 never (MLXCEL_CUDA_ATTN_GQA=0 at
  * init), 2 always (for tests). */

@@ -64,7 +64,9 @@ static void test_select(void) {
                                          {"MLXCEL_CUDA_MV_RING_SLOT", "32k"}, {"MLXCEL_CUDA_RING_NORM", "on"}, {"MLXCEL_CUDA_RING_NORM", "2"},
                                          {"MLXCEL_CUDA_MV_RING_BF16", "2"}, {"MLXCEL_CUDA_ATTN_PREP", "on"},
                                          {"MLXCEL_CUDA_ATTN_PREP", "2"}, {"MLXCEL_CUDA_RING_PAIR", "on"},
-                                         {"MLXCEL_CUDA_RING_PAIR", "2"}, {"MLXCEL_CUDA_RING_ACT", "yes"}};
+                                         {"MLXCEL_CUDA_RING_PAIR", "2"}, {"MLXCEL_CUDA_RING_ACT", "yes"},
+                                         {"MLXCEL_CUDA_ATTN_EARLY", "on"}, {"MLXCEL_CUDA_ATTN_L2PF", "1025"},
+                                         {"MLXCEL_CUDA_ATTN_L2PF", "16m"}, {"MLXCEL_CUDA_ATTN_L2PF", "-1"}};
     unsetenv("MLXCEL_DEVICE");
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         setenv(bad[i][0], bad[i][1], 1);
@@ -81,8 +83,10 @@ static void test_select(void) {
     setenv("MLXCEL_CUDA_MV_RING_SLOT", "16384", 1); setenv("MLXCEL_CUDA_RING_NORM", "bf16", 1);
     setenv("MLXCEL_CUDA_MV_RING_BF16", "norm", 1); setenv("MLXCEL_CUDA_ATTN_PREP", "0", 1);
     setenv("MLXCEL_CUDA_RING_PAIR", "0", 1); setenv("MLXCEL_CUDA_RING_ACT", "1", 1);
+    setenv("MLXCEL_CUDA_ATTN_EARLY", "0", 1); setenv("MLXCEL_CUDA_ATTN_L2PF", "16", 1);
     TCHECK(mx_backend_cuda_check_env() == MX_OK, "good switches refused: %s", mx_last_error());
     unsetenv("MLXCEL_CUDA_ATTN_PREP"); unsetenv("MLXCEL_CUDA_RING_PAIR"); unsetenv("MLXCEL_CUDA_RING_ACT");
+    unsetenv("MLXCEL_CUDA_ATTN_EARLY"); unsetenv("MLXCEL_CUDA_ATTN_L2PF");
     unsetenv("MLXCEL_CUDA_FUSED"); unsetenv("MLXCEL_CUDA_FUSED_PF"); unsetenv("MLXCEL_CUDA_GEMM_SK");
     unsetenv("MLXCEL_CUDA_MV_RING"); unsetenv("MLXCEL_CUDA_MV_RING_KB"); unsetenv("MLXCEL_CUDA_MV_RING_WARPS"); unsetenv("MLXCEL_CUDA_MV_RING_SLOT");
     unsetenv("MLXCEL_CUDA_RING_NORM"); unsetenv("MLXCEL_CUDA_MV_RING_BF16");
@@ -477,8 +481,12 @@ static const att_case g_att[] = {
  * layers, the last of them outside the sequences (its output zeros, its q and k still prepared).
  * Modes: 0 off; 1 always; 2 and 3 the default (after a dense bf16 product), each layer's ops after
  * a small product of other buffers with bf16 weights (2, fused) or q4 weights (3, not fused);
- * 4 off again. Modes 1-4 read the first chunk of cached K/V before the PDL wait
- * (mx_backend_cuda_set_attn_early), mode 0 does not. Each mode first runs every step on other
+ * 4 off again; 5 and 6 as 2 and 3 with the L2 prefetch across the attention
+ * (mx_backend_cuda_set_attn_l2pf: extra blocks of its grid ask the L2 for the weights of the
+ * product that followed the layer's attention the step before, here the next layer's small
+ * product; every one-token attention of the second pass does it). Modes 1-6 read the first chunk
+ * of cached K/V before the PDL wait (mx_backend_cuda_set_attn_early), mode 0 does not. Each mode
+ * first runs every step on other
  * data (a pass whose results are dropped), so that each decode token's slot holds a stale key
  * and value that only a read before its preparation would see.
  * Each step's attention output, q, k (prepared in place) and v must be equal bit for bit between
@@ -510,7 +518,7 @@ static void check_attn_prep(const ap_case *a) {
     vec_make(&gk, &bk, a->hd, MX_DTYPE_BF16, 0.5f); gk2 = gk; gk2.dev = NULL;
     mx_attn_params p = {a->n_heads, a->n_kv, a->hd, 1.f / sqrtf((float)a->hd), 0, 0.f, NULL};
     /* the raw q, k, v of every step and layer */
-    enum { NM = 5 };
+    enum { NM = 7 };
     float *raw[2][1 + STEPS][L][3], *res[NM][1 + STEPS][L][4];
     tw pw[2];   /* the products before the ops in modes 2 and 3 */
     tw_make(&pw[0], 32, 256, 0, 0, MX_DTYPE_BF16, false);
@@ -531,15 +539,21 @@ static void check_attn_prep(const ap_case *a) {
     G.i->write(G.ctx, px, raw[1][0][0][0], 256 * 4);
     const int was = mx_backend_cuda_set_attn_prep(&G, 0);
     const bool was_early = mx_backend_cuda_set_attn_early(&G, false);
+    const int was_pf = mx_backend_cuda_set_attn_l2pf(&G, 0);
     for (int mode = 0; mode < NM; mode++) {
+        const int pm = mode == 2 || mode == 5 ? 0 : mode == 3 || mode == 6 ? 1 : -1;   /* the product before */
         mx_backend_cuda_set_attn_prep(&G, mode == 0 || mode == 4 ? 0 : mode == 1 ? 2 : 1);
         mx_backend_cuda_set_attn_early(&G, mode != 0);
+        mx_backend_cuda_set_attn_l2pf(&G, mode >= 5 ? 16 : 0);
         mx_kv_desc kg = {L, a->n_kv, a->hd, BS, NB, MX_DTYPE_F32}, kc = kg;
         TREQUIRE(G.i->kv_init(G.ctx, &kg) == MX_OK && (mode != 1 || C.i->kv_init(C.ctx, &kc) == MX_OK), "kv_init: %s", mx_last_error());
-        int before = 0, before_e = 0;
+        int before = 0, before_e = 0, before_pf = 0;
         for (int pass = 0; pass < 2; pass++)
         for (int st = 0; st <= STEPS; st++) {
-            if (pass == 1 && st == 0) { before = mx_backend_cuda_attn_prep_launches(&G); before_e = mx_backend_cuda_attn_early_launches(&G); }
+            if (pass == 1 && st == 0) {
+                before = mx_backend_cuda_attn_prep_launches(&G); before_e = mx_backend_cuda_attn_early_launches(&G);
+                before_pf = mx_backend_cuda_attn_l2pf_launches(&G);
+            }
             const int n = st == 0 ? P0 : 1;
             int32_t pos[P0], slot[P0], seq[P0];
             for (int t = 0; t < n; t++) {
@@ -551,7 +565,7 @@ static void check_attn_prep(const ap_case *a) {
             for (int l = 0; l < L; l++) {
                 float *dq = gup(raw[pass][st][l][0], (int64_t)n * qd), *dk = gup(raw[pass][st][l][1], (int64_t)n * kvd),
                       *dv = gup(raw[pass][st][l][2], (int64_t)n * kvd), *dout = gnan((int64_t)n * qd);
-                if (mode == 2 || mode == 3) G.i->matmul(G.ctx, &pw[mode - 2].w, px, py, 1);
+                if (pm >= 0) G.i->matmul(G.ctx, &pw[pm].w, px, py, 1);
                 ap_ops(&G, a, dq, dk, &gq, &gk, &rp, &m, n);
                 G.i->attention(G.ctx, l, dq, dk, dv, dout, &p, &m);
                 if (pass == 0) {
@@ -572,16 +586,23 @@ static void check_attn_prep(const ap_case *a) {
                 }
             }
         }
-        const int fused = mx_backend_cuda_attn_prep_launches(&G) - before, want = mode == 1 || mode == 2 ? STEPS * L : 0;
+        const int fused = mx_backend_cuda_attn_prep_launches(&G) - before, want = mode == 1 || mode == 2 || mode == 5 ? STEPS * L : 0;
         TCHECK(fused == want, "mode %d: %d attentions did the q/k preparation (expected %d)", mode, fused, want);
         const int early = mx_backend_cuda_attn_early_launches(&G) - before_e, want_e = mode ? STEPS * L : 0;
         TCHECK(early == want_e, "mode %d: %d attentions read K/V before the wait (expected %d)", mode, early, want_e);
+        const int npf = mx_backend_cuda_attn_l2pf_launches(&G) - before_pf, want_pf = mode >= 5 ? STEPS * L : 0;
+        TCHECK(npf == want_pf, "mode %d: %d attentions prefetched (expected %d)", mode, npf, want_pf);
+        if (mode >= 5) {   /* the whole of the small product: bf16 codes; q4 codes, scales and biases */
+            const int64_t got = mx_backend_cuda_attn_l2pf_bytes(&G), wb = mode == 5 ? 32 * 256 * 2 : 32 * 256 / 2 + 2 * (32 * 256 / 64 * 2);
+            TCHECK(got == wb, "mode %d: the prefetch asked for %lld bytes (expected %lld)", mode, (long long)got, (long long)wb);
+        }
         TCHECK(mx_backend_cuda_status(&G) == MX_OK, "status: %s", mx_last_error());
         G.i->kv_free(G.ctx);
         if (mode == 1) C.i->kv_free(C.ctx);
     }
     mx_backend_cuda_set_attn_prep(&G, was);
     mx_backend_cuda_set_attn_early(&G, was_early);
+    mx_backend_cuda_set_attn_l2pf(&G, was_pf);
     static const char *const what[4] = {"attention output", "q", "k", "v"};
     int bad = 0;
     for (int st = 0; st <= STEPS; st++)

@@ -70,7 +70,7 @@ __global__ void k_link(const link a) {
         if (threadIdx.x == 0) {
             // (bounded: a count that never comes is an error, not a hang)
             for (long long i = 0; ld_acq(&a.ctr[a.k - 1]) != a.prev_blocks; i++)
-                if (i == (1ll << 26)) { atomicAdd(a.err, 1 << 20); break; }
+                if (i == (1ll << 22)) { atomicAdd(a.err, 1 << 20); break; }   // (~2 s)
             // every block of kernel k-1 has passed its own poll of ctr[k-2]: nobody reads it again
             // this step
             if (blockIdx.x == 0 && a.k >= 2) a.ctr[a.k - 2] = 0;

@@ -98,6 +98,7 @@ struct gq_set {   /* blocks [blk0[k], blk0[k + 1]) along x do weight k; rb[k]: r
 };
 
 struct cu_fd;
+#define APF_R 12   /* address ranges of the L2 prefetch across the attention (l2pf_args) */
 struct cu_ctx {
     int dev;
     cudaDeviceProp prop;
@@ -121,9 +122,20 @@ struct cu_ctx {
     int n_attn_prep;                       /* attentions that did the preparation (tests) */
     int attn_early;                        /* one-token decode: k_attn_vec reads the block table and
                                               its first chunk of cached K/V before its PDL wait
-                                              (MLXCEL_CUDA_ATTN_EARLY, on by default:
-                                              +1.6-3.7% at batch 1, NOTES.md) */
+                                              (MLXCEL_CUDA_ATTN_EARLY, on by default: +1.6-3.7%
+                                              at batch 1 as the session that made it the
+                                              default measured it; its log was lost, NOTES.md) */
     int n_attn_early;                      /* attentions that did (tests) */
+    int64_t apf_cap;                       /* one-token decode: bytes of the next product's weights that
+                                              extra blocks of the attention prefetch into L2
+                                              (MLXCEL_CUDA_ATTN_L2PF, MiB; 0: off; apf_args) */
+    int apf_layer;                         /* the layer of the last one-token attention until a product
+                                              follows it (-1: none) */
+    struct cu_apf { const void *p[APF_R]; int64_t n[APF_R]; int nr; } *apf;   /* per layer (apf_nl, set
+                                              by kv_init): what the product after its attention read */
+    int apf_nl;
+    int n_apf;                             /* attentions that prefetched (tests) */
+    int64_t apf_bytes;                     /* bytes the last of them asked for (tests) */
     bool attn_mma;                         /* k_attn_mma where it applies (MLXCEL_CUDA_ATTN=tiled|pertoken: off) */
     int gemm_mode;                         /* q4 above the matvecs (MLXCEL_CUDA_GEMM): GM_AUTO, GM_CUBLAS
                                               (dequantize + cuBLAS), GM_MMA (k_gemm_gq up to
@@ -280,7 +292,7 @@ static pdl_launch<KArgs...> PL(cu_ctx *c, void (*k)(KArgs...), dim3 g, dim3 b, s
  * the default; anything else is an error naming the variable and what it takes. */
 enum { GM_AUTO, GM_CUBLAS, GM_MMA, GM_WG, GM_NMODES };   /* MLXCEL_CUDA_GEMM, in k_gemm_modes' order */
 static const char *const k_gemm_modes[] = {"auto", "cublas", "mma", "wgmma"};
-struct cu_switches { int attn, attn_dec, attn_prep, gqa, gemm, gemm_rot, gemm_sk, gemm_pair, sum_norm, sum_qkv, att_gq, pdl, mv, profile, kv, graphs, fused, mv_ring, ring_norm, ring_bf, ring_pair, ring_act, attn_early; long dq_mb, fused_pf, mr_kb, mr_slot, mr_warps; };   /* kv: checked here, read by kv_init */
+struct cu_switches { int attn, attn_dec, attn_prep, gqa, gemm, gemm_rot, gemm_sk, gemm_pair, sum_norm, sum_qkv, att_gq, pdl, mv, profile, kv, graphs, fused, mv_ring, ring_norm, ring_bf, ring_pair, ring_act, attn_early; long dq_mb, fused_pf, mr_kb, mr_slot, mr_warps, attn_l2pf; };   /* kv: checked here, read by kv_init */
 static mx_status env_choice(const char *name, const char *const *vals, int n, int def, int *out) {
     const char *e = getenv(name);
     *out = def;
@@ -341,7 +353,8 @@ static mx_status read_switches(cu_switches *sw) {
         (st = env_long("MLXCEL_CUDA_MV_RING_KB", 8, MR_RING_KB_MAX, MR_RING_KB, "KB", &sw->mr_kb)) ||
         (st = env_long("MLXCEL_CUDA_MV_RING_SLOT", 512, 65536, MR_SLOT, "bytes", &sw->mr_slot)) ||
         (st = env_long("MLXCEL_CUDA_MV_RING_WARPS", 1, 16, MR_WARPS, "warps", &sw->mr_warps)) ||
-        (st = env_long("MLXCEL_CUDA_DQ_MB", 1, 65536, 256, "MiB", &sw->dq_mb)))
+        (st = env_long("MLXCEL_CUDA_DQ_MB", 1, 65536, 256, "MiB", &sw->dq_mb)) ||
+        (st = env_long("MLXCEL_CUDA_ATTN_L2PF", 0, 1024, 0, "MiB", &sw->attn_l2pf)))
         return st;
     return MX_OK;
 }
@@ -2185,6 +2198,88 @@ __device__ __forceinline__ void qk_finish(const qk_prep_args &a, bool isq, bool 
         x0 = r0; x1 = r1;
     }
 }
+/* The L2 prefetch across a one-token attention (MLXCEL_CUDA_ATTN_L2PF, host apf_args): extra
+ * blocks of the attention's grid ask the L2 for the weights of the product that followed this
+ * layer's attention in the previous step (the o projection), so that the HBM, idle while the
+ * attention runs, streams them, and the product reads them from the L2. The blocks wait for the
+ * kernel before (the q/k/v product: its streaming is done), lane 0 of each warp issues its chunks
+ * (cp.async.bulk.prefetch.L2, a hint: it writes nothing and waits for nothing, so every result is
+ * what it is without it) and the block exits. Up to APF_R address ranges (codes, scales, biases of
+ * up to 4 weights), each cut into chunks of L2PF_CHUNK bytes; c0: the ranges' first chunks. The
+ * ranges are read with static indices only (unrolled), so the parameter stays in parameter space. */
+#define L2PF_CHUNK 16384u
+struct l2pf_args {
+    const uint8_t *p[APF_R];
+    uint32_t n[APF_R];        /* bytes of each range, a multiple of 16 */
+    uint32_t c0[APF_R + 1];   /* chunks before each range; c0[APF_R]: all */
+    int nblk;                 /* extra blocks (0: none) */
+};
+__device__ __forceinline__ void l2pf_run(const l2pf_args &a, int b) {
+    pdl_wait();   /* the product before has finished streaming its weights */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (threadIdx.x & 31) return;
+    const uint32_t nwarp = (uint32_t)a.nblk * (blockDim.x >> 5), tot = a.c0[APF_R];
+    for (uint32_t i = (uint32_t)b * (blockDim.x >> 5) + (threadIdx.x >> 5); i < tot; i += nwarp) {
+#pragma unroll
+        for (int r = 0; r < APF_R; r++)
+            if (i >= a.c0[r] && i < a.c0[r + 1]) {
+                const uint32_t o = (i - a.c0[r]) * L2PF_CHUNK, len = min(L2PF_CHUNK, a.n[r] - o);
+                asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(a.p[r] + o), "r"(len) : "memory");
+            }
+    }
+#endif
+}
+/* (host) a one-token product after the attention of layer apf_layer: its weights' ranges noted
+ * for that layer (codes, and the scales and biases of quantized ones), whatever path it takes */
+static void apf_note(cu_ctx *c, int nw, const cu_weight *const *w, int n) {
+    const int l = c->apf_layer;
+    if (l < 0) return;
+    c->apf_layer = -1;
+    if (n != 1 || l >= c->apf_nl || !c->apf) return;
+    cu_ctx::cu_apf e;
+    memset(&e, 0, sizeof e);
+    for (int k = 0; k < nw && e.nr + 3 <= APF_R; k++) {
+        const int64_t cells = w[k]->rows * w[k]->cols;
+        e.p[e.nr] = w[k]->w;
+        e.n[e.nr++] = w[k]->bits ? cells * w[k]->bits / 8 : cells * (int64_t)mx_dtype_size(w[k]->dtype);
+        if (w[k]->bits) {
+            const int64_t sb = cells / w[k]->gs * 2;
+            e.p[e.nr] = w[k]->scales; e.n[e.nr++] = sb;
+            e.p[e.nr] = w[k]->biases; e.n[e.nr++] = sb;
+        }
+    }
+    c->apf[l] = e;
+}
+/* (host) the prefetch of layer's attention: up to apf_cap bytes of the ranges noted for it, each
+ * range's first bytes in the same share (its rows from the start); false: none */
+static bool apf_args(cu_ctx *c, int layer, l2pf_args *a) {
+    memset(a, 0, sizeof *a);
+    if (c->apf_cap <= 0 || layer < 0 || layer >= c->apf_nl || !c->apf || !c->apf[layer].nr) return false;
+    const cu_ctx::cu_apf &e = c->apf[layer];
+    int64_t tot = 0;
+    for (int r = 0; r < e.nr; r++) tot += e.n[r];
+    const double f = tot > c->apf_cap ? (double)c->apf_cap / (double)tot : 1.0;
+    uint32_t ch = 0;
+    int64_t bytes = 0;
+    for (int r = 0; r < APF_R; r++) {
+        a->c0[r] = ch;
+        if (r >= e.nr || ((uintptr_t)e.p[r] & 15)) continue;
+        int64_t nb = (int64_t)((double)e.n[r] * f) & ~(int64_t)15;
+        if (nb > (int64_t)UINT32_MAX - L2PF_CHUNK) nb = ((int64_t)UINT32_MAX - L2PF_CHUNK) & ~(int64_t)15;
+        a->p[r] = (const uint8_t *)e.p[r];
+        a->n[r] = (uint32_t)nb;
+        ch += (uint32_t)((nb + L2PF_CHUNK - 1) / L2PF_CHUNK);
+        bytes += nb;
+    }
+    a->c0[APF_R] = ch;
+    if (!ch) return false;
+    /* 16 warps a block, a chunk a warp, no more blocks than multiprocessors */
+    const int64_t nb = (ch + 15) / 16;
+    a->nblk = (int)(nb < c->prop.multiProcessorCount ? nb : c->prop.multiProcessorCount);
+    c->apf_bytes = bytes;
+    return true;
+}
+
 /* Decode attention with 16-byte K/V loads. A K or V row (D values) is LPK lanes' 16-byte vectors, so
  * one warp load covers KPL = 32 / LPK keys; a warp takes chunks of U loads (CH keys) in turn and
  * issues all of a chunk's K and V loads before using any. Then:
@@ -2199,12 +2294,15 @@ __device__ __forceinline__ void qk_finish(const qk_prep_args &a, bool isq, bool 
  * (bshift). On the H200, Qwen3-0.6B with 128 sequences of 128-256 positions: 27 us a layer at 55%
  * of the DRAM peak, against 58 us (26%) for k_attn, which reads 2-4 bytes a lane and reduces over
  * the warp for every key and head. */
-template <typename T, int D, int G, int W, int U, bool PREP = false, bool EARLY = false>
+template <typename T, int D, int G, int W, int U, bool PREP = false, bool EARLY = false, bool PF = false>
 __global__ void __launch_bounds__(W * 32)
 k_attn_vec(const float *q, T *kp, T *vp, float *out, const int32_t *pos, const int32_t *seq,
            const int32_t *bt, int n_seqs, int max_blocks, int bshift, int n_blocks, int n_heads, int n_kv, float scale,
            int window, float softcap, const float *sinks, int8_t *xq, float2 *xds, __nv_bfloat16 *xg, int sbt_n,
-           const qk_prep_args pa, const int32_t *slot, int64_t nslots, unsigned *cnt) {
+           const qk_prep_args pa, const int32_t *slot, int64_t nslots, unsigned *cnt, const l2pf_args pf) {
+    /* PF (one token, with EARLY): blocks past the query heads prefetch the next product's weights */
+    if constexpr (PF)
+        if ((int)blockIdx.y * G >= n_heads) { l2pf_run(pf, (int)blockIdx.y - n_heads / G); return; }
     constexpr int VPL = 16 / (int)sizeof(T), LPK = D / VPL, KPL = 32 / LPK, CH = KPL * U;
     constexpr int NV = G * U, REM = NV >= LPK ? NV / LPK : 1, E = G * CH, NJ = (E + 31) / 32, SEG = CH < 32 ? CH : 32;
     static_assert(D % VPL == 0 && LPK >= 1 && LPK <= 32 && 32 % LPK == 0, "a K row is 1..32 lanes' 16-byte vectors");
@@ -3074,6 +3172,11 @@ static mx_status c_kv_init(void *ctx, mx_kv_desc *d) {
     cudaStreamSynchronize(c->st);
     d->dtype = t;
     c->kv = *d;
+    /* the L2 prefetch's table (a layer's product after its attention): learned anew */
+    free(c->apf);
+    c->apf = (cu_ctx::cu_apf *)calloc((size_t)d->n_layers, sizeof *c->apf);
+    c->apf_nl = c->apf ? d->n_layers : 0;
+    c->apf_layer = -1;
     return MX_OK;
 }
 static void c_kv_free(void *ctx) {
@@ -3086,6 +3189,8 @@ static void c_kv_free(void *ctx) {
     if (c->vpool) cudaFree(c->vpool);
     c->kpool = c->vpool = NULL;
     memset(&c->kv, 0, sizeof c->kv);
+    free(c->apf);
+    c->apf = NULL; c->apf_nl = 0; c->apf_layer = -1;
 }
 
 #define MV_NB_CASES(K, ...) \
@@ -3429,6 +3534,7 @@ static void c_matmul(void *ctx, const mx_weight *wt, const float *x, float *y, i
     GOP_PURE(c, 1, PU(wt), PU(x), PU(y), (uint64_t)n);
     const cu_weight *w = get_w(c, wt);
     c->last_bf16 = w && !w->bits && w->dtype == MX_DTYPE_BF16;
+    if (w) apf_note(c, 1, &w, n);
     mr_norm nm;
     int d;
     if (w && rn_take(c, x, n, &nm, &d)) {   /* x is the deferred norm's output */
@@ -3455,6 +3561,7 @@ static void c_matmul_multi(void *ctx, int nw, const mx_weight *const *ws, const 
     const cu_weight *w[4];
     for (int k = 0; k < nw; k++) if (!(w[k] = get_w(c, ws[k]))) { FLUSH_ALL(c); return; }
     c->last_bf16 = !w[0]->bits && w[0]->dtype == MX_DTYPE_BF16;
+    apf_note(c, nw, w, n);
     multi_run(c, nw, w, x, ys, n);
 }
 /* a batch-1 dense bf16 gate/up pair the ring takes (with the norm pn of x it took, or none):
@@ -4235,15 +4342,21 @@ static bool launch_attn_tiled(cu_ctx *c, const float *q, float *out, const mx_at
 template <typename T, int D>
 static void launch_attn_vec_d(cu_ctx *c, dim3 grid, int G, bool wide, bool early, size_t shm, const float *q, T *kp, T *vp,
                               float *out, const dmeta &dm, const mx_attn_meta *meta, const mx_attn_params *p, const float *sk,
-                              int8_t *xq, float2 *xds, __nv_bfloat16 *xg, int sbt_n, const qk_prep_args *pa, int64_t nslots) {
+                              int8_t *xq, float2 *xds, __nv_bfloat16 *xg, int sbt_n, const qk_prep_args *pa, int64_t nslots,
+                              const l2pf_args *pf) {
     constexpr int U = D * (int)sizeof(T) <= 256 ? 8 : 4, U4 = 4;   /* G = 4: 4 loads a chunk (registers) */
     qk_prep_args none;
     memset(&none, 0, sizeof none);
+    l2pf_args nopf;
+    memset(&nopf, 0, sizeof nopf);
 #define VEC_ARGS (q, kp, vp, out, dm.pos, dm.seq, dm.bt, meta->n_seqs, meta->max_blocks, bshift, c->kv.n_blocks, \
                   p->n_heads, p->n_kv_heads, p->scale, p->sliding_window, p->softcap, sk, xq, xds, xg, sbt_n, \
-                  pa ? *pa : none, dm.slot, nslots, c->att_cnt)
+                  pa ? *pa : none, dm.slot, nslots, c->att_cnt, pf ? *pf : nopf)
     const int bshift = log2_exact(c->kv.block_size);
-    if (wide && early && pa) PL(c, (k_attn_vec<T, D, 1, 16, 2, true, true>), grid, 512, shm)VEC_ARGS;
+    const dim3 gpf(grid.x, grid.y + (pf ? (unsigned)pf->nblk : 0u));   /* (PF: the prefetch blocks after the heads) */
+    if (wide && early && pf && pa) PL(c, (k_attn_vec<T, D, 1, 16, 2, true, true, true>), gpf, 512, shm)VEC_ARGS;
+    else if (wide && early && pf) PL(c, (k_attn_vec<T, D, 1, 16, 2, false, true, true>), gpf, 512, shm)VEC_ARGS;
+    else if (wide && early && pa) PL(c, (k_attn_vec<T, D, 1, 16, 2, true, true>), grid, 512, shm)VEC_ARGS;
     else if (wide && early) PL(c, (k_attn_vec<T, D, 1, 16, 2, false, true>), grid, 512, shm)VEC_ARGS;
     else if (wide && pa) PL(c, (k_attn_vec<T, D, 1, 16, 2, true>), grid, 512, shm)VEC_ARGS;
     else if (wide) PL(c, k_attn_vec<T, D, 1, 16, 2>, grid, 512, shm)VEC_ARGS;
@@ -4258,21 +4371,26 @@ static bool attn_vec_takes(const cu_ctx *c, int hd, size_t tsize) {
 }
 /* pa: the q/k preparation in the kernel (wide only; see k_attn_vec's PREP) */
 template <typename T>
-static bool launch_attn_vec(cu_ctx *c, const float *q, float *out, const mx_attn_params *p, const mx_attn_meta *meta,
+static bool launch_attn_vec(cu_ctx *c, int layer, const float *q, float *out, const mx_attn_params *p, const mx_attn_meta *meta,
                             const dmeta &dm, T *kp, T *vp, const float *sk, int8_t *xq, float2 *xds,
                             __nv_bfloat16 *xg, dim3 grid, int G, bool wide, int sbt_n, size_t shm,
                             const qk_prep_args *pa, int64_t nslots) {
     const int hd = p->head_dim;
     if (!attn_vec_takes(c, hd, sizeof(T))) return false;
-    /* one token: the early K/V loads (EARLY), only in the 16-warp form */
+    /* one token: the early K/V loads (EARLY), only in the 16-warp form; with them, the L2
+     * prefetch of the next product's weights (PF) where one was seen after this layer */
     const bool early = wide && c->attn_early && grid.x == 1;
-#define VEC_D(D) launch_attn_vec_d<T, D>(c, grid, G, wide, early, shm, q, kp, vp, out, dm, meta, p, sk, xq, xds, xg, sbt_n, pa, nslots)
+    l2pf_args pfa;
+    const bool pf = early && G == 1 && apf_args(c, layer, &pfa);
+#define VEC_D(D) launch_attn_vec_d<T, D>(c, grid, G, wide, early, shm, q, kp, vp, out, dm, meta, p, sk, xq, xds, xg, sbt_n, pa, nslots, \
+                                         pf ? &pfa : NULL)
     if (hd == 64) VEC_D(64);
     else if (hd == 128) VEC_D(128);
     else if constexpr (sizeof(T) == 2) VEC_D(256);
 #undef VEC_D
     if (pa) c->n_attn_prep++;
     if (early) c->n_attn_early++;
+    if (pf) c->n_apf++;
     LAUNCHED(c, pa ? "attention (vec) + q/k prep" : "attention (vec)");
     return true;
 }
@@ -4282,7 +4400,6 @@ static bool launch_attn(cu_ctx *c, int layer, const float *q, const float *k, co
                         const mx_attn_params *p, const mx_attn_meta *meta, const dmeta &dm, T *kp, T *vp, int64_t nslots,
                         const qk_prep_args *pa, const float *sk, int8_t *xq, float2 *xds, __nv_bfloat16 *xg) {
     const int n = meta->n_tokens, kvdim = p->n_kv_heads * p->head_dim;
-    (void)layer;
     /* few (token, head) blocks (decode): 16 warps a block share the positions, 8 each per step;
      * else 4 warps, 4 positions each */
     const bool wide = (int64_t)n * p->n_heads < 4 * c->prop.multiProcessorCount && c->attn_gqa != 2;
@@ -4314,7 +4431,8 @@ static bool launch_attn(cu_ctx *c, int layer, const float *q, const float *k, co
     grid.y = (unsigned)(p->n_heads / G);
     const int sbt_n = meta->max_blocks <= ATT_SBT_MAX ? meta->max_blocks : 0;
     const size_t shm = (size_t)(sbt_n > 0 ? sbt_n : 1) * 4;
-    if (launch_attn_vec<T>(c, q, out, p, meta, dm, kp, vp, sk, xq, xds, xg, grid, G, wide, sbt_n, shm, prep_in ? pa : NULL, nslots))
+    if (launch_attn_vec<T>(c, layer, q, out, p, meta, dm, kp, vp, sk, xq, xds, xg, grid, G, wide, sbt_n, shm, prep_in ? pa : NULL,
+                           nslots))
         return true;
 #define ATT_ARGS (q, kp, vp, out, dm.pos, dm.seq, dm.bt, meta->n_seqs, meta->max_blocks, c->kv.block_size, c->kv.n_blocks, \
                   p->n_heads, p->n_kv_heads, p->head_dim, p->scale, p->sliding_window, p->softcap, sk, xq, xds, xg, sbt_n)
@@ -4391,6 +4509,8 @@ static void c_attention(void *ctx, int layer, const float *q, const float *k, co
                                               (__nv_bfloat16 *)c->vpool + per * layer, nslots, fuse ? &pa : NULL, sk, xq, xds, xg);
     if (xq) { c->xq_src = out; c->xq_count = od * n; }
     if (xg && wrote_xg) { c->xg_src = out; c->xg_count = od * n; }
+    /* (MLXCEL_CUDA_ATTN_L2PF) the product after a one-token attention is noted for its layer */
+    c->apf_layer = n == 1 && c->apf_cap > 0 && layer < c->apf_nl ? layer : -1;
 }
 
 
@@ -4927,6 +5047,8 @@ extern "C" mx_status mx_backend_cuda_init(mx_backend *out) {
         c->attn_gqa = sw.gqa;
         c->attn_prep = sw.attn_prep;
         c->attn_early = sw.attn_early;
+        c->apf_cap = (int64_t)sw.attn_l2pf << 20;
+        c->apf_layer = -1;
         c->attn_vec = sw.attn_dec == 0;
         c->gemm_mode = sw.gemm;
         c->gq_rot = sw.gemm_rot;
@@ -5144,6 +5266,14 @@ extern "C" int mx_backend_cuda_set_attn_prep(mx_backend *b, int mode) { return s
 extern "C" int mx_backend_cuda_attn_prep_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_attn_prep; }
 extern "C" bool mx_backend_cuda_set_attn_early(mx_backend *b, bool on) { return set_flag(&switch_ctx(b)->attn_early, on); }
 extern "C" int mx_backend_cuda_attn_early_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_attn_early; }
+extern "C" int mx_backend_cuda_set_attn_l2pf(mx_backend *b, int mib) {
+    cu_ctx *c = switch_ctx(b);
+    const int was = (int)(c->apf_cap >> 20);
+    c->apf_cap = (int64_t)(mib < 0 ? 0 : mib > 1024 ? 1024 : mib) << 20;
+    return was;
+}
+extern "C" int mx_backend_cuda_attn_l2pf_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_apf; }
+extern "C" int64_t mx_backend_cuda_attn_l2pf_bytes(mx_backend *b) { return ((const cu_ctx *)b->ctx)->apf_bytes; }
 extern "C" void mx_backend_cuda_set_gqa_attention(mx_backend *b, int mode) {
     switch_ctx(b)->attn_gqa = mode < 0 ? 0 : mode > 2 ? 2 : mode;
 }
