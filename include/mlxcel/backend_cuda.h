@@ -90,6 +90,13 @@ int mx_backend_cuda_attn_early_launches(mx_backend *b);
 int mx_backend_cuda_set_attn_l2pf(mx_backend *b, int mib);
 int mx_backend_cuda_attn_l2pf_launches(mx_backend *b);
 int64_t mx_backend_cuda_attn_l2pf_bytes(mx_backend *b);
+/* One-row dense bf16 matvecs (k_mv_dense_sk, not on the bulk-copy ring) of up to 4,096 columns in
+ * a form with half the weight registers, so that twice the blocks load their rows before the PDL
+ * wait (the o projection during the attention); the same sums. Off by default until measured on
+ * a GPU; MLXCEL_CUDA_MV_DENSE_SHORT=1 at init. Returns the previous setting; the count is of its
+ * launches. */
+bool mx_backend_cuda_set_mv_dense_short(mx_backend *b, bool on);
+int mx_backend_cuda_mv_dense_short_launches(mx_backend *b);
 /* Decode attention with the query heads of a KV head in one block (each K/V row read once for
  * them): 1 (default) when the batch has enough blocks for it, 0 never (MLXCEL_CUDA_ATTN_GQA=0 at
  * init), 2 always (for tests). */

@@ -66,7 +66,8 @@ static void test_select(void) {
                                          {"MLXCEL_CUDA_ATTN_PREP", "2"}, {"MLXCEL_CUDA_RING_PAIR", "on"},
                                          {"MLXCEL_CUDA_RING_PAIR", "2"}, {"MLXCEL_CUDA_RING_ACT", "yes"},
                                          {"MLXCEL_CUDA_ATTN_EARLY", "on"}, {"MLXCEL_CUDA_ATTN_L2PF", "1025"},
-                                         {"MLXCEL_CUDA_ATTN_L2PF", "16m"}, {"MLXCEL_CUDA_ATTN_L2PF", "-1"}};
+                                         {"MLXCEL_CUDA_ATTN_L2PF", "16m"}, {"MLXCEL_CUDA_ATTN_L2PF", "-1"},
+                                         {"MLXCEL_CUDA_MV_DENSE_SHORT", "2"}};
     unsetenv("MLXCEL_DEVICE");
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         setenv(bad[i][0], bad[i][1], 1);
@@ -83,10 +84,10 @@ static void test_select(void) {
     setenv("MLXCEL_CUDA_MV_RING_SLOT", "16384", 1); setenv("MLXCEL_CUDA_RING_NORM", "bf16", 1);
     setenv("MLXCEL_CUDA_MV_RING_BF16", "norm", 1); setenv("MLXCEL_CUDA_ATTN_PREP", "0", 1);
     setenv("MLXCEL_CUDA_RING_PAIR", "0", 1); setenv("MLXCEL_CUDA_RING_ACT", "1", 1);
-    setenv("MLXCEL_CUDA_ATTN_EARLY", "0", 1); setenv("MLXCEL_CUDA_ATTN_L2PF", "16", 1);
+    setenv("MLXCEL_CUDA_ATTN_EARLY", "0", 1); setenv("MLXCEL_CUDA_ATTN_L2PF", "16", 1); setenv("MLXCEL_CUDA_MV_DENSE_SHORT", "1", 1);
     TCHECK(mx_backend_cuda_check_env() == MX_OK, "good switches refused: %s", mx_last_error());
     unsetenv("MLXCEL_CUDA_ATTN_PREP"); unsetenv("MLXCEL_CUDA_RING_PAIR"); unsetenv("MLXCEL_CUDA_RING_ACT");
-    unsetenv("MLXCEL_CUDA_ATTN_EARLY"); unsetenv("MLXCEL_CUDA_ATTN_L2PF");
+    unsetenv("MLXCEL_CUDA_ATTN_EARLY"); unsetenv("MLXCEL_CUDA_ATTN_L2PF"); unsetenv("MLXCEL_CUDA_MV_DENSE_SHORT");
     unsetenv("MLXCEL_CUDA_FUSED"); unsetenv("MLXCEL_CUDA_FUSED_PF"); unsetenv("MLXCEL_CUDA_GEMM_SK");
     unsetenv("MLXCEL_CUDA_MV_RING"); unsetenv("MLXCEL_CUDA_MV_RING_KB"); unsetenv("MLXCEL_CUDA_MV_RING_WARPS"); unsetenv("MLXCEL_CUDA_MV_RING_SLOT");
     unsetenv("MLXCEL_CUDA_RING_NORM"); unsetenv("MLXCEL_CUDA_MV_RING_BF16");
@@ -1185,6 +1186,56 @@ static void check_ring(const rg_case *rc) {
     free(x); free(ref);
     for (int k = 0; k < nw; k++) tw_free(&t[k]);
 }
+/* One-row dense bf16 products through k_mv_dense_sk's short form (mx_backend_cuda_set_mv_dense_short:
+ * U = 2, rows of up to 4,096 columns) against its U = 4 form: every output bit for bit (the same
+ * terms in the same order), both within 2e-5 of the CPU, the short launches counted (none for rows
+ * longer than 4,096 columns). The bulk-copy ring is off for bf16 here (mode 0), so every product
+ * takes k_mv_dense_sk. */
+typedef struct { const char *name; int rows[3], cols; bool bias, taken; } ds_case;
+static void check_dense_short(const ds_case *dc) {
+    tw t[3];
+    const mx_weight *ws[3];
+    int64_t tot, off[3];
+    const int nw = set_make(t, dc->rows, dc->cols, 0, 0, MX_DTYPE_BF16, dc->bias, ws, off, &tot);
+    if (nw < 0) return;
+    float *x = malloc((size_t)dc->cols * 4), *ref = malloc((size_t)tot * 4), *cy[3], *out[2];
+    fill(x, dc->cols, 1.f);
+    for (int k = 0; k < nw; k++) cy[k] = ref + off[k];
+    C.i->matmul_multi(C.ctx, nw, ws, x, cy, 1);
+    float *dx = gup(x, dc->cols);
+    const int was_bf = mx_backend_cuda_set_mv_ring_bf16(&G, 0);
+    for (int run = 0; run < 2; run++) {
+        const bool was = mx_backend_cuda_set_mv_dense_short(&G, run == 1);
+        float *dy = gnan(tot), *gy[3];
+        for (int k = 0; k < nw; k++) gy[k] = dy + off[k];
+        const int before = mx_backend_cuda_mv_dense_short_launches(&G);
+        if (nw > 1) G.i->matmul_multi(G.ctx, nw, ws, dx, gy, 1);
+        else G.i->matmul(G.ctx, ws[0], dx, dy, 1);
+        out[run] = gdown(dy, tot);
+        const int got = mx_backend_cuda_mv_dense_short_launches(&G) - before, want = run == 1 && dc->taken ? 1 : 0;
+        TCHECK(got == want, "run %d: %d short-form launches, expected %d", run, got, want);
+        mx_backend_cuda_set_mv_dense_short(&G, was);
+        G.i->free(G.ctx, dy);
+        const double e = relerr(out[run], ref, tot);
+        TCHECK(e < 2e-5, "run %d: rel err %.3g against the CPU (y[0] %g, ref %g)", run, e, out[run][0], ref[0]);
+    }
+    mx_backend_cuda_set_mv_ring_bf16(&G, was_bf);
+    int64_t diff = 0;
+    for (int64_t i = 0; i < tot; i++) diff += memcmp(&out[1][i], &out[0][i], 4) != 0;
+    TCHECK(diff == 0, "%lld of %lld outputs differ from the U = 4 form", (long long)diff, (long long)tot);
+    TCHECK(mx_backend_cuda_status(&G) == MX_OK, "status: %s", mx_last_error());
+    free(out[0]); free(out[1]);
+    G.i->free(G.ctx, dx);
+    free(x); free(ref);
+    for (int k = 0; k < nw; k++) tw_free(&t[k]);
+}
+static const ds_case g_ds[] = {
+    {"cuda_dense_short_llama_o", {4096, 0, 0}, 4096, false, true},
+    {"cuda_dense_short_qwen_o_bias", {1024, 0, 0}, 2048, true, true},
+    {"cuda_dense_short_set_1000_cols", {300, 64, 37}, 1000, true, true},   /* 125 vectors a row: most lanes idle */
+    {"cuda_dense_short_not_4104", {64, 0, 0}, 4104, false, false},
+};
+
 static const rg_case g_rg[] = {
     {"cuda_ring_q4_g64_4096", {1000}, 4096, 4, 64, MX_DTYPE_BF16, true, 0, 0, 0, true},             /* 2 rows a slot */
     {"cuda_ring_q4_g64_4096_small", {3000}, 4096, 4, 64, MX_DTYPE_BF16, true, 16, 2, 4096, true},   /* a row a slot, wraps */
@@ -2420,6 +2471,7 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < sizeof g_pair / sizeof g_pair[0]; i++) RUN_NAMED(g_pair[i].name, check_pair, &g_pair[i]);
     for (size_t i = 0; i < sizeof g_sk / sizeof g_sk[0]; i++) RUN_NAMED(g_sk[i].name, check_strk, &g_sk[i]);
     for (size_t i = 0; i < sizeof g_rg / sizeof g_rg[0]; i++) RUN_NAMED(g_rg[i].name, check_ring, &g_rg[i]);
+    for (size_t i = 0; i < sizeof g_ds / sizeof g_ds[0]; i++) RUN_NAMED(g_ds[i].name, check_dense_short, &g_ds[i]);
     for (size_t i = 0; i < sizeof g_rn / sizeof g_rn[0]; i++) RUN_NAMED(g_rn[i].name, check_ring_norm, &g_rn[i]);
     for (size_t i = 0; i < sizeof g_rp / sizeof g_rp[0]; i++) RUN_NAMED(g_rp[i].name, check_ring_pair, &g_rp[i]);
     RUN(test_ring_bf_modes);

@@ -126,6 +126,9 @@ struct cu_ctx {
                                               at batch 1 as the session that made it the
                                               default measured it; its log was lost, NOTES.md) */
     int n_attn_early;                      /* attentions that did (tests) */
+    bool mv_dense_short;                   /* one-row dense bf16 matvecs of up to 4,096 columns in
+                                              k_mv_dense_sk's U = 2 form (MLXCEL_CUDA_MV_DENSE_SHORT) */
+    int n_dense_short;                     /* its launches (tests) */
     int64_t apf_cap;                       /* one-token decode: bytes of the next product's weights that
                                               extra blocks of the attention prefetch into L2
                                               (MLXCEL_CUDA_ATTN_L2PF, MiB; 0: off; apf_args) */
@@ -292,7 +295,7 @@ static pdl_launch<KArgs...> PL(cu_ctx *c, void (*k)(KArgs...), dim3 g, dim3 b, s
  * the default; anything else is an error naming the variable and what it takes. */
 enum { GM_AUTO, GM_CUBLAS, GM_MMA, GM_WG, GM_NMODES };   /* MLXCEL_CUDA_GEMM, in k_gemm_modes' order */
 static const char *const k_gemm_modes[] = {"auto", "cublas", "mma", "wgmma"};
-struct cu_switches { int attn, attn_dec, attn_prep, gqa, gemm, gemm_rot, gemm_sk, gemm_pair, sum_norm, sum_qkv, att_gq, pdl, mv, profile, kv, graphs, fused, mv_ring, ring_norm, ring_bf, ring_pair, ring_act, attn_early; long dq_mb, fused_pf, mr_kb, mr_slot, mr_warps, attn_l2pf; };   /* kv: checked here, read by kv_init */
+struct cu_switches { int attn, attn_dec, attn_prep, gqa, gemm, gemm_rot, gemm_sk, gemm_pair, sum_norm, sum_qkv, att_gq, pdl, mv, profile, kv, graphs, fused, mv_ring, ring_norm, ring_bf, ring_pair, ring_act, attn_early, dense_short; long dq_mb, fused_pf, mr_kb, mr_slot, mr_warps, attn_l2pf; };   /* kv: checked here, read by kv_init */
 static mx_status env_choice(const char *name, const char *const *vals, int n, int def, int *out) {
     const char *e = getenv(name);
     *out = def;
@@ -347,7 +350,8 @@ static mx_status read_switches(cu_switches *sw) {
         (st = env_choice("MLXCEL_CUDA_RING_NORM", ring_norm, 3, 1, &sw->ring_norm)) ||
         (st = env_choice("MLXCEL_CUDA_MV_RING_BF16", ring_bf, 4, 3, &sw->ring_bf)) ||
         (st = env_choice("MLXCEL_CUDA_RING_PAIR", onoff, 2, 1, &sw->ring_pair)) ||
-        (st = env_choice("MLXCEL_CUDA_RING_ACT", onoff, 2, 0, &sw->ring_act)))
+        (st = env_choice("MLXCEL_CUDA_RING_ACT", onoff, 2, 0, &sw->ring_act)) ||
+        (st = env_choice("MLXCEL_CUDA_MV_DENSE_SHORT", onoff, 2, 0, &sw->dense_short)))
         return st;
     if ((st = env_long("MLXCEL_CUDA_FUSED_PF", 0, 64, 0, "chunks", &sw->fused_pf)) ||
         (st = env_long("MLXCEL_CUDA_MV_RING_KB", 8, MR_RING_KB_MAX, MR_RING_KB, "KB", &sw->mr_kb)) ||
@@ -734,18 +738,22 @@ k_mv_q(const uint32_t *__restrict__ W, const ST *__restrict__ S, const ST *__res
  * issuing up to U vectors of every row before using any; partial sums meet in shared memory.
  * Against k_mv_dense (one warp a row pair over all columns) this keeps 4x more loads in flight
  * for the Llama-8B shapes (a 4096-column bf16 row is two vectors a lane). Up to 4 weights sharing
- * x (q/k/v, gate/up) in one launch: blocks [blk0[k], blk0[k + 1]) do weight k. */
+ * x (q/k/v, gate/up) in one launch: blocks [blk0[k], blk0[k + 1]) do weight k.
+ * U: vectors of a row a lane loads before using any. U = 2 (MLXCEL_CUDA_MV_DENSE_SHORT, one row of
+ * x, rows of up to 2 x 256 vectors: 4,096 bf16 columns, where U = 4 issues no more loads) holds
+ * half the weight registers (64 registers a thread instead of 101 for bf16), so twice the blocks
+ * fit an SM and load their rows before the PDL wait; the sums are the same, term for term. */
 struct dn_set {
     const void *W[4];
     const float *bias[4];
     float *y[4];
     int rows[4], blk0[5], nw;
 };
-template <typename WT, int NB, int R>
+template <typename WT, int NB, int R, int U = 4>
 __global__ void __launch_bounds__(MV_WARPS * 32)
 k_mv_dense_sk(const dn_set set, const float *__restrict__ x, int cols, int n) {
     bool waited = pdl_entry_weights_first();
-    constexpr int VPV = 16 / sizeof(WT), U = 4, STEP = MV_WARPS * 32;
+    constexpr int VPV = 16 / sizeof(WT), STEP = MV_WARPS * 32;
     __shared__ float part[MV_WARPS][R][NB];
     int k = 0;
 #pragma unroll
@@ -3349,7 +3357,10 @@ static bool mv_dense_set(cu_ctx *c, int nw, const cu_weight *const *w, const flo
     set.nw = nw;
     typedef __nv_bfloat16 T;
     const unsigned grid = (unsigned)set.blk0[nw];
-    if (n <= 1) PL(c, k_mv_dense_sk<T, 1, 4>, grid, MV_WARPS * 32, 0)(set, x, cols, n);
+    if (n <= 1 && c->mv_dense_short && cols <= 2 * MV_WARPS * 32 * (int)(16 / sizeof(T))) {
+        PL(c, (k_mv_dense_sk<T, 1, 4, 2>), grid, MV_WARPS * 32, 0)(set, x, cols, n);
+        c->n_dense_short++;
+    } else if (n <= 1) PL(c, k_mv_dense_sk<T, 1, 4>, grid, MV_WARPS * 32, 0)(set, x, cols, n);
     else if (n <= 2) PL(c, k_mv_dense_sk<T, 2, 4>, grid, MV_WARPS * 32, 0)(set, x, cols, n);
     else if (n <= 4) PL(c, k_mv_dense_sk<T, 4, 2>, grid, MV_WARPS * 32, 0)(set, x, cols, n);
     else PL(c, k_mv_dense_sk<T, 8, 2>, grid, MV_WARPS * 32, 0)(set, x, cols, n);
@@ -5048,6 +5059,7 @@ extern "C" mx_status mx_backend_cuda_init(mx_backend *out) {
         c->attn_prep = sw.attn_prep;
         c->attn_early = sw.attn_early;
         c->apf_cap = (int64_t)sw.attn_l2pf << 20;
+        c->mv_dense_short = sw.dense_short;
         c->apf_layer = -1;
         c->attn_vec = sw.attn_dec == 0;
         c->gemm_mode = sw.gemm;
@@ -5272,6 +5284,13 @@ extern "C" int mx_backend_cuda_set_attn_l2pf(mx_backend *b, int mib) {
     c->apf_cap = (int64_t)(mib < 0 ? 0 : mib > 1024 ? 1024 : mib) << 20;
     return was;
 }
+extern "C" bool mx_backend_cuda_set_mv_dense_short(mx_backend *b, bool on) {
+    cu_ctx *c = switch_ctx(b);
+    const bool was = c->mv_dense_short;
+    c->mv_dense_short = on;
+    return was;
+}
+extern "C" int mx_backend_cuda_mv_dense_short_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_dense_short; }
 extern "C" int mx_backend_cuda_attn_l2pf_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_apf; }
 extern "C" int64_t mx_backend_cuda_attn_l2pf_bytes(mx_backend *b) { return ((const cu_ctx *)b->ctx)->apf_bytes; }
 extern "C" void mx_backend_cuda_set_gqa_attention(mx_backend *b, int mode) {
