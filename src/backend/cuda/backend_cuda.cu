@@ -126,7 +126,7 @@ struct cu_ctx {
                                               at batch 1 as the session that made it the
                                               default measured it; its log was lost, NOTES.md) */
     int n_attn_early;                      /* attentions that did (tests) */
-    bool mv_dense_short;                   /* one-row dense bf16 matvecs of up to 4,096 columns in
+    int mv_dense_short;                    /* one-row dense bf16 matvecs of up to 4,096 columns in
                                               k_mv_dense_sk's U = 2 form (MLXCEL_CUDA_MV_DENSE_SHORT) */
     int n_dense_short;                     /* its launches (tests) */
     int64_t apf_cap;                       /* one-token decode: bytes of the next product's weights that
@@ -2272,8 +2272,7 @@ static bool apf_args(cu_ctx *c, int layer, l2pf_args *a) {
     for (int r = 0; r < APF_R; r++) {
         a->c0[r] = ch;
         if (r >= e.nr || ((uintptr_t)e.p[r] & 15)) continue;
-        int64_t nb = (int64_t)((double)e.n[r] * f) & ~(int64_t)15;
-        if (nb > (int64_t)UINT32_MAX - L2PF_CHUNK) nb = ((int64_t)UINT32_MAX - L2PF_CHUNK) & ~(int64_t)15;
+        const int64_t nb = (int64_t)((double)e.n[r] * f) & ~(int64_t)15;   /* (<= apf_cap <= 1 GiB: fits a u32) */
         a->p[r] = (const uint8_t *)e.p[r];
         a->n[r] = (uint32_t)nb;
         ch += (uint32_t)((nb + L2PF_CHUNK - 1) / L2PF_CHUNK);
@@ -5284,15 +5283,10 @@ extern "C" int mx_backend_cuda_set_attn_l2pf(mx_backend *b, int mib) {
     c->apf_cap = (int64_t)(mib < 0 ? 0 : mib > 1024 ? 1024 : mib) << 20;
     return was;
 }
-extern "C" bool mx_backend_cuda_set_mv_dense_short(mx_backend *b, bool on) {
-    cu_ctx *c = switch_ctx(b);
-    const bool was = c->mv_dense_short;
-    c->mv_dense_short = on;
-    return was;
-}
-extern "C" int mx_backend_cuda_mv_dense_short_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_dense_short; }
 extern "C" int mx_backend_cuda_attn_l2pf_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_apf; }
 extern "C" int64_t mx_backend_cuda_attn_l2pf_bytes(mx_backend *b) { return ((const cu_ctx *)b->ctx)->apf_bytes; }
+extern "C" bool mx_backend_cuda_set_mv_dense_short(mx_backend *b, bool on) { return set_flag(&switch_ctx(b)->mv_dense_short, on); }
+extern "C" int mx_backend_cuda_mv_dense_short_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_dense_short; }
 extern "C" void mx_backend_cuda_set_gqa_attention(mx_backend *b, int mode) {
     switch_ctx(b)->attn_gqa = mode < 0 ? 0 : mode > 2 ? 2 : mode;
 }
