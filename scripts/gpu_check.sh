@@ -51,8 +51,10 @@
 # device call; carry `.gpudeps/prebuilt.tar.xz`, the .deb files are then not needed);
 # GPU_CHECK_PREBUILT=0 builds anyway.
 #
-# `scripts/gpu_check.sh --pack-ab REV` (here too) builds mlxcel of commit REV the same way into
-# .gpudeps/ab-mlxcel.xz (~6 MB; carry it with the prebuilt): a run that uses the prebuilt puts it
+# `scripts/gpu_check.sh --pack-ab REV` (here too) builds mlxcel of commit REV the same way and adds
+# it to the prebuilt as mlxcel-ab (~1-2 MB more, against ~6.5 MB alone: xz's window spans both
+# binaries, whose cubins are mostly the same; with no prebuilt yet it is written alone as
+# .gpudeps/ab-mlxcel.xz, which a later --pack takes in). A run that uses the prebuilt finds it
 # beside its mlxcel as build-cuda-gpu/mlxcel-ab, and a sweep line that sets M to it runs that row
 # with REV's code, e.g. "l8q4-old M=build-cuda-gpu/mlxcel-ab -- --config ..." against
 # "l8q4-new -- --config ...": old and new code in one call, on one machine.
@@ -65,9 +67,16 @@ src_hash() {
 }
 # configure SRC into BUILD for packing: any x86-64, libraries found beside the binaries (DT_RPATH)
 pack_configure() {
-  cmake -S "$1" -B "$2" -DCMAKE_BUILD_TYPE=Release -DMLXCEL_CUDA=ON -DMLXCEL_NATIVE=OFF -DCMAKE_EXE_LINKER_FLAGS=-Wl,--disable-new-dtags \
+  cmake -S "$1" -B "$2" -DCMAKE_BUILD_TYPE=Release -DMLXCEL_CUDA=ON -DMLXCEL_NATIVE=OFF -DCMAKE_CUDA_FLAGS=--compress-mode=none -DCMAKE_EXE_LINKER_FLAGS=-Wl,--disable-new-dtags \
     '-DCMAKE_BUILD_RPATH=$ORIGIN/lib;$ORIGIN/../lib' >/dev/null
 }
+# the staged directory DIR into .gpudeps/prebuilt.tar.xz (xz -9: its 64 MiB window spans the
+# binaries, which share their cubins: 12 MB, not 18, and an A/B mlxcel beside them adds ~1-2 MB, so
+# the prebuilt and the tracked tree fit a device call's 64 MiB)
+pack_tar() {
+  tar -C "$1" -cf - . | xz -9 -T1 >.gpudeps/prebuilt.tar.xz.tmp && mv .gpudeps/prebuilt.tar.xz.tmp .gpudeps/prebuilt.tar.xz
+}
+pack_ab_desc() { [ -f "$1/AB-REV" ] && echo "; A/B mlxcel-ab: $(cat "$1/AB-REV")"; }
 if [ "${1:-}" = --pack ]; then
   P=build-cuda-pack
   pack_configure . $P &&
@@ -83,10 +92,12 @@ if [ "${1:-}" = --pack ]; then
     while read -r l; do cp -L "$l" "$st/lib/"; done
   src_hash >"$st/STAMP"
   mkdir -p .gpudeps
-  # (xz -9: its 64 MiB window spans the binaries, which share their cubins: 12 MB, not 18, so the
-  # prebuilt, the tracked tree and an A/B binary fit a device call's 64 MiB)
-  tar -C "$st" -cf - . | xz -9 -T1 >.gpudeps/prebuilt.tar.xz && rm -rf "$st" || exit 1
-  echo "packed: .gpudeps/prebuilt.tar.xz ($(du -h .gpudeps/prebuilt.tar.xz | cut -f1), sources $(src_hash | cut -c1-12))"
+  if [ -f .gpudeps/ab-mlxcel.xz ]; then   # an A/B binary packed alone before: taken in
+    xz -dc .gpudeps/ab-mlxcel.xz >"$st/mlxcel-ab" && chmod +x "$st/mlxcel-ab" && cp .gpudeps/ab-rev "$st/AB-REV" || exit 1
+  fi
+  pack_tar "$st" && rm -f .gpudeps/ab-mlxcel.xz .gpudeps/ab-rev || exit 1
+  echo "packed: .gpudeps/prebuilt.tar.xz ($(du -h .gpudeps/prebuilt.tar.xz | cut -f1), sources $(src_hash | cut -c1-12)$(pack_ab_desc "$st"))"
+  rm -rf "$st"
   exit 0
 fi
 if [ "${1:-}" = --pack-ab ]; then   # mlxcel of another commit, for A/B rows in the same call
@@ -95,9 +106,18 @@ if [ "${1:-}" = --pack-ab ]; then   # mlxcel of another commit, for A/B rows in 
   rm -rf $W && mkdir -p $W && git archive "$rev" | tar -x -C $W || exit 1
   pack_configure $W $P && cmake --build $P -j "$(nproc)" --target mlxcel >/dev/null || exit 1
   mkdir -p .gpudeps
-  xz -T0 -c $P/mlxcel >.gpudeps/ab-mlxcel.xz && git log -1 --format='%h %s' "$rev" | cut -c1-100 >.gpudeps/ab-rev || exit 1
   rm -rf $W
-  echo "packed: .gpudeps/ab-mlxcel.xz ($(du -h .gpudeps/ab-mlxcel.xz | cut -f1), $(cat .gpudeps/ab-rev))"
+  desc=$(git log -1 --format='%h %s' "$rev" | cut -c1-100)
+  if [ -f .gpudeps/prebuilt.tar.xz ]; then   # into the prebuilt, beside the mlxcel it shares cubins with
+    st=$(mktemp -d)
+    tar -C "$st" -xJf .gpudeps/prebuilt.tar.xz && cp $P/mlxcel "$st/mlxcel-ab" && echo "$desc" >"$st/AB-REV" &&
+      pack_tar "$st" && rm -f .gpudeps/ab-mlxcel.xz .gpudeps/ab-rev || { rm -rf "$st"; exit 1; }
+    echo "packed: .gpudeps/prebuilt.tar.xz ($(du -h .gpudeps/prebuilt.tar.xz | cut -f1), sources $(cat "$st/STAMP" | cut -c1-12)$(pack_ab_desc "$st"))"
+    rm -rf "$st"
+  else
+    xz -T0 -c $P/mlxcel >.gpudeps/ab-mlxcel.xz && echo "$desc" >.gpudeps/ab-rev || exit 1
+    echo "packed alone (no prebuilt yet; --pack takes it in): .gpudeps/ab-mlxcel.xz ($(du -h .gpudeps/ab-mlxcel.xz | cut -f1), $desc)"
+  fi
   exit 0
 fi
 if [ "${1:-}" = --fetch-debs ]; then   # on the Debian 12 development machine (apt, no root needed)
@@ -156,9 +176,12 @@ if [ "${GPU_CHECK_PREBUILT:-1}" = 1 ] && [ -f $PRE ]; then   # binaries packed b
   if [ "$(cat $B/STAMP 2>/dev/null)" = "$(src_hash)" ] && $B/mlxcel --version >/dev/null 2>&1; then
     build_ok=1 full=1
     echo "using $PRE (sources $(src_hash | cut -c1-12))"
-    if [ -f .gpudeps/ab-mlxcel.xz ]; then   # --pack-ab: beside the packed one, the same libraries
-      xz -dc .gpudeps/ab-mlxcel.xz >$B/mlxcel-ab && chmod +x $B/mlxcel-ab && $B/mlxcel-ab --version >/dev/null 2>&1 &&
-        echo "A/B binary: $B/mlxcel-ab ($(cat .gpudeps/ab-rev 2>/dev/null))" || echo "note: .gpudeps/ab-mlxcel.xz does not run here"
+    if [ ! -f $B/mlxcel-ab ] && [ -f .gpudeps/ab-mlxcel.xz ]; then   # --pack-ab packed alone
+      xz -dc .gpudeps/ab-mlxcel.xz >$B/mlxcel-ab && chmod +x $B/mlxcel-ab && cp .gpudeps/ab-rev $B/AB-REV 2>/dev/null
+    fi
+    if [ -f $B/mlxcel-ab ]; then   # --pack-ab: beside the packed mlxcel, the same libraries
+      $B/mlxcel-ab --version >/dev/null 2>&1 && echo "A/B binary: $B/mlxcel-ab ($(cat $B/AB-REV 2>/dev/null))" ||
+        echo "note: the A/B binary $B/mlxcel-ab does not run here"
     fi
   else
     echo "note: $PRE is not of these sources or does not run here: building"
