@@ -272,15 +272,16 @@ bench() {   # label args...: one `mlxcel bench` run on the GPU, its table rows i
   grep -E '^\| ' "$OUTD/last.txt" | grep -v -E 'model|---' | sed "s/^/$label /" >>"$SUMMARY"
   grep -E '^cuda profile:' "$OUTD/last.txt" | head -24 | sed "s/^cuda profile:/$label prof/" >>"$SUMMARY"   # MLXCEL_CUDA_PROFILE=1
   grep -E '^bandwidth ' "$OUTD/last.txt" | sed "s/^/$label /" >>"$SUMMARY"   # --bandwidth
+  grep -E '^split ' "$OUTD/last.txt" | sed "s/^/$label /" >>"$SUMMARY"   # --split
 }
 if has bench && [ $full = 1 ]; then
   : >"$OUTD/bench.log"
   L8=bench/configs/llama3.1-8b.json Q06=bench/configs/qwen3-0.6b.json
   say "copy: $(MLXCEL_DEVICE=gpu $T --bench-copy 2>/dev/null | grep -o '[0-9]* GB/s' | head -1)"
-  bench llama8b-q4 --config $L8 --random --q-bits 4 --q-group-size 64 -p 512 -n 128 -r 3 --bandwidth
+  bench llama8b-q4 --config $L8 --random --q-bits 4 --q-group-size 64 -p 512 -n 128 -r 3 --bandwidth --split
   bench llama8b-q4-b128 --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 128 -r 2
-  bench llama8b-bf16 --config $L8 --random --dtype bf16 -p 512 -n 128 -r 3 --bandwidth
-  bench qwen06-q4 --config $Q06 --random --q-bits 4 --q-group-size 64 -p 512 -n 128 -r 3 --bandwidth
+  bench llama8b-bf16 --config $L8 --random --dtype bf16 -p 512 -n 128 -r 3 --bandwidth --split
+  bench qwen06-q4 --config $Q06 --random --q-bits 4 --q-group-size 64 -p 512 -n 128 -r 3 --bandwidth --split
   bench qwen06-q4-b128 --config $Q06 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 128 -r 2
   # as llama-batched-bench (128 prompt + 128 generated tokens a sequence): the prompts cached first
   bench llama8b-q4-b128-d128 --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 128 -d 128 -r 2

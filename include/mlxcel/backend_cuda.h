@@ -42,6 +42,23 @@ mx_status mx_backend_cuda_step_begin(mx_backend *b, uint64_t key);
 mx_status mx_backend_cuda_step_end(mx_backend *b);
 /* The graph policy (tests): mode 0 never, 1 always, 2 auto with that bound in bytes. */
 void mx_backend_cuda_set_graphs(mx_backend *b, int mode, int64_t auto_bytes);
+/* The time split of steps (mlxcel bench --split): with timing on, each step_begin ... step_end
+ * adds the host time from step_begin to the step's launch (walk_s: the ops' host work; for a
+ * replayed step the GPU has nothing of the step to run meanwhile) and the GPU time of the step's
+ * work (gpu_s: events around the graph launch for replayed steps; from step_begin to step_end
+ * for steps run op by op, which includes the waits for the host's launches), and the same for the
+ * replayed steps alone (graph_*; a step that captures a graph, with its instantiation, is not
+ * counted). A step is counted once its events are read: at the next step_begin
+ * or by step_split_get (which waits for the last step). step_timing(on) resets the sums; it may
+ * not be called inside a step (MX_ERR_INVALID_ARG). Timing records two events a step, nothing
+ * inside a graph. */
+typedef struct mx_cuda_step_split {
+    long steps, graph_steps;
+    double walk_s, gpu_s;              /* all counted steps */
+    double graph_walk_s, graph_gpu_s;  /* the steps launched as graphs */
+} mx_cuda_step_split;
+mx_status mx_backend_cuda_step_timing(mx_backend *b, bool on);
+void mx_backend_cuda_step_split_get(mx_backend *b, mx_cuda_step_split *out);
 /* How many steps ran as a graph launch so far (tests). */
 int mx_backend_cuda_graph_launches(mx_backend *b);
 /* The last graph captured: its nodes, and its edges by kind: edges3[0] ordinary, [1] programmatic

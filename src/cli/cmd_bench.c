@@ -7,7 +7,11 @@
  * Each step brings back only the argmax of each logit row (the backend's topk op, k = 1), as the
  * generation loops do; --full-logits times the old full-row copy instead. --bandwidth adds, for
  * each tg test, the weight bytes a decode step reads over its time, against the device's
- * copy rate measured in the same run (GPU; on the CPU the copy rate is not measured). */
+ * copy rate measured in the same run (GPU; on the CPU the copy rate is not measured). --split adds,
+ * for each tg test on the GPU, the time split of a step: the GPU's time in the step's work (from
+ * its graph launch to its end, for replayed steps), the host's time before that launch (the walk
+ * of the model's ops, during which the GPU has nothing of the step to run) and the rest of the
+ * step's wall time (the launch itself, the top-1 kernel, reading it back, the loop). */
 #include "cli/cli.h"
 #include "cli/model_open.h"
 
@@ -40,10 +44,20 @@ static void usage(FILE *f) {
         "      --full-logits      copy whole logit rows to the host each step (default: top-1 only)\n"
         "      --bandwidth        tg tests: weight bytes read a step over its time, against the\n"
         "                         device copy rate measured in the same run (GPU)\n"
+        "      --split            tg tests: the time split of a step (GPU work, the host's walk of\n"
+        "                         the ops before the step's launch, the rest) (GPU)\n"
         "      --json             print results as JSON\n");
 }
 
-typedef struct result { char test[32]; double mean, sd; int n_tokens, batch; } result;
+typedef struct result {
+    char test[32];
+    double mean, sd;
+    int n_tokens, batch;
+    bool has_split;       /* --split on the GPU: */
+    double step_s;        /* wall time a step, all repetitions */
+    long steps, replayed; /* steps timed, of them replayed as graphs */
+    double gpu_s, walk_s; /* a step: GPU work, host walk (of the replayed steps when there are any) */
+} result;
 
 static void stats(const double *v, int n, double *mean, double *sd) {
     double s = 0, q = 0;
@@ -55,7 +69,7 @@ static void stats(const double *v, int n, double *mean, double *sd) {
 
 int cmd_bench(int argc, char **argv) {
     const char *model_arg = NULL, *config_path = NULL, *dtype_s = "bf16";
-    bool random = false, json = false, full_logits = false, bandwidth = false;
+    bool random = false, json = false, full_logits = false, bandwidth = false, split = false;
     long long q_bits = 0, q_group = 64, n_prompt = 512, n_gen = 128, batch = 1, threads = 0, reps = 3, depth = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -76,6 +90,7 @@ int cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "--json")) json = true;
         else if (!strcmp(a, "--full-logits")) full_logits = true;
         else if (!strcmp(a, "--bandwidth")) bandwidth = true;
+        else if (!strcmp(a, "--split")) split = true;
         else { fprintf(stderr, "mlxcel bench: unknown option '%s' (see mlxcel bench --help)\n", a); return 2; }
 #undef NEED
     }
@@ -100,6 +115,7 @@ int cmd_bench(int argc, char **argv) {
     int32_t *top_id = NULL;
     double *samples = NULL;
     result res[2];
+    memset(res, 0, sizeof res);
     int n_res = 0;
     char label[256];
     if (cli_backend_init(&be)) { rc = cli_fail("bench", "backend"); goto done; }
@@ -192,6 +208,12 @@ int cmd_bench(int argc, char **argv) {
     }
     if (n_gen > 0) {
         FILL_DEPTH(B);
+        memset(&res[n_res], 0, sizeof res[n_res]);
+#ifdef MLXCEL_HAVE_CUDA
+        const bool timing = split && !strcmp(be.i->name, "cuda");
+        if (timing && mx_backend_cuda_step_timing(&be, true)) { rc = cli_fail("bench", NULL); goto done; }
+#endif
+        double tg_wall = 0;
         for (int r = 0; r < reps; r++) {
             for (int s = 0; s < B; s++) tok[s] = RAND_TOK();
             double t0 = mx_time_s();
@@ -207,8 +229,25 @@ int cmd_bench(int argc, char **argv) {
                     tok[s] = best;
                 }
             }
-            samples[r] = (double)n_gen * B / (mx_time_s() - t0);
+            const double dt = mx_time_s() - t0;
+            tg_wall += dt;
+            samples[r] = (double)n_gen * B / dt;
         }
+#ifdef MLXCEL_HAVE_CUDA
+        if (timing) {
+            mx_cuda_step_split sp;
+            mx_backend_cuda_step_split_get(&be, &sp);
+            mx_backend_cuda_step_timing(&be, false);
+            result *q = &res[n_res];
+            q->has_split = sp.steps > 0;
+            q->step_s = tg_wall / ((double)reps * (double)n_gen);
+            q->steps = sp.steps; q->replayed = sp.graph_steps;
+            if (sp.graph_steps > 0) { q->gpu_s = sp.graph_gpu_s / sp.graph_steps; q->walk_s = sp.graph_walk_s / sp.graph_steps; }
+            else if (sp.steps > 0) { q->gpu_s = sp.gpu_s / sp.steps; q->walk_s = sp.walk_s / sp.steps; }
+        }
+#else
+        (void)tg_wall;
+#endif
         if (B > 1) snprintf(res[n_res].test, sizeof res[n_res].test, "tg%lld x%d%s", n_gen, B, at);
         else snprintf(res[n_res].test, sizeof res[n_res].test, "tg%lld%s", n_gen, at);
         res[n_res].n_tokens = (int)n_gen * B;
@@ -237,6 +276,13 @@ int cmd_bench(int argc, char **argv) {
                     json_object_set_new(r, "copy_fraction", json_real(gbs / copy_gbs));
                 }
             }
+            if (res[i].has_split) {
+                json_object_set_new(r, "step_us", json_real(1e6 * res[i].step_s));
+                json_object_set_new(r, "step_gpu_us", json_real(1e6 * res[i].gpu_s));
+                json_object_set_new(r, "step_walk_us", json_real(1e6 * res[i].walk_s));
+                json_object_set_new(r, "steps_timed", json_integer(res[i].steps));
+                json_object_set_new(r, "steps_replayed", json_integer(res[i].replayed));
+            }
             json_array_append_new(arr, r);
         }
         json_t *o = json_pack("{s:s, s:f, s:s, s:i, s:i, s:i, s:i, s:o}", "model", label, "size_mib", mib,
@@ -258,6 +304,20 @@ int cmd_bench(int argc, char **argv) {
                    res[i].mean / res[i].batch, gbs);
             if (copy_gbs > 0) printf(" = %.0f%% of the device copy rate (%.0f GB/s, read + write)\n", 100.0 * gbs / copy_gbs, copy_gbs);
             else printf(" (copy rate not measured on this backend)\n");
+        }
+        for (int i = 0; split && i < n_res; i++) {
+            if (res[i].batch <= 0) continue;
+            const result *q = &res[i];
+            if (!q->has_split) { printf("split %s: not measured (the step split is measured on the GPU backend)\n", q->test); continue; }
+            const double us = 1e6, rest = q->step_s - q->gpu_s - q->walk_s;
+            if (q->replayed > 0)
+                printf("split %s: %.1f us a step = GPU %.1f us (the graph, from its launch to its end) + host %.1f us before "
+                       "the launch (the walk of the ops) + %.1f us else (launch, top-1, read back, loop); %ld of %ld timed steps replayed\n",
+                       q->test, us * q->step_s, us * q->gpu_s, us * q->walk_s, us * rest, q->replayed, q->steps);
+            else
+                printf("split %s: %.1f us a step, op by op: GPU %.1f us from the step's first op to its last (with the waits "
+                       "for the host's launches), host %.1f us launching them; %ld steps timed\n",
+                       q->test, us * q->step_s, us * q->gpu_s, us * q->walk_s, q->steps);
         }
     }
     rc = 0;

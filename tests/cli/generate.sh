@@ -67,6 +67,13 @@ assert 'weight_gbps' not in pp and tg['test']=='tg4 x2'
 assert abs(tg['weight_gb_per_step']-o['size_mib']*1048576/1e9) < 1e-9
 assert abs(tg['weight_gbps']-tg['weight_gb_per_step']*tg['tps']/2) <= 1e-9*tg['weight_gbps']" && pass bench_bandwidth_json || fail bench_bandwidth_json "$out"
 out=$("$M" bench -m "$DEMO" -p 0 -n 4 -r 1 --bandwidth 2>&1) && echo "$out" | grep -qE '^bandwidth tg4: [0-9.]+ GB of weights a step x [0-9.]+ steps/s = [0-9]+ GB/s' && pass bench_bandwidth_text || fail bench_bandwidth_text "$out"
+# --split: the step split is a GPU measure; on the CPU each tg test says it was not measured, and
+# the JSON has no step figures (test_backend_cuda checks the figures on a GPU)
+out=$("$M" bench -m "$DEMO" -p 8 -n 4 -r 1 --split 2>&1) && echo "$out" | grep -qx 'split tg4: not measured (the step split is measured on the GPU backend)' &&
+  ! echo "$out" | grep -q '^split pp' && pass bench_split_cpu || fail bench_split_cpu "$out"
+out=$("$M" bench -m "$DEMO" -p 0 -n 4 -r 1 --split --json 2>&1) && echo "$out" | python3 -c "
+import json,sys; o=json.load(sys.stdin); (tg,)=o['results']
+assert tg['test']=='tg4' and tg['tps']>0 and not any(k.startswith('step') for k in tg)" && pass bench_split_json_cpu || fail bench_split_json_cpu "$out"
 # -d: tests after D tokens already in each sequence's cache (llama-bench -d)
 out=$("$M" bench -m "$DEMO" -p 8 -n 4 -b 2 -d 20 -r 1 --json 2>&1) && echo "$out" | python3 -c "import json,sys; o=json.load(sys.stdin); assert o['depth']==20 and [r['test'] for r in o['results']]==['pp8 @ d20','tg4 x2 @ d20'] and all(r['tps']>0 for r in o['results'])" && pass bench_depth || fail bench_depth "$out"
 expect_fail bad_bench_depth "past the model" "$M" bench -m "$DEMO" -p 8 -n 4 -d 65536

@@ -2020,12 +2020,32 @@ static void test_graph_steps(void) {
      * every weight this backend prepared, over all the tests) */
     mx_backend_cuda_set_graphs(&G, 2, INT64_MAX);
     const int g0 = mx_backend_cuda_graph_launches(&G);
+    /* with the step split timed (mlxcel bench --split) */
+    mx_cuda_step_split sp1, sp2;
+    TCHECK(mx_backend_cuda_step_timing(&G, true) == MX_OK, "step timing: %s", mx_last_error());
     run_steps(true, true, &emb, &wq, &nrm, b, steps, &ok2);
+    mx_backend_cuda_step_split_get(&G, &sp1);
     const int g1 = mx_backend_cuda_graph_launches(&G);
     /* and with a bound these weights exceed: the steps run op by op */
     mx_backend_cuda_set_graphs(&G, 2, 1);
+    TCHECK(mx_backend_cuda_step_timing(&G, true) == MX_OK, "step timing: %s", mx_last_error());
     run_steps(true, false, &emb, &wq, &nrm, c, steps, &ok3);
+    mx_backend_cuda_step_split_get(&G, &sp2);
+    mx_backend_cuda_step_timing(&G, false);
     const int g2 = mx_backend_cuda_graph_launches(&G);
+    /* timed: the first step (op by op) and the replays; not the capturing step, nor the refused one */
+    printf("# step split, graphs: %ld steps (%ld replayed), GPU %.1f us, walk %.1f us a replay; op by op: %ld steps, "
+           "GPU %.1f us, walk %.1f us a step\n", sp1.steps, sp1.graph_steps, 1e6 * sp1.graph_gpu_s / (sp1.graph_steps ? sp1.graph_steps : 1),
+           1e6 * sp1.graph_walk_s / (sp1.graph_steps ? sp1.graph_steps : 1), sp2.steps, 1e6 * sp2.gpu_s / (sp2.steps ? sp2.steps : 1),
+           1e6 * sp2.walk_s / (sp2.steps ? sp2.steps : 1));
+    TCHECK(sp1.steps == steps - 1 && sp1.graph_steps == steps - 2, "timed %ld steps, %ld replayed; expected %d, %d", sp1.steps,
+           sp1.graph_steps, steps - 1, steps - 2);
+    TCHECK(sp1.graph_gpu_s > 0 && sp1.graph_walk_s > 0 && sp1.gpu_s > sp1.graph_gpu_s && sp1.walk_s > sp1.graph_walk_s &&
+           sp1.gpu_s < 1.0 * steps && sp1.walk_s < 1.0 * steps, "graph steps' split: GPU %g s (replays %g), walk %g s (replays %g)",
+           sp1.gpu_s, sp1.graph_gpu_s, sp1.walk_s, sp1.graph_walk_s);
+    TCHECK(sp2.steps == steps && sp2.graph_steps == 0 && sp2.gpu_s > 0 && sp2.walk_s > 0 && sp2.gpu_s < 1.0 * steps &&
+           sp2.graph_gpu_s == 0 && sp2.graph_walk_s == 0, "op-by-op steps' split: %ld steps (%ld replayed), GPU %g s, walk %g s",
+           sp2.steps, sp2.graph_steps, sp2.gpu_s, sp2.walk_s);
     mx_backend_cuda_set_graphs(&G, 2, (int64_t)1 << 30);   /* the default */
     TCHECK(ok1 && ok2 && ok3, "steps failed (%d %d %d): %s", ok1, ok2, ok3, mx_last_error());
     /* the first step of the key runs op by op, the second is captured and launched, then replays */

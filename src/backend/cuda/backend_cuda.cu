@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 extern "C" {
 #include "mlxcel/backend.h"
@@ -163,6 +164,13 @@ struct cu_ctx {
     int gmode; bool gbroken; int g_op; uint64_t g_step;
     cu_graph graphs[MX_GRAPHS], *gcur;
     cudaEvent_t g_done;
+    struct {                               /* the time split of steps (mx_backend_cuda_step_timing) */
+        bool on, pending;                  /* timing; a step whose events are not read yet */
+        bool pend_graph;                   /* that step ran as a graph launch */
+        cudaEvent_t e0, e1;                /* around the step's GPU work */
+        double t_begin;                    /* host clock at step_begin */
+        mx_cuda_step_split acc;
+    } stt;
     void *blas_ws;
     void *wscratch; size_t wscratch_cap;   /* dequantized weight slice (bf16) */
     void *xscratch; size_t xscratch_cap;   /* activations converted to bf16/f16 */
@@ -5366,10 +5374,75 @@ extern "C" void mx_backend_cuda_graph_census(mx_backend *b, int *nodes, int *edg
     for (int i = 0; i < 3; i++) edges3[i] = c->gcap_edges[i];
 }
 
+/* Step timing (mx_backend_cuda_step_timing): the host clock at step_begin; events around the
+ * step's GPU work (from step_begin for steps run op by op, around the graph launch for replayed
+ * ones), read at the next step_begin or when asked, by then long done in a decode
+ * loop that reads each step's result */
+static double stt_now() {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+static void stt_collect(cu_ctx *c) {
+    if (!c->stt.pending) return;
+    c->stt.pending = false;
+    float ms = 0.f;
+    if (cudaEventSynchronize(c->stt.e1) != cudaSuccess || cudaEventElapsedTime(&ms, c->stt.e0, c->stt.e1) != cudaSuccess) {
+        cudaGetLastError();
+        return;   /* (not counted) */
+    }
+    mx_cuda_step_split *a = &c->stt.acc;
+    a->steps++;
+    a->gpu_s += 1e-3 * ms;
+    if (c->stt.pend_graph) { a->graph_steps++; a->graph_gpu_s += 1e-3 * ms; }
+}
+/* e0: where the step's GPU work starts (step_begin; for a graph step again just before its launch,
+ * when the host's walk is over) */
+static void stt_start(cu_ctx *c, bool graph) {
+    if (!c->stt.on) return;
+    if (graph) {
+        const double w = stt_now() - c->stt.t_begin;
+        c->stt.acc.walk_s += w; c->stt.acc.graph_walk_s += w;
+    }
+    if (cudaEventRecord(c->stt.e0, c->st) != cudaSuccess) cudaGetLastError();
+}
+/* e1: the end of the step's work (after its graph launch, or at step_end op by op) */
+static void stt_end(cu_ctx *c, bool graph) {
+    if (!c->stt.on) return;
+    if (!graph) c->stt.acc.walk_s += stt_now() - c->stt.t_begin;
+    if (cudaEventRecord(c->stt.e1, c->st) != cudaSuccess) { cudaGetLastError(); return; }
+    c->stt.pending = true; c->stt.pend_graph = graph;
+}
+extern "C" mx_status mx_backend_cuda_step_timing(mx_backend *b, bool on) {
+    cu_ctx *c = (cu_ctx *)b->ctx;
+    if (c->gmode != G_EAGER) return mx_errorf(MX_ERR_INVALID_ARG, "cuda: step timing switched inside a step");
+    if (on && !c->stt.e0) {
+        if (cudaEventCreate(&c->stt.e0) != cudaSuccess || cudaEventCreate(&c->stt.e1) != cudaSuccess) {
+            cudaGetLastError();
+            if (c->stt.e0) cudaEventDestroy(c->stt.e0);
+            c->stt.e0 = c->stt.e1 = NULL;
+            return mx_errorf(MX_ERR_NOMEM, "cuda: step timing: no events");
+        }
+    }
+    c->stt.on = on; c->stt.pending = false;
+    memset(&c->stt.acc, 0, sizeof c->stt.acc);
+    return MX_OK;
+}
+extern "C" void mx_backend_cuda_step_split_get(mx_backend *b, mx_cuda_step_split *out) {
+    cu_ctx *c = (cu_ctx *)b->ctx;
+    if (c->gmode == G_EAGER) stt_collect(c);
+    *out = c->stt.acc;
+}
+
 extern "C" mx_status mx_backend_cuda_step_begin(mx_backend *b, uint64_t key) {
     cu_ctx *c = (cu_ctx *)b->ctx;
     if (c->gmode != G_EAGER) return mx_errorf(MX_ERR_INVALID_ARG, "cuda: step_begin inside a step");
     OP_ENTER(c);
+    if (c->stt.on) {
+        stt_collect(c);
+        c->stt.t_begin = stt_now();
+        stt_start(c, false);   /* (a graph step records it again just before its launch) */
+    }
     /* auto: graphs where launches, not kernels, bound a step. A replayed step was 1-2% slower than
      * the same launches op by op for Llama-3.1-8B q4 (4.2 GB) at 1, 32 and 128 sequences (H200,
      * three calls), and up to 52% faster for Qwen3-0.6B q4 (0.34 GB: 1,180 against 775 tok/s at 1
@@ -5410,6 +5483,7 @@ extern "C" mx_status mx_backend_cuda_step_end(mx_backend *b) {
     c->gmode = G_EAGER; c->gcur = NULL;
     if (mode == G_EAGER || mode == G_WARMUP) {
         if (mode == G_WARMUP && c->gbroken) g->bad = true;
+        stt_end(c, false);
         return c->err;
     }
     cu_stage *st[] = {&c->meta, &c->ids, &c->rows};
@@ -5433,7 +5507,9 @@ extern "C" mx_status mx_backend_cuda_step_end(mx_backend *b) {
         return mx_errorf(MX_ERR_INTERNAL, "cuda: step differs from the graph of its key (op %d of %d); its ops did not run",
                          c->g_op, g->n_fp);
     }
+    if (mode == G_REPLAY) stt_start(c, true);   /* (a capturing step, with its instantiation, is not timed) */
     CK(c, cudaGraphLaunch(g->exec, c->st), "graph launch");
+    if (mode == G_REPLAY) stt_end(c, true);
     c->n_graph_launches++;
     if (c->prof) prof_mark(c, "step (graph)");
     CK(c, cudaEventRecord(c->g_done, c->st), "event");
@@ -5469,6 +5545,8 @@ extern "C" void mx_backend_cuda_free(mx_backend *b) {
         free(c->graphs[i].fp);
     }
     if (c->g_done) cudaEventDestroy(c->g_done);
+    if (c->stt.e0) cudaEventDestroy(c->stt.e0);
+    if (c->stt.e1) cudaEventDestroy(c->stt.e1);
     if (c->blas_ws) cudaFree(c->blas_ws);
     if (c->wscratch) cudaFree(c->wscratch);
     if (c->xscratch) cudaFree(c->xscratch);
