@@ -58,6 +58,16 @@ typedef struct mx_attn_meta {
     const int32_t *block_tables;
 } mx_attn_meta;
 
+/* The host inputs of one repeated step (step_replay): its attention metadata, the token ids of
+ * its embedding lookup and the rows gathered for its logits. */
+typedef struct mx_step_inputs {
+    const mx_attn_meta *meta;
+    const int32_t *tokens;      /* [n_tokens] */
+    int n_tokens;
+    const int32_t *rows;        /* [n_rows] */
+    int n_rows;
+} mx_step_inputs;
+
 /* Attention parameters shared by all tokens of one layer call. */
 typedef struct mx_attn_params {
     int n_heads, n_kv_heads, head_dim;
@@ -178,6 +188,14 @@ typedef struct mx_backend_i {
      * logits[vocab] = lm_head(rmsnorm(x, final_norm)) (only when s has them). Like the ops it
      * replaces, it may run asynchronously and reports failures through the backend's status. */
     int (*decode_layers)(void *ctx, const mx_dstack *s, float *x, float *logits, const mx_attn_meta *meta);
+    /* Optional (may be NULL): run the recorded step of `key` (step_begin/step_end) with new host
+     * inputs without the ops being called again: MX_OK when the step was launched, its results
+     * as if its ops had been called with these inputs; anything else (no error message set): it
+     * did nothing, and the caller runs the step as usual (step_begin, the ops, step_end). A
+     * backend takes this only for a key whose recorded step, when it was recorded, read no host
+     * input but these, each equal to what the ops were given (it may keep `in` until that
+     * step's step_end to compare them); a caller must pass every host input of its step here. */
+    mx_status (*step_replay)(void *ctx, uint64_t key, const mx_step_inputs *in);
 } mx_backend_i;
 
 /* Most candidates the topk op returns per row. */

@@ -820,9 +820,16 @@ static mx_status forward_run(mx_model *m, const mx_batch *b) {
     mx_attn_meta meta = {n, b->pos, m->slot, b->seq, b->n_seqs, b->max_blocks, b->block_tables};
     /* A decode-only batch is a repeated step: backends that can record it (CUDA graphs) replay it. */
     bool step = bi->step_begin && bi->step_end && b->n_decode == n && n <= 0xffff && !m->has_moe && !m->opts.mla;   /* MoE routes on the host; MLA gathers with host maps */
+    /* Its host inputs: a backend that recorded the step may launch it again with these without
+     * the ops being walked (and may keep them until step_end, to check that they are all). */
+    const mx_step_inputs in = {&meta, b->tokens, n, b->logit_rows, b->n_logits};
     if (step) {
         uint64_t key = (uint64_t)n | (uint64_t)(b->n_logits & 0xffff) << 16 |
                        (uint64_t)(b->n_seqs & 0xffff) << 32 | (uint64_t)(b->max_blocks & 0xffff) << 48;
+        if (bi->step_replay && bi->step_replay(bc, key, &in) == MX_OK) {
+            m->n_last_logits = b->n_logits;
+            return MX_OK;
+        }
         step = bi->step_begin(bc, key) == MX_OK;
     }
     forward_ops(m, b, &meta);

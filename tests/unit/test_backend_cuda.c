@@ -67,7 +67,7 @@ static void test_select(void) {
                                          {"MLXCEL_CUDA_RING_PAIR", "2"}, {"MLXCEL_CUDA_RING_ACT", "yes"},
                                          {"MLXCEL_CUDA_ATTN_EARLY", "on"}, {"MLXCEL_CUDA_ATTN_L2PF", "1025"},
                                          {"MLXCEL_CUDA_ATTN_L2PF", "16m"}, {"MLXCEL_CUDA_ATTN_L2PF", "-1"},
-                                         {"MLXCEL_CUDA_MV_DENSE_SHORT", "2"}};
+                                         {"MLXCEL_CUDA_MV_DENSE_SHORT", "2"}, {"MLXCEL_CUDA_FAST_REPLAY", "on"}};
     unsetenv("MLXCEL_DEVICE");
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         setenv(bad[i][0], bad[i][1], 1);
@@ -85,7 +85,9 @@ static void test_select(void) {
     setenv("MLXCEL_CUDA_MV_RING_BF16", "norm", 1); setenv("MLXCEL_CUDA_ATTN_PREP", "0", 1);
     setenv("MLXCEL_CUDA_RING_PAIR", "0", 1); setenv("MLXCEL_CUDA_RING_ACT", "1", 1);
     setenv("MLXCEL_CUDA_ATTN_EARLY", "0", 1); setenv("MLXCEL_CUDA_ATTN_L2PF", "16", 1); setenv("MLXCEL_CUDA_MV_DENSE_SHORT", "1", 1);
+    setenv("MLXCEL_CUDA_FAST_REPLAY", "1", 1);
     TCHECK(mx_backend_cuda_check_env() == MX_OK, "good switches refused: %s", mx_last_error());
+    unsetenv("MLXCEL_CUDA_FAST_REPLAY");
     unsetenv("MLXCEL_CUDA_ATTN_PREP"); unsetenv("MLXCEL_CUDA_RING_PAIR"); unsetenv("MLXCEL_CUDA_RING_ACT");
     unsetenv("MLXCEL_CUDA_ATTN_EARLY"); unsetenv("MLXCEL_CUDA_ATTN_L2PF"); unsetenv("MLXCEL_CUDA_MV_DENSE_SHORT");
     unsetenv("MLXCEL_CUDA_FUSED"); unsetenv("MLXCEL_CUDA_FUSED_PF"); unsetenv("MLXCEL_CUDA_GEMM_SK");
@@ -1962,8 +1964,10 @@ static const dl_case g_dl[] = {
 
 /* Decode steps through step_begin/step_end (warm-up, capture, replays) give the same results
  * as the same steps op by op, with new token ids and positions every step; a step whose op
- * sequence differs from its key's is refused. */
-static void run_steps(bool graph, bool refusal, tw *emb, tw *wq, mx_vec *nrm, float *out_host, int nsteps, bool *ok) {
+ * sequence differs from its key's is refused. fast: each graph step first offered to step_replay
+ * with its host inputs (1), or with token ids other than those the ops get (2: it must never take
+ * them). */
+static void run_steps(bool graph, bool refusal, int fast, tw *emb, tw *wq, mx_vec *nrm, float *out_host, int nsteps, bool *ok) {
     enum { V = 96, D = 128, H = 2, HD = 64, NS = 2, bs = 16, maxb = 4 };
     mx_kv_desc kd = {1, H, HD, bs, 16, MX_DTYPE_F32};
     *ok = G.i->kv_init(G.ctx, &kd) == MX_OK;
@@ -1982,6 +1986,13 @@ static void run_steps(bool graph, bool refusal, tw *emb, tw *wq, mx_vec *nrm, fl
             slot[i] = bt[i * maxb + pos[i] / bs] * bs + pos[i] % bs;
         }
         mx_attn_meta m = {NS, pos, slot, seq, NS, maxb, bt};
+        int32_t other[NS];
+        for (int i = 0; i < NS; i++) other[i] = (ids[i] + 1) % V;
+        const mx_step_inputs in = {&m, fast == 2 ? other : ids, NS, rows, NS};
+        if (graph && fast && G.i->step_replay(G.ctx, 42, &in) == MX_OK) {
+            G.i->read(G.ctx, out_host + (size_t)st * NS * V, lg, (size_t)NS * V * 4);
+            continue;
+        }
         if (graph) mx_backend_cuda_step_begin(&G, 42);
         G.i->embed(G.ctx, &emb->w, ids, NS, x);
         G.i->rmsnorm(G.ctx, x, nrm, 1e-6f, 0.f, hb, NS, D);
@@ -2015,7 +2026,7 @@ static void test_graph_steps(void) {
     float *a = malloc((size_t)steps * 2 * 96 * 4), *b = malloc((size_t)steps * 2 * 96 * 4);
     float *c = malloc((size_t)steps * 2 * 96 * 4);
     bool ok1, ok2, ok3;
-    run_steps(false, false, &emb, &wq, &nrm, a, steps, &ok1);
+    run_steps(false, false, 0, &emb, &wq, &nrm, a, steps, &ok1);
     /* the auto policy (the default) with a bound no weights reach (the bytes counted are those of
      * every weight this backend prepared, over all the tests) */
     mx_backend_cuda_set_graphs(&G, 2, INT64_MAX);
@@ -2023,13 +2034,13 @@ static void test_graph_steps(void) {
     /* with the step split timed (mlxcel bench --split) */
     mx_cuda_step_split sp1, sp2;
     TCHECK(mx_backend_cuda_step_timing(&G, true) == MX_OK, "step timing: %s", mx_last_error());
-    run_steps(true, true, &emb, &wq, &nrm, b, steps, &ok2);
+    run_steps(true, true, 0, &emb, &wq, &nrm, b, steps, &ok2);
     mx_backend_cuda_step_split_get(&G, &sp1);
     const int g1 = mx_backend_cuda_graph_launches(&G);
     /* and with a bound these weights exceed: the steps run op by op */
     mx_backend_cuda_set_graphs(&G, 2, 1);
     TCHECK(mx_backend_cuda_step_timing(&G, true) == MX_OK, "step timing: %s", mx_last_error());
-    run_steps(true, false, &emb, &wq, &nrm, c, steps, &ok3);
+    run_steps(true, false, 0, &emb, &wq, &nrm, c, steps, &ok3);
     mx_backend_cuda_step_split_get(&G, &sp2);
     mx_backend_cuda_step_timing(&G, false);
     const int g2 = mx_backend_cuda_graph_launches(&G);
@@ -2067,6 +2078,49 @@ static void test_graph_steps(void) {
     TCHECK(relerr(a, a + 192, 192) > 1e-3, "steps gave the same logits: inputs did not change");
     TCHECK(mx_backend_cuda_status(&G) == MX_OK, "status: %s", mx_last_error());
     free(a); free(b); free(c); free(nb); tw_free(&emb); tw_free(&wq);
+}
+
+/* step_replay (MLXCEL_CUDA_FAST_REPLAY): a key's steps launched from their host inputs alone once
+ * its captured step and a replayed one were walked with those inputs equal to the ops' uploads
+ * (steps 4 on), with new token ids and positions every step: every logit bit for bit as op by op;
+ * inputs that differ from the ops' are never taken; off, it takes nothing. */
+static void test_fast_replay(void) {
+    tw emb, wq;
+    tw_make(&emb, 96, 128, 4, 64, MX_DTYPE_BF16, false);
+    tw_make(&wq, 128, 128, 8, 32, MX_DTYPE_BF16, true);
+    mx_vec nrm; void *nb;
+    vec_make(&nrm, &nb, 128, MX_DTYPE_BF16, 1.f);
+    enum { steps = 8, per = 2 * 96 };
+    float *ref = malloc((size_t)steps * per * 4), *out[3];
+    bool ok[4];
+    const int n_runs = 3;
+    int fast[3], launches[3];
+    for (int r = 0; r < n_runs; r++) out[r] = malloc((size_t)steps * per * 4);
+    const bool was = mx_backend_cuda_set_fast_replay(&G, true);
+    run_steps(false, false, 0, &emb, &wq, &nrm, ref, steps, &ok[3]);
+    mx_backend_cuda_set_graphs(&G, 1, 0);   /* graphs always */
+    for (int r = 0; r < n_runs; r++) {   /* true inputs; inputs the ops do not get; switched off */
+        if (r == 2) mx_backend_cuda_set_fast_replay(&G, false);
+        const int f0 = mx_backend_cuda_fast_replays(&G), g0 = mx_backend_cuda_graph_launches(&G);
+        run_steps(true, false, r == 1 ? 2 : 1, &emb, &wq, &nrm, out[r], steps, &ok[r]);
+        fast[r] = mx_backend_cuda_fast_replays(&G) - f0;
+        launches[r] = mx_backend_cuda_graph_launches(&G) - g0;
+    }
+    mx_backend_cuda_set_graphs(&G, 2, (int64_t)1 << 30);   /* the default */
+    mx_backend_cuda_set_fast_replay(&G, was);
+    TCHECK(ok[0] && ok[1] && ok[2] && ok[3], "steps failed (%d %d %d %d): %s", ok[0], ok[1], ok[2], ok[3], mx_last_error());
+    TCHECK(fast[0] == steps - 3 && fast[1] == 0 && fast[2] == 0, "step_replay launches %d, %d, %d; expected %d, 0, 0", fast[0],
+           fast[1], fast[2], steps - 3);
+    for (int r = 0; r < n_runs; r++) TCHECK(launches[r] == steps - 1, "run %d: %d graph launches in %d steps", r, launches[r], steps);
+    for (int r = 0; r < n_runs; r++)
+        for (int st = 0; st < steps; st++) {
+            const double e = relerr(out[r] + (size_t)st * per, ref + (size_t)st * per, per);
+            TCHECK(e == 0.0, "run %d step %d: differs from op by op (rel %.3g)", r, st, e);
+        }
+    TCHECK(relerr(ref + (size_t)(steps - 1) * per, ref + (size_t)(steps - 2) * per, per) > 1e-3, "the last steps gave the same logits");
+    TCHECK(mx_backend_cuda_status(&G) == MX_OK, "status: %s", mx_last_error());
+    for (int r = 0; r < n_runs; r++) free(out[r]);
+    free(ref); free(nb); tw_free(&emb); tw_free(&wq);
 }
 
 /* MLXCEL_CUDA_PROFILE=1: a second backend instance times its launches and prints the table to
@@ -2537,6 +2591,7 @@ int main(int argc, char **argv) {
     RUN(test_elementwise);
     for (size_t i = 0; i < sizeof g_dl / sizeof g_dl[0]; i++) RUN_NAMED(g_dl[i].name, check_decode_layers, &g_dl[i]);
     RUN(test_graph_steps);
+    RUN(test_fast_replay);
     /* without programmatic dependent launch (on by default): fusions, graphs and attention again */
     mx_backend_cuda_set_pdl(&G, false);
     RUN_NAMED("test_fusions_nopdl", test_fusions, );

@@ -276,6 +276,89 @@ done:
     mx_model_free(m);
 }
 
+/* The decoder's use of step_replay (a backend op; the CUDA backend's replays a recorded decode step
+ * from its host inputs): on a CPU backend wrapped with step hooks, a decode-only batch is offered
+ * to step_replay with exactly its host inputs (tokens, the attention metadata with the KV slots,
+ * the logit rows) before step_begin; when the hook launches the step (MX_OK) the ops are not
+ * called; prompts and MoE models are never offered. */
+static struct {
+    int calls, begins, ret;
+    uint64_t key;
+    int n_tokens, n_rows, n_seqs, max_blocks;
+    int32_t tok[4], pos[4], slot[4], seq[4], rows[4], bt[8];
+} g_sr;
+static mx_status sr_replay(void *ctx, uint64_t key, const mx_step_inputs *in) {
+    (void)ctx;
+    g_sr.calls++;
+    g_sr.key = key;
+    g_sr.n_tokens = in->n_tokens; g_sr.n_rows = in->n_rows;
+    g_sr.n_seqs = in->meta->n_seqs; g_sr.max_blocks = in->meta->max_blocks;
+    for (int i = 0; i < in->n_tokens && i < 4; i++) {
+        g_sr.tok[i] = in->tokens[i]; g_sr.pos[i] = in->meta->pos[i];
+        g_sr.slot[i] = in->meta->slot[i]; g_sr.seq[i] = in->meta->seq[i];
+    }
+    for (int i = 0; i < in->n_rows && i < 4; i++) g_sr.rows[i] = in->rows[i];
+    for (int i = 0; i < in->meta->n_seqs * in->meta->max_blocks && i < 8; i++) g_sr.bt[i] = in->meta->block_tables[i];
+    return g_sr.ret;
+}
+static mx_status sr_begin(void *ctx, uint64_t key) { (void)ctx; (void)key; g_sr.begins++; return MX_OK; }
+static mx_status sr_end(void *ctx) { (void)ctx; return MX_OK; }
+static void decoder_step_replay(void) {
+    mx_backend_i wi = *g_cpu.i;
+    wi.step_begin = sr_begin; wi.step_end = sr_end; wi.step_replay = sr_replay;
+    mx_backend w = {&wi, g_cpu.ctx};
+    mx_backend_cpu_set_precise(&g_cpu, true);
+    for (int moe = 0; moe < 2 && !t_case_failed; moe++) {
+        char js[768];
+        snprintf(js, sizeof js, "{\"model_type\": \"%s\", " TINY ", \"num_experts\": 4, \"num_experts_per_tok\": 2, "
+                 "\"moe_intermediate_size\": 32, \"norm_topk_prob\": false}", moe ? "qwen3_moe" : "llama");
+        json_error_t je;
+        json_t *cfg = json_loads(js, 0, &je);
+        TREQUIRE(cfg, "test json: %s", je.text);
+        mx_model *m = NULL;
+        mx_status st = mx_model_load_random(cfg, 0, 0, MX_DTYPE_F32, 3, &w, &m);
+        json_decref(cfg);
+        TREQUIRE(st == MX_OK, "load: %s", mx_last_error());
+        TREQUIRE(mx_model_prepare(m, 6, 4, 8) == MX_OK, "prepare: %s", mx_last_error());
+        memset(&g_sr, 0, sizeof g_sr);
+        g_sr.ret = MX_ERR_UNSUPPORTED;
+        /* a prompt of 5 tokens in sequence 1 (blocks 5, 2 of 4 tokens): not a step */
+        const int32_t bt[4] = {0, 3, 5, 2}, ptok[5] = {3, 9, 27, 50, 1}, ppos[5] = {0, 1, 2, 3, 4}, pseq[5] = {1, 1, 1, 1, 1}, last[1] = {4};
+        mx_batch pb = {5, ptok, ppos, pseq, 2, 2, bt, 1, last, 0};
+        float l0[64], l1[64], l2[64], l3[64];
+        TCHECK(mx_model_forward(m, &pb, l0) == MX_OK, "prompt: %s", mx_last_error());
+        TCHECK(g_sr.calls == 0 && g_sr.begins == 0, "a prompt offered as a step (%d, %d)", g_sr.calls, g_sr.begins);
+        /* its decode step at position 5 (block 2, slot 2 * 4 + 1): offered, declined, the ops run */
+        int32_t dtok[1] = {44}, dpos[1] = {5}, dseq[1] = {1}, row0[1] = {0};
+        mx_batch db = {1, dtok, dpos, dseq, 2, 2, bt, 1, row0, 1};
+        TCHECK(mx_model_forward(m, &db, l1) == MX_OK, "decode: %s", mx_last_error());
+        if (moe) {
+            TCHECK(g_sr.calls == 0 && g_sr.begins == 0, "a MoE step offered (%d, %d)", g_sr.calls, g_sr.begins);
+        } else {
+            TCHECK(g_sr.calls == 1 && g_sr.begins == 1, "step_replay %d, step_begin %d calls; expected 1, 1", g_sr.calls, g_sr.begins);
+            TCHECK(g_sr.key == ((uint64_t)1 | 1ull << 16 | 2ull << 32 | 2ull << 48), "key %#llx", (unsigned long long)g_sr.key);
+            TCHECK(g_sr.n_tokens == 1 && g_sr.tok[0] == 44 && g_sr.pos[0] == 5 && g_sr.seq[0] == 1 && g_sr.slot[0] == 2 * 4 + 1,
+                   "inputs: %d tokens, id %d, pos %d, seq %d, slot %d", g_sr.n_tokens, g_sr.tok[0], g_sr.pos[0], g_sr.seq[0], g_sr.slot[0]);
+            TCHECK(g_sr.n_rows == 1 && g_sr.rows[0] == 0 && g_sr.n_seqs == 2 && g_sr.max_blocks == 2 && !memcmp(g_sr.bt, bt, sizeof bt),
+                   "inputs: %d rows (%d), tables %d x %d", g_sr.n_rows, g_sr.rows[0], g_sr.n_seqs, g_sr.max_blocks);
+            /* the same step with the hook launching it: no op runs, so the logits buffer keeps the last
+             * step's values even for another token, and they can be read */
+            g_sr.ret = MX_OK;
+            dtok[0] = 7;
+            TCHECK(mx_model_forward(m, &db, l2) == MX_OK && g_sr.calls == 2 && g_sr.begins == 1, "replayed step: %s (%d, %d)",
+                   mx_last_error(), g_sr.calls, g_sr.begins);
+            TCHECK(!memcmp(l2, l1, sizeof l1), "a step the hook launched ran its ops too");
+            /* declined again: the ops run for token 7 and give other logits */
+            g_sr.ret = MX_ERR_UNSUPPORTED;
+            TCHECK(mx_model_forward(m, &db, l3) == MX_OK && g_sr.calls == 3 && g_sr.begins == 2 && g_sr.tok[0] == 7, "step: %s",
+                   mx_last_error());
+            TCHECK(memcmp(l3, l1, sizeof l1) != 0, "token 7 gave token 44's logits");
+        }
+        mx_model_free(m);
+    }
+    mx_backend_cpu_set_precise(&g_cpu, false);
+}
+
 int main(void) {
     /* MLXCEL_DEVICE picks the backend (CPU by default on a machine without a GPU); on the GPU the
      * logits tolerance is GPU_TOL and a greedy mismatch is accepted only at a reference near-tie. */
@@ -328,6 +411,7 @@ int main(void) {
     RUN_NAMED("moe_batch_independence_mixtral", moe_batch_independence, "mixtral");
     RUN(bad_family_configs);
     RUN(random_quantized_families);
+    RUN(decoder_step_replay);
     mx_backend_auto_free(&g_be);
     mx_backend_cpu_free(&g_cpu);
     TEST_EXIT();

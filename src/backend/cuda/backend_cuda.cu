@@ -52,7 +52,14 @@ struct cu_graph {
     cudaGraphExec_t exec;
     uint64_t *fp; int n_fp, cap_fp;
     uint64_t last_use;
+    /* step_replay (c_step_replay): walked steps (captured or replayed) of this key whose host
+     * inputs were exactly those step_replay was given; one that was not; the stages it reads */
+    int fast_seen;
+    bool fast_no;
+    unsigned fast_stages;   /* FS_META | FS_IDS | FS_ROWS */
+    size_t fast_len[3];     /* their bytes, as the graph's copy nodes copy them */
 };
+enum { FS_META = 1, FS_IDS = 2, FS_ROWS = 4 };
 
 enum { SDT_BF16 = 0, SDT_F16 = 1 };
 
@@ -127,6 +134,11 @@ struct cu_ctx {
                                               at batch 1 as the session that made it the
                                               default measured it; its log was lost, NOTES.md) */
     int n_attn_early;                      /* attentions that did (tests) */
+    int fast_replay;                       /* step_replay launches a key's graph without the walk of its
+                                              ops (MLXCEL_CUDA_FAST_REPLAY=1; off until measured) */
+    int n_fast_replays;                    /* its launches (tests) */
+    const mx_step_inputs *sr_in;           /* the inputs step_replay was given for the step being walked */
+    uint64_t sr_key;                       /* (its key) */
     int mv_dense_short;                    /* one-row dense bf16 matvecs of up to 4,096 columns in
                                               k_mv_dense_sk's U = 2 form (MLXCEL_CUDA_MV_DENSE_SHORT) */
     int n_dense_short;                     /* its launches (tests) */
@@ -303,7 +315,7 @@ static pdl_launch<KArgs...> PL(cu_ctx *c, void (*k)(KArgs...), dim3 g, dim3 b, s
  * the default; anything else is an error naming the variable and what it takes. */
 enum { GM_AUTO, GM_CUBLAS, GM_MMA, GM_WG, GM_NMODES };   /* MLXCEL_CUDA_GEMM, in k_gemm_modes' order */
 static const char *const k_gemm_modes[] = {"auto", "cublas", "mma", "wgmma"};
-struct cu_switches { int attn, attn_dec, attn_prep, gqa, gemm, gemm_rot, gemm_sk, gemm_pair, sum_norm, sum_qkv, att_gq, pdl, mv, profile, kv, graphs, fused, mv_ring, ring_norm, ring_bf, ring_pair, ring_act, attn_early, dense_short; long dq_mb, fused_pf, mr_kb, mr_slot, mr_warps, attn_l2pf; };   /* kv: checked here, read by kv_init */
+struct cu_switches { int attn, attn_dec, attn_prep, gqa, gemm, gemm_rot, gemm_sk, gemm_pair, sum_norm, sum_qkv, att_gq, pdl, mv, profile, kv, graphs, fused, mv_ring, ring_norm, ring_bf, ring_pair, ring_act, attn_early, dense_short, fast_replay; long dq_mb, fused_pf, mr_kb, mr_slot, mr_warps, attn_l2pf; };   /* kv: checked here, read by kv_init */
 static mx_status env_choice(const char *name, const char *const *vals, int n, int def, int *out) {
     const char *e = getenv(name);
     *out = def;
@@ -359,7 +371,8 @@ static mx_status read_switches(cu_switches *sw) {
         (st = env_choice("MLXCEL_CUDA_MV_RING_BF16", ring_bf, 4, 3, &sw->ring_bf)) ||
         (st = env_choice("MLXCEL_CUDA_RING_PAIR", onoff, 2, 1, &sw->ring_pair)) ||
         (st = env_choice("MLXCEL_CUDA_RING_ACT", onoff, 2, 0, &sw->ring_act)) ||
-        (st = env_choice("MLXCEL_CUDA_MV_DENSE_SHORT", onoff, 2, 0, &sw->dense_short)))
+        (st = env_choice("MLXCEL_CUDA_MV_DENSE_SHORT", onoff, 2, 0, &sw->dense_short)) ||
+        (st = env_choice("MLXCEL_CUDA_FAST_REPLAY", onoff, 2, 0, &sw->fast_replay)))
         return st;
     if ((st = env_long("MLXCEL_CUDA_FUSED_PF", 0, 64, 0, "chunks", &sw->fused_pf)) ||
         (st = env_long("MLXCEL_CUDA_MV_RING_KB", 8, MR_RING_KB_MAX, MR_RING_KB, "KB", &sw->mr_kb)) ||
@@ -441,6 +454,7 @@ static void g_invalidate(cu_ctx *c) {
         if (g->exec) { cudaStreamSynchronize(c->st); cudaGraphExecDestroy(g->exec); }
         g->exec = NULL;
         g->used = false; g->bad = false; g->n_fp = 0;
+        g->fast_seen = 0; g->fast_no = false; g->fast_stages = 0;
     }
 }
 
@@ -489,6 +503,8 @@ static void *stage_up(cu_ctx *c, cu_stage *s, const void *src, size_t bytes) {
             if (first || s->len != bytes || (src && memcmp(s->h, src, bytes))) c->gbroken = true;
             return s->d;
         }
+        /* (replaying: the last copy out of s->h may be an op's upload after the last replay) */
+        if (c->gmode == G_REPLAY && s->ev) cudaEventSynchronize(s->ev);
         if (src) memcpy(s->h, src, bytes); else memset(s->h, 0, bytes);
         s->len = bytes;
         if (c->gmode == G_CAPTURE) CK(c, cudaMemcpyAsync(s->d, s->h, bytes, cudaMemcpyHostToDevice, c->st), "upload");
@@ -4134,10 +4150,21 @@ static void c_layernorm(void *ctx, const float *x, const mx_vec *g, const mx_vec
 
 /* The meta arrays on the device: pos | slot | seq | block_tables (int32). */
 struct dmeta { const int32_t *pos, *slot, *seq, *bt; };
+/* the attention metadata as one upload: pos, slot, seq (n each; slot and seq 0 when absent), the
+ * block tables */
+static size_t meta_bytes(const mx_attn_meta *m) { return ((size_t)3 * m->n_tokens + (size_t)m->n_seqs * m->max_blocks) * 4; }
+static void meta_compose(const mx_attn_meta *m, int32_t *tmp) {
+    const int n = m->n_tokens;
+    const size_t nbt = (size_t)m->n_seqs * m->max_blocks;
+    memcpy(tmp, m->pos, (size_t)n * 4);
+    if (m->slot) memcpy(tmp + n, m->slot, (size_t)n * 4); else memset(tmp + n, 0, (size_t)n * 4);
+    if (m->seq) memcpy(tmp + 2 * n, m->seq, (size_t)n * 4); else memset(tmp + 2 * n, 0, (size_t)n * 4);
+    if (nbt) memcpy(tmp + 3 * n, m->block_tables, nbt * 4);
+}
 static bool meta_up(cu_ctx *c, const mx_attn_meta *m, dmeta *out) {
     int n = m->n_tokens;
     size_t nbt = (size_t)m->n_seqs * m->max_blocks;
-    size_t bytes = ((size_t)3 * n + nbt) * 4;
+    size_t bytes = meta_bytes(m);
     /* compose in a host temp only when it differs: compare piecewise against the pinned copy */
     cu_stage *s = &c->meta;
     /* in a captured or replayed step every call goes through stage_up (the copy node) */
@@ -4151,10 +4178,7 @@ static bool meta_up(cu_ctx *c, const mx_attn_meta *m, dmeta *out) {
     if (!same) {
         int32_t *tmp = (int32_t *)malloc(bytes);
         if (!tmp) { cu_fail(c, MX_ERR_NOMEM, "meta", cudaSuccess); return false; }
-        memcpy(tmp, m->pos, (size_t)n * 4);
-        if (m->slot) memcpy(tmp + n, m->slot, (size_t)n * 4); else memset(tmp + n, 0, (size_t)n * 4);
-        if (m->seq) memcpy(tmp + 2 * n, m->seq, (size_t)n * 4); else memset(tmp + 2 * n, 0, (size_t)n * 4);
-        if (nbt) memcpy(tmp + 3 * n, m->block_tables, nbt * 4);
+        meta_compose(m, tmp);
         void *d = stage_up(c, s, tmp, bytes);
         free(tmp);
         if (!d) return false;
@@ -4986,12 +5010,13 @@ static mx_status c_step_end(void *ctx) {
     mx_backend b; b.i = NULL; b.ctx = ctx;
     return mx_backend_cuda_step_end(&b);
 }
+static mx_status c_step_replay(void *ctx, uint64_t key, const mx_step_inputs *in);
 
 static const mx_backend_i g_cuda_i = {
     "cuda", c_alloc, c_free, c_write, c_read, c_sync, c_weight_prepare, c_vec_prepare, c_kv_init, c_kv_free,
     c_matmul, c_embed, c_rmsnorm, c_layernorm, c_rope, c_attention, c_act_mul, c_act, c_add, c_scale,
     c_gather_rows, c_softcap, NULL /* set_precision */, c_step_begin, c_step_end, c_matmul_multi, c_topk,
-    c_decode_layers,
+    c_decode_layers, c_step_replay,
 };
 
 /* ------------------------------------------------------------------------------------------ */
@@ -5067,6 +5092,7 @@ extern "C" mx_status mx_backend_cuda_init(mx_backend *out) {
         c->attn_early = sw.attn_early;
         c->apf_cap = (int64_t)sw.attn_l2pf << 20;
         c->mv_dense_short = sw.dense_short;
+        c->fast_replay = sw.fast_replay;
         c->apf_layer = -1;
         c->attn_vec = sw.attn_dec == 0;
         c->gemm_mode = sw.gemm;
@@ -5294,6 +5320,8 @@ extern "C" int mx_backend_cuda_set_attn_l2pf(mx_backend *b, int mib) {
 extern "C" int mx_backend_cuda_attn_l2pf_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_apf; }
 extern "C" int64_t mx_backend_cuda_attn_l2pf_bytes(mx_backend *b) { return ((const cu_ctx *)b->ctx)->apf_bytes; }
 extern "C" bool mx_backend_cuda_set_mv_dense_short(mx_backend *b, bool on) { return set_flag(&switch_ctx(b)->mv_dense_short, on); }
+extern "C" bool mx_backend_cuda_set_fast_replay(mx_backend *b, bool on) { return set_flag(&switch_ctx(b)->fast_replay, on); }
+extern "C" int mx_backend_cuda_fast_replays(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_fast_replays; }
 extern "C" int mx_backend_cuda_mv_dense_short_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_dense_short; }
 extern "C" void mx_backend_cuda_set_gqa_attention(mx_backend *b, int mode) {
     switch_ctx(b)->attn_gqa = mode < 0 ? 0 : mode > 2 ? 2 : mode;
@@ -5436,6 +5464,9 @@ extern "C" void mx_backend_cuda_step_split_get(mx_backend *b, mx_cuda_step_split
 
 extern "C" mx_status mx_backend_cuda_step_begin(mx_backend *b, uint64_t key) {
     cu_ctx *c = (cu_ctx *)b->ctx;
+    /* step_replay's inputs for this step, kept for step_end only when it walks a graph step */
+    const mx_step_inputs *sri = c->sr_key == key ? c->sr_in : NULL;
+    c->sr_in = NULL;
     if (c->gmode != G_EAGER) return mx_errorf(MX_ERR_INVALID_ARG, "cuda: step_begin inside a step");
     OP_ENTER(c);
     if (c->stt.on) {
@@ -5459,6 +5490,7 @@ extern "C" mx_status mx_backend_cuda_step_begin(mx_backend *b, uint64_t key) {
         g = lru;
         if (g->exec) { cudaStreamSynchronize(c->st); cudaGraphExecDestroy(g->exec); g->exec = NULL; }
         g->used = true; g->bad = false; g->key = key; g->n_fp = 0;
+        g->fast_seen = 0; g->fast_no = false; g->fast_stages = 0;
         c->gmode = G_WARMUP;
     } else if (g->bad) {
         c->gmode = G_EAGER;
@@ -5472,11 +5504,109 @@ extern "C" mx_status mx_backend_cuda_step_begin(mx_backend *b, uint64_t key) {
     }
     g->last_use = c->g_step;
     c->gcur = g; c->g_op = 0; c->gbroken = false;
+    if (c->gmode == G_CAPTURE || c->gmode == G_REPLAY) { c->sr_in = sri; c->sr_key = key; }
+    return MX_OK;
+}
+
+/* step_replay's inputs against what the ops of a walked step (captured or replayed) uploaded: each
+ * stage the step read is stamped with the step and holds its bytes. True when they are equal and
+ * the step read no other stage; *stages, *len: what it read. */
+static bool sr_check(cu_ctx *c, const mx_step_inputs *in, unsigned *stages, size_t len[3]) {
+    unsigned used = 0;
+    len[0] = len[1] = len[2] = 0;
+    if (c->tiles.stamp == c->g_step) return false;
+    if (c->meta.stamp == c->g_step) {
+        used |= FS_META;
+        const size_t mb = in->meta ? meta_bytes(in->meta) : 0;
+        if (!mb || c->meta.len != mb) return false;
+        int32_t *tmp = (int32_t *)malloc(mb);
+        if (!tmp) return false;
+        meta_compose(in->meta, tmp);
+        const bool eq = !memcmp(tmp, c->meta.h, mb);
+        free(tmp);
+        if (!eq) return false;
+        len[0] = mb;
+    }
+    if (c->ids.stamp == c->g_step) {
+        used |= FS_IDS;
+        const size_t ib = (size_t)(in->n_tokens > 0 ? in->n_tokens : 0) * 4;
+        if (!ib || !in->tokens || c->ids.len != ib || memcmp(c->ids.h, in->tokens, ib)) return false;
+        len[1] = ib;
+    }
+    if (c->rows.stamp == c->g_step) {
+        used |= FS_ROWS;
+        const size_t rb = (size_t)(in->n_rows > 0 ? in->n_rows : 0) * 4;
+        if (!rb || !in->rows || c->rows.len != rb || memcmp(c->rows.h, in->rows, rb)) return false;
+        len[2] = rb;
+    }
+    *stages = used;
+    return true;
+}
+static void sr_note(cu_ctx *c, cu_graph *g, const mx_step_inputs *in) {
+    if (!in || g->fast_no) return;
+    unsigned st = 0;
+    size_t len[3];
+    if (sr_check(c, in, &st, len) &&
+        (g->fast_seen == 0 || (st == g->fast_stages && !memcmp(len, g->fast_len, sizeof len)))) {
+        g->fast_stages = st;
+        memcpy(g->fast_len, len, sizeof len);
+        g->fast_seen++;
+    } else {
+        g->fast_no = true;
+    }
+}
+
+/* step_replay (MLXCEL_CUDA_FAST_REPLAY=1): the key's graph launched with new host inputs, without
+ * the walk of its ops (~400 host calls a step for Qwen3-0.6B, during which the GPU has nothing of
+ * the step to run). Taken only for a key whose captured step and at least one replayed step were
+ * walked with step_replay's inputs equal, byte for byte, to what their ops uploaded (sr_note), with
+ * no other stage read; else the caller walks the step, which is then compared. */
+static mx_status c_step_replay(void *ctx, uint64_t key, const mx_step_inputs *in) {
+    cu_ctx *c = (cu_ctx *)ctx;
+    c->sr_in = NULL;
+    if (!in || c->gmode != G_EAGER || !c->graph_mode || (c->graph_mode == 2 && c->wbytes >= c->graph_auto_bytes))
+        return MX_ERR_UNSUPPORTED;
+    cu_graph *g = NULL;
+    for (int i = 0; i < MX_GRAPHS && !g; i++)
+        if (c->graphs[i].used && c->graphs[i].key == key) g = &c->graphs[i];
+    c->sr_in = in; c->sr_key = key;   /* the walk that follows compares them */
+    if (!c->fast_replay || !g || g->bad || !g->exec || g->fast_no || g->fast_seen < 2) return MX_ERR_UNSUPPORTED;
+    const unsigned fs = g->fast_stages;
+    const size_t mb = (fs & FS_META) ? meta_bytes(in->meta) : 0, ib = (size_t)in->n_tokens * 4, rb = (size_t)in->n_rows * 4;
+    if (((fs & FS_META) && (mb != g->fast_len[0] || mb > c->meta.cap)) ||
+        ((fs & FS_IDS) && (in->n_tokens <= 0 || ib != g->fast_len[1] || ib > c->ids.cap)) ||
+        ((fs & FS_ROWS) && (in->n_rows <= 0 || rb != g->fast_len[2] || rb > c->rows.cap)))
+        return MX_ERR_UNSUPPORTED;
+    c->sr_in = NULL;
+    OP_ENTER(c);   /* what an op before deferred runs before the step (as in step_begin) */
+    if (c->stt.on) { stt_collect(c); c->stt.t_begin = stt_now(); }
+    cu_stage *st[] = {&c->meta, &c->ids, &c->rows};
+    cudaEventSynchronize(c->g_done);   /* the last replay has read the pinned inputs */
+    for (int i = 0; i < 3; i++)        /* and so has any upload since */
+        if (((fs >> i) & 1) && st[i]->ev) cudaEventSynchronize(st[i]->ev);
+    c->g_step++;
+    if (fs & FS_META) meta_compose(in->meta, (int32_t *)c->meta.h);
+    if (fs & FS_IDS) memcpy(c->ids.h, in->tokens, ib);
+    if (fs & FS_ROWS) memcpy(c->rows.h, in->rows, rb);
+    for (int i = 0; i < 3; i++)
+        if ((fs >> i) & 1) { st[i]->len = g->fast_len[i]; st[i]->stamp = c->g_step; }
+    g->last_use = c->g_step;
+    xq_forget(c);   /* (as the walk's ops do) */
+    stt_start(c, true);
+    CK(c, cudaGraphLaunch(g->exec, c->st), "graph launch");
+    stt_end(c, true);
+    c->n_graph_launches++;
+    c->n_fast_replays++;
+    if (c->prof) prof_mark(c, "step (graph, step_replay)");
+    CK(c, cudaEventRecord(c->g_done, c->st), "event");
+    for (int i = 0; i < 3; i++) if (st[i]->ev) cudaEventRecord(st[i]->ev, c->st);
     return MX_OK;
 }
 
 extern "C" mx_status mx_backend_cuda_step_end(mx_backend *b) {
     cu_ctx *c = (cu_ctx *)b->ctx;
+    const mx_step_inputs *sri = c->sr_in;   /* (step_replay's inputs for this walked step) */
+    c->sr_in = NULL;
     if (c->gmode != G_REPLAY) OP_ENTER(c);   /* the deferred add belongs to this step */
     int mode = c->gmode;
     cu_graph *g = c->gcur;
@@ -5507,6 +5637,7 @@ extern "C" mx_status mx_backend_cuda_step_end(mx_backend *b) {
         return mx_errorf(MX_ERR_INTERNAL, "cuda: step differs from the graph of its key (op %d of %d); its ops did not run",
                          c->g_op, g->n_fp);
     }
+    sr_note(c, g, sri);   /* a captured or replayed step, walked: may step_replay take the key? */
     if (mode == G_REPLAY) stt_start(c, true);   /* (a capturing step, with its instantiation, is not timed) */
     CK(c, cudaGraphLaunch(g->exec, c->st), "graph launch");
     if (mode == G_REPLAY) stt_end(c, true);
