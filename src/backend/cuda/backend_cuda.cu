@@ -5508,6 +5508,19 @@ extern "C" mx_status mx_backend_cuda_step_begin(mx_backend *b, uint64_t key) {
     return MX_OK;
 }
 
+/* A step's graph launched; timed (step timing) or not; the pinned stages' events recorded after it:
+ * their next writes wait for it to have read them */
+static void graph_launch(cu_ctx *c, cu_graph *g, bool timed, const char *what) {
+    if (timed) stt_start(c, true);
+    CK(c, cudaGraphLaunch(g->exec, c->st), "graph launch");
+    if (timed) stt_end(c, true);
+    c->n_graph_launches++;
+    if (c->prof) prof_mark(c, what);
+    CK(c, cudaEventRecord(c->g_done, c->st), "event");
+    cu_stage *st[] = {&c->meta, &c->ids, &c->rows};
+    for (int i = 0; i < 3; i++) if (st[i]->ev) cudaEventRecord(st[i]->ev, c->st);
+}
+
 /* step_replay's inputs against what the ops of a walked step (captured or replayed) uploaded: each
  * stage the step read is stamped with the step and holds its bytes. True when they are equal and
  * the step read no other stage; *stages, *len: what it read. */
@@ -5564,8 +5577,8 @@ static void sr_note(cu_ctx *c, cu_graph *g, const mx_step_inputs *in) {
 static mx_status c_step_replay(void *ctx, uint64_t key, const mx_step_inputs *in) {
     cu_ctx *c = (cu_ctx *)ctx;
     c->sr_in = NULL;
-    if (!in || c->gmode != G_EAGER || !c->graph_mode || (c->graph_mode == 2 && c->wbytes >= c->graph_auto_bytes))
-        return MX_ERR_UNSUPPORTED;
+    if (!in || c->err || c->gmode != G_EAGER || !c->graph_mode || (c->graph_mode == 2 && c->wbytes >= c->graph_auto_bytes))
+        return MX_ERR_UNSUPPORTED;   /* (after a failure: the walk, whose step_end reports it) */
     cu_graph *g = NULL;
     for (int i = 0; i < MX_GRAPHS && !g; i++)
         if (c->graphs[i].used && c->graphs[i].key == key) g = &c->graphs[i];
@@ -5592,14 +5605,8 @@ static mx_status c_step_replay(void *ctx, uint64_t key, const mx_step_inputs *in
         if ((fs >> i) & 1) { st[i]->len = g->fast_len[i]; st[i]->stamp = c->g_step; }
     g->last_use = c->g_step;
     xq_forget(c);   /* (as the walk's ops do) */
-    stt_start(c, true);
-    CK(c, cudaGraphLaunch(g->exec, c->st), "graph launch");
-    stt_end(c, true);
-    c->n_graph_launches++;
+    graph_launch(c, g, true, "step (graph, step_replay)");
     c->n_fast_replays++;
-    if (c->prof) prof_mark(c, "step (graph, step_replay)");
-    CK(c, cudaEventRecord(c->g_done, c->st), "event");
-    for (int i = 0; i < 3; i++) if (st[i]->ev) cudaEventRecord(st[i]->ev, c->st);
     return MX_OK;
 }
 
@@ -5616,7 +5623,6 @@ extern "C" mx_status mx_backend_cuda_step_end(mx_backend *b) {
         stt_end(c, false);
         return c->err;
     }
-    cu_stage *st[] = {&c->meta, &c->ids, &c->rows};
     if (mode == G_CAPTURE) {
         cudaGraph_t graph = NULL;
         cudaError_t e = cudaStreamEndCapture(c->st, &graph);
@@ -5638,13 +5644,7 @@ extern "C" mx_status mx_backend_cuda_step_end(mx_backend *b) {
                          c->g_op, g->n_fp);
     }
     sr_note(c, g, sri);   /* a captured or replayed step, walked: may step_replay take the key? */
-    if (mode == G_REPLAY) stt_start(c, true);   /* (a capturing step, with its instantiation, is not timed) */
-    CK(c, cudaGraphLaunch(g->exec, c->st), "graph launch");
-    if (mode == G_REPLAY) stt_end(c, true);
-    c->n_graph_launches++;
-    if (c->prof) prof_mark(c, "step (graph)");
-    CK(c, cudaEventRecord(c->g_done, c->st), "event");
-    for (int i = 0; i < 3; i++) if (st[i]->ev) cudaEventRecord(st[i]->ev, c->st);
+    graph_launch(c, g, mode == G_REPLAY, "step (graph)");   /* (a capturing step, with its instantiation, is not timed) */
     return c->err;
 }
 
