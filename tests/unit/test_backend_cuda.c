@@ -1966,7 +1966,9 @@ static const dl_case g_dl[] = {
  * as the same steps op by op, with new token ids and positions every step; a step whose op
  * sequence differs from its key's is refused. fast: each graph step first offered to step_replay
  * with its host inputs (1), or with token ids other than those the ops get (2: it must never take
- * them). */
+ * them; with step_replay on, its captured step then fails, as a step that differs from its key's,
+ * and is run again op by op as the decoder does: g_refused counts those). */
+static int g_refused;
 static void run_steps(bool graph, bool refusal, int fast, tw *emb, tw *wq, mx_vec *nrm, float *out_host, int nsteps, bool *ok) {
     enum { V = 96, D = 128, H = 2, HD = 64, NS = 2, bs = 16, maxb = 4 };
     mx_kv_desc kd = {1, H, HD, bs, 16, MX_DTYPE_F32};
@@ -1993,24 +1995,39 @@ static void run_steps(bool graph, bool refusal, int fast, tw *emb, tw *wq, mx_ve
             G.i->read(G.ctx, out_host + (size_t)st * NS * V, lg, (size_t)NS * V * 4);
             continue;
         }
-        if (graph) mx_backend_cuda_step_begin(&G, 42);
-        G.i->embed(G.ctx, &emb->w, ids, NS, x);
-        G.i->rmsnorm(G.ctx, x, nrm, 1e-6f, 0.f, hb, NS, D);
-        G.i->matmul(G.ctx, &wq->w, hb, q, NS);
-        G.i->rope(G.ctx, q, NS, H, HD, &rp, &m);
-        G.i->attention(G.ctx, 0, q, q, q, att, &ap, &m);
-        G.i->add(G.ctx, att, x, att, NS * D);
-        G.i->gather_rows(G.ctx, att, rows, NS, D, hb);
-        G.i->matmul(G.ctx, &emb->w, hb, lg, NS);
-        if (graph && mx_backend_cuda_step_end(&G) != MX_OK) *ok = false;
+        for (int pass = 0; pass < 2; pass++) {   /* (pass 1: a refused step again, op by op) */
+            const bool in_step = graph && pass == 0;
+            if (in_step) mx_backend_cuda_step_begin(&G, 42);
+            G.i->embed(G.ctx, &emb->w, ids, NS, x);
+            G.i->rmsnorm(G.ctx, x, nrm, 1e-6f, 0.f, hb, NS, D);
+            G.i->matmul(G.ctx, &wq->w, hb, q, NS);
+            G.i->rope(G.ctx, q, NS, H, HD, &rp, &m);
+            G.i->attention(G.ctx, 0, q, q, q, att, &ap, &m);
+            G.i->add(G.ctx, att, x, att, NS * D);
+            G.i->gather_rows(G.ctx, att, rows, NS, D, hb);
+            G.i->matmul(G.ctx, &emb->w, hb, lg, NS);
+            if (!in_step || mx_backend_cuda_step_end(&G) == MX_OK) break;
+            if (fast != 2) { *ok = false; break; }
+            mx_clear_error();
+            g_refused++;
+        }
         G.i->read(G.ctx, out_host + (size_t)st * NS * V, lg, (size_t)NS * V * 4);
     }
     if (graph && refusal) {   /* same key, different op sequence: refused, nothing runs */
-        int32_t ids[NS] = {1, 2};
+        int32_t ids[NS] = {1, 2}, other[NS] = {3, 4};
         mx_backend_cuda_step_begin(&G, 42);
         G.i->embed(G.ctx, &emb->w, ids, NS, x);
         if (mx_backend_cuda_step_end(&G) == MX_OK) *ok = false;
         mx_clear_error();
+        /* run again op by op (as the decoder does), its ids reach the device although the refused
+         * step left them in the pinned copy: the same rows as after another upload in between */
+        float xa[NS * D], xb[NS * D];
+        G.i->embed(G.ctx, &emb->w, ids, NS, x);
+        G.i->read(G.ctx, xa, x, sizeof xa);
+        G.i->embed(G.ctx, &emb->w, other, NS, x);
+        G.i->embed(G.ctx, &emb->w, ids, NS, x);
+        G.i->read(G.ctx, xb, x, sizeof xb);
+        if (memcmp(xa, xb, sizeof xa)) { *ok = false; printf("# the refused step's ids, run again, did not reach the device\n"); }
     }
     G.i->free(G.ctx, x); G.i->free(G.ctx, hb); G.i->free(G.ctx, q); G.i->free(G.ctx, att); G.i->free(G.ctx, lg);
     G.i->kv_free(G.ctx);
@@ -2082,8 +2099,9 @@ static void test_graph_steps(void) {
 
 /* step_replay (MLXCEL_CUDA_FAST_REPLAY): a key's steps launched from their host inputs alone once
  * its captured step and a replayed one were walked with those inputs equal to the ops' uploads
- * (steps 4 on), with new token ids and positions every step: every logit bit for bit as op by op;
- * inputs that differ from the ops' are never taken; off, it takes nothing. */
+ * (steps 4 on), with new token ids and positions every step: every logit bit for bit as op by op,
+ * the uploads at the captured step's start; inputs that differ from the ops' are never taken (the
+ * capture they were uploaded for fails and the key runs op by op); off, it takes nothing. */
 static void test_fast_replay(void) {
     tw emb, wq;
     tw_make(&emb, 96, 128, 4, 64, MX_DTYPE_BF16, false);
@@ -2094,7 +2112,7 @@ static void test_fast_replay(void) {
     float *ref = malloc((size_t)steps * per * 4), *out[3];
     bool ok[4];
     const int n_runs = 3;
-    int fast[3], launches[3];
+    int fast[3], launches[3], gn[3], ge[3][3];
     for (int r = 0; r < n_runs; r++) out[r] = malloc((size_t)steps * per * 4);
     const bool was = mx_backend_cuda_set_fast_replay(&G, true);
     run_steps(false, false, 0, &emb, &wq, &nrm, ref, steps, &ok[3]);
@@ -2102,16 +2120,25 @@ static void test_fast_replay(void) {
     for (int r = 0; r < n_runs; r++) {   /* true inputs; inputs the ops do not get; switched off */
         if (r == 2) mx_backend_cuda_set_fast_replay(&G, false);
         const int f0 = mx_backend_cuda_fast_replays(&G), g0 = mx_backend_cuda_graph_launches(&G);
+        if (r == 1) g_refused = 0;
         run_steps(true, false, r == 1 ? 2 : 1, &emb, &wq, &nrm, out[r], steps, &ok[r]);
         fast[r] = mx_backend_cuda_fast_replays(&G) - f0;
         launches[r] = mx_backend_cuda_graph_launches(&G) - g0;
+        mx_backend_cuda_graph_census(&G, &gn[r], ge[r]);   /* the graph this run captured */
     }
     mx_backend_cuda_set_graphs(&G, 2, (int64_t)1 << 30);   /* the default */
     mx_backend_cuda_set_fast_replay(&G, was);
     TCHECK(ok[0] && ok[1] && ok[2] && ok[3], "steps failed (%d %d %d %d): %s", ok[0], ok[1], ok[2], ok[3], mx_last_error());
     TCHECK(fast[0] == steps - 3 && fast[1] == 0 && fast[2] == 0, "step_replay launches %d, %d, %d; expected %d, 0, 0", fast[0],
            fast[1], fast[2], steps - 3);
-    for (int r = 0; r < n_runs; r++) TCHECK(launches[r] == steps - 1, "run %d: %d graph launches in %d steps", r, launches[r], steps);
+    TCHECK(launches[0] == steps - 1 && launches[1] == 0 && g_refused == 1 && launches[2] == steps - 1,
+           "graph launches %d, %d, %d in %d steps (refused %d); expected %d, 0 (1 refused), %d", launches[0], launches[1],
+           launches[2], steps, g_refused, steps - 1, steps - 1);
+    /* with it on, the step's uploads come first: the same nodes, the copies no longer between kernels */
+    printf("# fast replay's captured step: %d nodes, edges %d ordinary, %d programmatic, %d at launch completion "
+           "(off: %d nodes, %d, %d, %d)\n", gn[0], ge[0][0], ge[0][1], ge[0][2], gn[2], ge[2][0], ge[2][1], ge[2][2]);
+    TCHECK(gn[0] == gn[2] && gn[1] == gn[2] && ge[0][0] == 3 && ge[0][0] < ge[2][0] && ge[0][0] + ge[0][1] + ge[0][2] == gn[0] - 1,
+           "captured steps: %d nodes, %d ordinary edges with it on; %d, %d off", gn[0], ge[0][0], gn[2], ge[2][0]);
     for (int r = 0; r < n_runs; r++)
         for (int st = 0; st < steps; st++) {
             const double e = relerr(out[r] + (size_t)st * per, ref + (size_t)st * per, per);

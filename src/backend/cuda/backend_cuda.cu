@@ -5462,6 +5462,18 @@ extern "C" void mx_backend_cuda_step_split_get(mx_backend *b, mx_cuda_step_split
     *out = c->stt.acc;
 }
 
+/* (MLXCEL_CUDA_FAST_REPLAY) a captured or walked graph step's host inputs uploaded at its start, from
+ * step_replay's inputs: the graph's copy nodes then come before its first kernel, not between its
+ * kernels, where each cut the chain of programmatic launches (the attention metadata at layer 0's
+ * attention, the logit rows before the head); the ops' own uploads later in the step find them
+ * there and check that they are the same (a difference breaks the step, as any difference does) */
+static void sr_upload(cu_ctx *c, const mx_step_inputs *in) {
+    if (in->n_tokens > 0 && in->tokens) stage_up(c, &c->ids, in->tokens, (size_t)in->n_tokens * 4);
+    dmeta dm;
+    if (in->meta && in->meta->n_tokens > 0) meta_up(c, in->meta, &dm);
+    if (in->n_rows > 0 && in->rows) stage_up(c, &c->rows, in->rows, (size_t)in->n_rows * 4);
+}
+
 extern "C" mx_status mx_backend_cuda_step_begin(mx_backend *b, uint64_t key) {
     cu_ctx *c = (cu_ctx *)b->ctx;
     /* step_replay's inputs for this step, kept for step_end only when it walks a graph step */
@@ -5504,10 +5516,20 @@ extern "C" mx_status mx_backend_cuda_step_begin(mx_backend *b, uint64_t key) {
     }
     g->last_use = c->g_step;
     c->gcur = g; c->g_op = 0; c->gbroken = false;
-    if (c->gmode == G_CAPTURE || c->gmode == G_REPLAY) { c->sr_in = sri; c->sr_key = key; }
+    if (c->gmode == G_CAPTURE || c->gmode == G_REPLAY) {
+        c->sr_in = sri; c->sr_key = key;
+        if (sri && c->fast_replay) sr_upload(c, sri);
+    }
     return MX_OK;
 }
 
+/* A captured or replayed step that did not launch wrote its inputs into the stages' pinned copies,
+ * which no copy then took to the device: their next uploads must not be skipped as unchanged (the
+ * caller runs the same step again op by op, with the same inputs) */
+static void stage_forget(cu_ctx *c) {
+    cu_stage *st[] = {&c->meta, &c->ids, &c->rows, &c->tiles};
+    for (int i = 0; i < 4; i++) st[i]->len = 0;
+}
 /* A step's graph launched; timed (step timing) or not; the pinned stages' events recorded after it:
  * their next writes wait for it to have read them */
 static void graph_launch(cu_ctx *c, cu_graph *g, bool timed, const char *what) {
@@ -5635,11 +5657,13 @@ extern "C" mx_status mx_backend_cuda_step_end(mx_backend *b) {
         if (e != cudaSuccess) {
             cudaGetLastError();
             g->bad = true; g->exec = NULL;
+            stage_forget(c);
             return mx_errorf(MX_ERR_INTERNAL, "cuda: capturing a step into a graph failed (%s); its ops did not run",
                              c->gbroken ? "the op sequence differed from the first step of this key" : cudaGetErrorString(e));
         }
     } else if (c->gbroken || c->g_op != g->n_fp) {
         g->bad = true;
+        stage_forget(c);
         return mx_errorf(MX_ERR_INTERNAL, "cuda: step differs from the graph of its key (op %d of %d); its ops did not run",
                          c->g_op, g->n_fp);
     }
