@@ -62,8 +62,9 @@ void mx_backend_cuda_step_split_get(mx_backend *b, mx_cuda_step_split *out);
 /* step_replay (the backend op): a recorded decode step launched again from its host inputs alone,
  * without the walk of its ops, once its captured step and a replayed one were walked with those
  * inputs equal, byte for byte, to what the ops uploaded (the key's later steps then skip ~400 host
- * calls for Qwen3-0.6B, during which the GPU had nothing to run). Off by default until measured on
- * a GPU; MLXCEL_CUDA_FAST_REPLAY=1 at init. Returns the previous setting (setting it drops the
+ * calls for Qwen3-0.6B, during which the GPU had nothing to run); with it on, a walked graph step
+ * also uploads those inputs at its start, so that its graph's copies precede its first kernel.
+ * Off by default until measured on a GPU; MLXCEL_CUDA_FAST_REPLAY=1 at init. Returns the previous setting (setting it drops the
  * recorded graphs); the count is of such launches (they count as graph launches too). */
 bool mx_backend_cuda_set_fast_replay(mx_backend *b, bool on);
 int mx_backend_cuda_fast_replays(mx_backend *b);
