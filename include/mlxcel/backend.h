@@ -194,7 +194,9 @@ typedef struct mx_backend_i {
      * did nothing, and the caller runs the step as usual (step_begin, the ops, step_end). A
      * backend takes this only for a key whose recorded step, when it was recorded, read no host
      * input but these, each equal to what the ops were given (it may keep `in` until that
-     * step's step_end to compare them); a caller must pass every host input of its step here. */
+     * step's step_end to compare them, and upload them at that step's start: inputs other than
+     * the ops' then fail that step's step_end, and the caller runs it op by op); a caller must
+     * pass every host input of its step here. */
     mx_status (*step_replay)(void *ctx, uint64_t key, const mx_step_inputs *in);
 } mx_backend_i;
 
