@@ -208,7 +208,6 @@ int cmd_bench(int argc, char **argv) {
     }
     if (n_gen > 0) {
         FILL_DEPTH(B);
-        memset(&res[n_res], 0, sizeof res[n_res]);
 #ifdef MLXCEL_HAVE_CUDA
         const bool timing = split && !strcmp(be.i->name, "cuda");
         if (timing && mx_backend_cuda_step_timing(&be, true)) { rc = cli_fail("bench", NULL); goto done; }

@@ -448,13 +448,18 @@ static void prof_report(cu_ctx *c) {
 }
 
 /* Drop every captured graph (device buffers they name are about to change). */
+/* a graph entry taken anew: nothing recorded, nothing learned for step_replay */
+static void g_reset(cu_graph *g) {
+    g->bad = false; g->n_fp = 0;
+    g->fast_seen = 0; g->fast_no = false; g->fast_stages = 0;
+}
 static void g_invalidate(cu_ctx *c) {
     for (int i = 0; i < MX_GRAPHS; i++) {
         cu_graph *g = &c->graphs[i];
         if (g->exec) { cudaStreamSynchronize(c->st); cudaGraphExecDestroy(g->exec); }
         g->exec = NULL;
-        g->used = false; g->bad = false; g->n_fp = 0;
-        g->fast_seen = 0; g->fast_no = false; g->fast_stages = 0;
+        g->used = false;
+        g_reset(g);
     }
 }
 
@@ -4161,20 +4166,26 @@ static void meta_compose(const mx_attn_meta *m, int32_t *tmp) {
     if (m->seq) memcpy(tmp + 2 * n, m->seq, (size_t)n * 4); else memset(tmp + 2 * n, 0, (size_t)n * 4);
     if (nbt) memcpy(tmp + 3 * n, m->block_tables, nbt * 4);
 }
+/* whether h holds k ints equal to v (to zeros when v is absent, as meta_compose writes them) */
+static bool ints_same(const int32_t *h, const int32_t *v, size_t k) {
+    if (v) return !memcmp(h, v, k * 4);
+    for (size_t i = 0; i < k; i++) if (h[i]) return false;
+    return true;
+}
+/* whether h (meta_bytes(m) bytes) is meta_compose(m), compared piece by piece */
+static bool meta_same(const int32_t *h, const mx_attn_meta *m) {
+    const size_t n = (size_t)m->n_tokens, nbt = (size_t)m->n_seqs * m->max_blocks;
+    return ints_same(h, m->pos, n) && ints_same(h + n, m->slot, n) && ints_same(h + 2 * n, m->seq, n) &&
+           (!nbt || ints_same(h + 3 * n, m->block_tables, nbt));
+}
 static bool meta_up(cu_ctx *c, const mx_attn_meta *m, dmeta *out) {
     int n = m->n_tokens;
-    size_t nbt = (size_t)m->n_seqs * m->max_blocks;
     size_t bytes = meta_bytes(m);
     /* compose in a host temp only when it differs: compare piecewise against the pinned copy */
     cu_stage *s = &c->meta;
     /* in a captured or replayed step every call goes through stage_up (the copy node) */
-    bool same = s->d && s->len == bytes && c->gmode != G_CAPTURE && c->gmode != G_REPLAY;
-    if (same) {
-        const int32_t *h = (const int32_t *)s->h;
-        same = !memcmp(h, m->pos, (size_t)n * 4) && (!m->slot || !memcmp(h + n, m->slot, (size_t)n * 4)) &&
-               (!m->seq || !memcmp(h + 2 * n, m->seq, (size_t)n * 4)) &&
-               (!nbt || !memcmp(h + 3 * n, m->block_tables, nbt * 4));
-    }
+    const bool same = s->d && s->len == bytes && c->gmode != G_CAPTURE && c->gmode != G_REPLAY &&
+                      meta_same((const int32_t *)s->h, m);
     if (!same) {
         int32_t *tmp = (int32_t *)malloc(bytes);
         if (!tmp) { cu_fail(c, MX_ERR_NOMEM, "meta", cudaSuccess); return false; }
@@ -5501,8 +5512,8 @@ extern "C" mx_status mx_backend_cuda_step_begin(mx_backend *b, uint64_t key) {
     if (!g) {
         g = lru;
         if (g->exec) { cudaStreamSynchronize(c->st); cudaGraphExecDestroy(g->exec); g->exec = NULL; }
-        g->used = true; g->bad = false; g->key = key; g->n_fp = 0;
-        g->fast_seen = 0; g->fast_no = false; g->fast_stages = 0;
+        g->used = true; g->key = key;
+        g_reset(g);
         c->gmode = G_WARMUP;
     } else if (g->bad) {
         c->gmode = G_EAGER;
@@ -5553,13 +5564,7 @@ static bool sr_check(cu_ctx *c, const mx_step_inputs *in, unsigned *stages, size
     if (c->meta.stamp == c->g_step) {
         used |= FS_META;
         const size_t mb = in->meta ? meta_bytes(in->meta) : 0;
-        if (!mb || c->meta.len != mb) return false;
-        int32_t *tmp = (int32_t *)malloc(mb);
-        if (!tmp) return false;
-        meta_compose(in->meta, tmp);
-        const bool eq = !memcmp(tmp, c->meta.h, mb);
-        free(tmp);
-        if (!eq) return false;
+        if (!mb || c->meta.len != mb || !meta_same((const int32_t *)c->meta.h, in->meta)) return false;
         len[0] = mb;
     }
     if (c->ids.stamp == c->g_step) {
@@ -5616,8 +5621,7 @@ static mx_status c_step_replay(void *ctx, uint64_t key, const mx_step_inputs *in
     OP_ENTER(c);   /* what an op before deferred runs before the step (as in step_begin) */
     if (c->stt.on) { stt_collect(c); c->stt.t_begin = stt_now(); }
     cu_stage *st[] = {&c->meta, &c->ids, &c->rows};
-    cudaEventSynchronize(c->g_done);   /* the last replay has read the pinned inputs */
-    for (int i = 0; i < 3; i++)        /* and so has any upload since */
+    for (int i = 0; i < 3; i++)   /* the last copy out of each (recorded after every graph launch and upload) */
         if (((fs >> i) & 1) && st[i]->ev) cudaEventSynchronize(st[i]->ev);
     c->g_step++;
     if (fs & FS_META) meta_compose(in->meta, (int32_t *)c->meta.h);
