@@ -235,6 +235,8 @@ if has ops; then
   if [ -x $B/tests/test_cuda_topk ]; then
     $B/tests/test_cuda_topk 2>&1 | tee -a "$OUTD/test.log" | grep -E '^(PASS|FAIL)'
     pass=$(grep -c '^PASS ' "$OUTD/test.log"); fail=$(grep -c '^FAIL ' "$OUTD/test.log")
+    # the top-k's two launches against its one-launch form (MLXCEL_CUDA_TOPK_ONE), us a call
+    $B/tests/test_cuda_topk --bench 2>&1 | tee "$OUTD/topk_bench.log" | sed 's/^/topk bench: /' | tee -a "$SUMMARY"
   fi
   say "CUDA op tests: $pass passed, $fail failed"
   grep '^FAIL ' "$OUTD/test.log" | head -10 | tee -a "$SUMMARY"
@@ -252,7 +254,7 @@ if has models && [ $full = 1 ]; then
   # programmatic dependent launch; the q4 GEMMs on packed weights; PDL without the early release;
   # the decode attention kernel whose lanes split a head's values):
   # the same goldens through them
-  for v in MLXCEL_CUDA_ATTN=tiled "MLXCEL_CUDA_ATTN=pertoken MLXCEL_CUDA_PDL=0" MLXCEL_CUDA_GEMM=mma MLXCEL_CUDA_GEMM=wgmma MLXCEL_CUDA_GEMM=cublas MLXCEL_CUDA_PDL=1 MLXCEL_CUDA_ATTN_DEC=lanes MLXCEL_CUDA_GEMM_PAIR=1 MLXCEL_CUDA_SUM_NORM=0 MLXCEL_CUDA_SUM_QKV=0 MLXCEL_CUDA_ATT_GQ=0 MLXCEL_CUDA_GRAPHS=1 MLXCEL_CUDA_FUSED=1 MLXCEL_CUDA_MV_RING=0 MLXCEL_CUDA_RING_NORM=0 MLXCEL_CUDA_RING_NORM=1 MLXCEL_CUDA_MV_RING_BF16=1 MLXCEL_CUDA_MV_RING_BF16=norm MLXCEL_CUDA_ATTN_PREP=0 MLXCEL_CUDA_ATTN_PREP=1 MLXCEL_CUDA_RING_PAIR=0 MLXCEL_CUDA_RING_ACT=1 MLXCEL_CUDA_ATTN_EARLY=0 MLXCEL_CUDA_ATTN_L2PF=16 MLXCEL_CUDA_MV_DENSE_SHORT=1 "MLXCEL_CUDA_FAST_REPLAY=1 MLXCEL_CUDA_GRAPHS=1" ${GPU_CHECK_MODEL_VARIANTS:-}; do
+  for v in MLXCEL_CUDA_ATTN=tiled "MLXCEL_CUDA_ATTN=pertoken MLXCEL_CUDA_PDL=0" MLXCEL_CUDA_GEMM=mma MLXCEL_CUDA_GEMM=wgmma MLXCEL_CUDA_GEMM=cublas MLXCEL_CUDA_PDL=1 MLXCEL_CUDA_ATTN_DEC=lanes MLXCEL_CUDA_GEMM_PAIR=1 MLXCEL_CUDA_SUM_NORM=0 MLXCEL_CUDA_SUM_QKV=0 MLXCEL_CUDA_ATT_GQ=0 MLXCEL_CUDA_GRAPHS=1 MLXCEL_CUDA_FUSED=1 MLXCEL_CUDA_MV_RING=0 MLXCEL_CUDA_RING_NORM=0 MLXCEL_CUDA_RING_NORM=1 MLXCEL_CUDA_MV_RING_BF16=1 MLXCEL_CUDA_MV_RING_BF16=norm MLXCEL_CUDA_ATTN_PREP=0 MLXCEL_CUDA_ATTN_PREP=1 MLXCEL_CUDA_RING_PAIR=0 MLXCEL_CUDA_RING_ACT=1 MLXCEL_CUDA_ATTN_EARLY=0 MLXCEL_CUDA_ATTN_L2PF=16 MLXCEL_CUDA_MV_DENSE_SHORT=1 "MLXCEL_CUDA_FAST_REPLAY=1 MLXCEL_CUDA_GRAPHS=1" MLXCEL_CUDA_TOPK_ONE=1 ${GPU_CHECK_MODEL_VARIANTS:-}; do
     # shellcheck disable=SC2086
     env MLXCEL_ROOT="$(pwd)" MLXCEL_DEVICE=gpu ${v//,/ } $B/tests/test_models >"$OUTD/models_${v%%[ ,]*}.log" 2>&1
     say "model tests (MLXCEL_DEVICE=gpu ${v//,/ }): $(grep -c '^PASS ' "$OUTD/models_${v%%[ ,]*}.log") passed, $(grep -c '^FAIL ' "$OUTD/models_${v%%[ ,]*}.log") failed"

@@ -68,6 +68,14 @@ void mx_backend_cuda_step_split_get(mx_backend *b, mx_cuda_step_split *out);
  * recorded graphs); the count is of such launches (they count as graph launches too). */
 bool mx_backend_cuda_set_fast_replay(mx_backend *b, bool on);
 int mx_backend_cuda_fast_replays(mx_backend *b);
+/* The topk op in one launch (both phases: the block that finishes a row's last chunk merges it),
+ * launched with PDL, its results written by the device straight into pinned host memory when
+ * they are small (8 KB: a batch-1 step's), so a decode step's tail is one kernel and no copy.
+ * The same results, bit for bit, as the two-launch form. Off by default until measured on a GPU;
+ * MLXCEL_CUDA_TOPK_ONE=1 at init. Returns the previous setting; the counts are of its launches and
+ * of those that wrote into host memory. */
+bool mx_backend_cuda_set_topk_one(mx_backend *b, bool on);
+void mx_backend_cuda_topk_one_launches(mx_backend *b, int *launches, int *mapped);
 /* How many steps ran as a graph launch so far (tests). */
 int mx_backend_cuda_graph_launches(mx_backend *b);
 /* The last graph captured: its nodes, and its edges by kind: edges3[0] ordinary, [1] programmatic

@@ -67,7 +67,8 @@ static void test_select(void) {
                                          {"MLXCEL_CUDA_RING_PAIR", "2"}, {"MLXCEL_CUDA_RING_ACT", "yes"},
                                          {"MLXCEL_CUDA_ATTN_EARLY", "on"}, {"MLXCEL_CUDA_ATTN_L2PF", "1025"},
                                          {"MLXCEL_CUDA_ATTN_L2PF", "16m"}, {"MLXCEL_CUDA_ATTN_L2PF", "-1"},
-                                         {"MLXCEL_CUDA_MV_DENSE_SHORT", "2"}, {"MLXCEL_CUDA_FAST_REPLAY", "on"}};
+                                         {"MLXCEL_CUDA_MV_DENSE_SHORT", "2"}, {"MLXCEL_CUDA_FAST_REPLAY", "on"},
+                                         {"MLXCEL_CUDA_TOPK_ONE", "2"}};
     unsetenv("MLXCEL_DEVICE");
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         setenv(bad[i][0], bad[i][1], 1);
@@ -85,9 +86,9 @@ static void test_select(void) {
     setenv("MLXCEL_CUDA_MV_RING_BF16", "norm", 1); setenv("MLXCEL_CUDA_ATTN_PREP", "0", 1);
     setenv("MLXCEL_CUDA_RING_PAIR", "0", 1); setenv("MLXCEL_CUDA_RING_ACT", "1", 1);
     setenv("MLXCEL_CUDA_ATTN_EARLY", "0", 1); setenv("MLXCEL_CUDA_ATTN_L2PF", "16", 1); setenv("MLXCEL_CUDA_MV_DENSE_SHORT", "1", 1);
-    setenv("MLXCEL_CUDA_FAST_REPLAY", "1", 1);
+    setenv("MLXCEL_CUDA_FAST_REPLAY", "1", 1); setenv("MLXCEL_CUDA_TOPK_ONE", "1", 1);
     TCHECK(mx_backend_cuda_check_env() == MX_OK, "good switches refused: %s", mx_last_error());
-    unsetenv("MLXCEL_CUDA_FAST_REPLAY");
+    unsetenv("MLXCEL_CUDA_FAST_REPLAY"); unsetenv("MLXCEL_CUDA_TOPK_ONE");
     unsetenv("MLXCEL_CUDA_ATTN_PREP"); unsetenv("MLXCEL_CUDA_RING_PAIR"); unsetenv("MLXCEL_CUDA_RING_ACT");
     unsetenv("MLXCEL_CUDA_ATTN_EARLY"); unsetenv("MLXCEL_CUDA_ATTN_L2PF"); unsetenv("MLXCEL_CUDA_MV_DENSE_SHORT");
     unsetenv("MLXCEL_CUDA_FUSED"); unsetenv("MLXCEL_CUDA_FUSED_PF"); unsetenv("MLXCEL_CUDA_GEMM_SK");
@@ -2097,6 +2098,46 @@ static void test_graph_steps(void) {
     free(a); free(b); free(c); free(nb); tw_free(&emb); tw_free(&wq);
 }
 
+/* The topk op in one launch (MLXCEL_CUDA_TOPK_ONE): right after a kernel (softcap, so the launch
+ * waits on it through PDL), the two-launch form's candidates and lse bit for bit, twice each, for a
+ * greedy batch-1 row, a sampling row (k 64), 3 rows of k 40 (all three written into pinned host
+ * memory) and 40 rows of k 64 (too large for that: copied); launches counted. */
+static void test_topk_one(void) {
+    static const int cases[][2] = {{1, 1}, {1, 64}, {3, 40}, {40, 64}};
+    enum { V = 151936, RMAX = 40, KMAX = 64 };
+    float *h = malloc((size_t)RMAX * V * 4), *v[2] = {malloc(RMAX * KMAX * 4), malloc(RMAX * KMAX * 4)}, l[2][RMAX];
+    int32_t *id[2] = {malloc(RMAX * KMAX * 4), malloc(RMAX * KMAX * 4)};
+    TREQUIRE(h && v[0] && v[1] && id[0] && id[1], "out of memory");
+    for (size_t i = 0; i < (size_t)RMAX * V; i++) h[i] = i % 97 == 5 ? 4.0f : frand() * 12.f;   /* ties at the top */
+    float *d = G.i->alloc(G.ctx, (size_t)RMAX * V * 4);
+    TREQUIRE(d, "alloc: %s", mx_last_error());
+    int n0, m0, n1, m1;
+    mx_backend_cuda_topk_one_launches(&G, &n0, &m0);
+    const bool was = mx_backend_cuda_set_topk_one(&G, false);
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const int R = cases[c][0], k = cases[c][1];
+        for (int run = 0; run < 3; run++) {   /* two launches, then one launch twice */
+            mx_backend_cuda_set_topk_one(&G, run > 0);
+            G.i->write(G.ctx, d, h, (size_t)R * V * 4);
+            G.i->softcap(G.ctx, d, 30.f, (int64_t)R * V);
+            const int o = run > 0;
+            memset(v[o], 0xff, (size_t)R * k * 4); memset(id[o], 0xff, (size_t)R * k * 4); memset(l[o], 0xff, sizeof l[o]);
+            G.i->topk(G.ctx, d, R, V, k, v[o], id[o], l[o]);
+            TCHECK(mx_backend_cuda_status(&G) == MX_OK, "rows %d k %d run %d: %s", R, k, run, mx_last_error());
+            if (run > 0)
+                TCHECK(!memcmp(v[0], v[1], (size_t)R * k * 4) && !memcmp(id[0], id[1], (size_t)R * k * 4) && !memcmp(l[0], l[1], (size_t)R * 4),
+                       "rows %d k %d: one launch (run %d) differs from two (first id %d / %d, lse %.9g / %.9g)", R, k, run, id[1][0], id[0][0],
+                       l[1][0], l[0][0]);
+        }
+        TCHECK(id[0][0] >= 0 && id[0][0] < V && v[0][0] >= v[0][k - 1], "rows %d k %d: no candidates (%d)", R, k, id[0][0]);
+    }
+    mx_backend_cuda_topk_one_launches(&G, &n1, &m1);
+    mx_backend_cuda_set_topk_one(&G, was);
+    TCHECK(n1 - n0 == 8 && m1 - m0 == 6, "one-launch topk: %d launches, %d into host memory; expected 8, 6", n1 - n0, m1 - m0);
+    G.i->free(G.ctx, d);
+    free(h); free(v[0]); free(v[1]); free(id[0]); free(id[1]);
+}
+
 /* step_replay (MLXCEL_CUDA_FAST_REPLAY): a key's steps launched from their host inputs alone once
  * its captured step and a replayed one were walked with those inputs equal to the ops' uploads
  * (steps 4 on), with new token ids and positions every step: every logit bit for bit as op by op,
@@ -2619,6 +2660,7 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < sizeof g_dl / sizeof g_dl[0]; i++) RUN_NAMED(g_dl[i].name, check_decode_layers, &g_dl[i]);
     RUN(test_graph_steps);
     RUN(test_fast_replay);
+    RUN(test_topk_one);
     /* without programmatic dependent launch (on by default): fusions, graphs and attention again */
     mx_backend_cuda_set_pdl(&G, false);
     RUN_NAMED("test_fusions_nopdl", test_fusions, );

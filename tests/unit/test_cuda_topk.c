@@ -2,6 +2,10 @@
  * reference (mx_topk_host) on random rows: n_rows 1..128, vocab 10 / 1000 / 151936 / 262144,
  * k 1 / 40 / 64, rows with heavy ties, -inf and NaN entries, an all -inf row. Ids and values must
  * match exactly (values bit for bit), lse within 2e-6 relative (the GPU sums in another order).
+ * The one-launch form (mx_cuda_topk_one) must give the two-launch form's results bit for bit (lse
+ * included), with device outputs and without PDL, and with outputs in pinned host memory and PDL;
+ * its row counters, one buffer for all cases (so the counts of every shape before are in it),
+ * must be zero after each call.
  * Built only with -DMLXCEL_CUDA=ON. Without a usable GPU (a CUDA build on the development
  * machine) it checks only that the backend refuses to start with a message saying so, as
  * test_backend_cuda does; the top-k cases run on the GPU machine.
@@ -42,6 +46,18 @@ static void make_row(float *r, int V, int kind) {
 #define CU(call) do { cudaError_t e_ = (call); if (e_ != cudaSuccess) { TCHECK(0, "%s: %s", #call, cudaGetErrorString(e_)); goto done; } } while (0)
 
 static int g_case_rows, g_case_vocab, g_case_k;
+static cudaStream_t g_stream;   /* a stream of its own for the PDL launches (as the backend's) */
+static unsigned *g_cnt;   /* the one-launch form's row counters (device, 65535: any case's rows) */
+enum { CNT_ROWS = 65535 };
+
+/* the counters are all zero (after a launch that completed) */
+static bool counters_zero(void) {
+    static unsigned h[CNT_ROWS];
+    if (cudaMemcpy(h, g_cnt, sizeof h, cudaMemcpyDeviceToHost) != cudaSuccess) return false;
+    for (int i = 0; i < CNT_ROWS; i++)
+        if (h[i]) return false;
+    return true;
+}
 
 static void one_case(int unused) {
     (void)unused;
@@ -84,6 +100,38 @@ static void one_case(int unused) {
         if (isnan(hl) || isinf(hl)) TCHECK((isnan(hl) && isnan(g)) || hl == g, "row %d: lse gpu %g cpu %g", r, g, hl);
         else TCHECK(fabsf(g - hl) <= 2e-6f * (1 + fabsf(hl)), "row %d: lse gpu %.9g cpu %.9g", r, g, hl);
     }
+    /* the one-launch form: device outputs without PDL, then pinned host outputs with PDL */
+    for (int form = 0; form < 2 && !t_case_failed; form++) {
+        float *ov = NULL, *ol = NULL;
+        int32_t *oi = NULL;
+        if (form == 0) {
+            CU(cudaMalloc((void **)&ov, (size_t)R * k * 4)); CU(cudaMalloc((void **)&oi, (size_t)R * k * 4)); CU(cudaMalloc((void **)&ol, (size_t)R * 4));
+            CU(cudaMemset(ov, 0xff, (size_t)R * k * 4)); CU(cudaMemset(oi, 0xff, (size_t)R * k * 4)); CU(cudaMemset(ol, 0xff, (size_t)R * 4));
+        } else {
+            CU(cudaMallocHost((void **)&ov, (size_t)R * k * 4)); CU(cudaMallocHost((void **)&oi, (size_t)R * k * 4)); CU(cudaMallocHost((void **)&ol, (size_t)R * 4));
+            memset(ov, 0xff, (size_t)R * k * 4); memset(oi, 0xff, (size_t)R * k * 4); memset(ol, 0xff, (size_t)R * 4);
+        }
+        CU(cudaMemset(scr, 0xff, need));   /* the two-launch form's candidates must not be what it reads */
+        CU(cudaDeviceSynchronize());
+        rc = mx_cuda_topk_one(form ? (struct CUstream_st *)g_stream : NULL, d_l, R, V, k, ov, oi, ol, scr, need, &need, g_cnt, form);
+        TCHECK(rc == 0, "mx_cuda_topk_one (form %d) returned %d", form, rc);
+        CU(cudaDeviceSynchronize());
+        float *v1 = malloc((size_t)R * k * 4), *l1 = malloc((size_t)R * 4);
+        int32_t *i1 = malloc((size_t)R * k * 4);
+        TREQUIRE(v1 && l1 && i1, "out of memory");
+        CU(cudaMemcpy(v1, ov, (size_t)R * k * 4, cudaMemcpyDefault));
+        CU(cudaMemcpy(i1, oi, (size_t)R * k * 4, cudaMemcpyDefault));
+        CU(cudaMemcpy(l1, ol, (size_t)R * 4, cudaMemcpyDefault));
+        TCHECK(!memcmp(v1, v, (size_t)R * k * 4) && !memcmp(i1, id, (size_t)R * k * 4) && !memcmp(l1, l, (size_t)R * 4),
+               "one launch (form %d) differs from two launches", form);
+        TCHECK(counters_zero(), "one launch (form %d) left row counters non-zero", form);
+        free(v1); free(l1); free(i1);
+        if (form == 0) { cudaFree(ov); cudaFree(oi); cudaFree(ol); }
+        else { cudaFreeHost(ov); cudaFreeHost(oi); cudaFreeHost(ol); }
+    }
+    TCHECK(mx_cuda_topk_one(NULL, d_l, R, V, k, d_v, d_id, d_lse, scr, need, &need, NULL, 0) == -1, "no counters accepted");
+    TCHECK(mx_cuda_topk_one(NULL, d_l, R, V, 65, d_v, d_id, d_lse, scr, need, &need, g_cnt, 0) == -1, "one launch: k = 65 accepted");
+    TCHECK(mx_cuda_topk_one(NULL, d_l, R, V, k, d_v, d_id, d_lse, scr, need - 1, &need, g_cnt, 0) == 1, "one launch: short scratch accepted");
     /* bad arguments are refused */
     TCHECK(mx_cuda_topk(NULL, d_l, R, V, 65, d_v, d_id, d_lse, scr, need, &need) == -1, "k = 65 accepted");
     TCHECK(mx_cuda_topk(NULL, d_l, R, V, 0, d_v, d_id, d_lse, scr, need, &need) == -1, "k = 0 accepted");
@@ -114,21 +162,22 @@ static void bench(void) {
     cudaEvent_t e0, e1;
     cudaEventCreate(&e0); cudaEventCreate(&e1);
     printf("vocab %d, k %d: microseconds per call (median-free mean of 50 after warm-up)\n", V, k);
-    printf("%6s %12s %16s %16s\n", "rows", "topk", "copy pageable", "copy pinned");
-    for (int i = 0; i < 4; i++) {
-        int R = rows[i];
-        float ms[3];
-        for (int w = 0; w < 3; w++) {
+    printf("%6s %5s %12s %12s %16s %16s\n", "rows", "k", "topk", "one launch", "copy pageable", "copy pinned");
+    for (int i = 0; i < 5; i++) {
+        int R = i < 4 ? rows[i] : 1, kk = i < 4 ? k : 1;   /* the last row: a greedy batch-1 step */
+        float ms[4];
+        for (int w = 0; w < 4; w++) {
             for (int it = 0; it < 55; it++) {
                 if (it == 5) cudaEventRecord(e0, 0);
-                if (w == 0) mx_cuda_topk(NULL, d_l, R, V, k, d_v, d_id, d_lse, scr, big, &need);
-                else cudaMemcpy(w == 1 ? pageable : pinned, d_l, (size_t)R * V * 4, cudaMemcpyDeviceToHost);
+                if (w == 0) mx_cuda_topk(NULL, d_l, R, V, kk, d_v, d_id, d_lse, scr, big, &need);
+                else if (w == 1) mx_cuda_topk_one(NULL, d_l, R, V, kk, d_v, d_id, d_lse, scr, big, &need, g_cnt, 0);
+                else cudaMemcpy(w == 2 ? pageable : pinned, d_l, (size_t)R * V * 4, cudaMemcpyDeviceToHost);
             }
             cudaEventRecord(e1, 0);
             cudaEventSynchronize(e1);
             cudaEventElapsedTime(&ms[w], e0, e1);
         }
-        printf("%6d %12.1f %16.1f %16.1f\n", R, ms[0] * 1000 / 50, ms[1] * 1000 / 50, ms[2] * 1000 / 50);
+        printf("%6d %5d %12.1f %12.1f %16.1f %16.1f\n", R, kk, ms[0] * 1000 / 50, ms[1] * 1000 / 50, ms[2] * 1000 / 50, ms[3] * 1000 / 50);
     }
     cudaFree(d_l); cudaFree(d_v); cudaFree(d_id); cudaFree(d_lse); cudaFree(scr); cudaFreeHost(pinned); free(pageable);
 }
@@ -146,6 +195,11 @@ int main(int argc, char **argv) {
     if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
         RUN(no_gpu_refused);
         TEST_EXIT();
+    }
+    if (cudaMalloc((void **)&g_cnt, CNT_ROWS * sizeof *g_cnt) != cudaSuccess || cudaMemset(g_cnt, 0, CNT_ROWS * sizeof *g_cnt) != cudaSuccess ||
+        cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking) != cudaSuccess) {
+        printf("FAIL counters: cannot allocate\n");
+        return 1;
     }
     if (argc > 1 && !strcmp(argv[1], "--bench")) { bench(); return 0; }
     static const int rows[] = {1, 3, 128}, vocabs[] = {10, 1000, 151936, 262144}, ks[] = {1, 40, 64};

@@ -235,6 +235,11 @@ struct cu_ctx {
                                            /* the same for q4/q8 weights on x's int8 form (pr_flush) */
     void *tk; size_t tk_cap;               /* topk: device results + scratch */
     void *tkh; size_t tkh_cap;             /* topk: pinned host copy of the results */
+    int topk_one;                          /* topk in one launch (tk_one) with PDL, its results written
+                                              straight into tkh when small (MLXCEL_CUDA_TOPK_ONE=1;
+                                              off until measured) */
+    unsigned *tkc; int tkc_cap;            /* its row counters (zero between launches) */
+    int n_topk_one, n_topk_mapped;         /* its launches, and those that wrote into tkh (tests) */
     bool mv_f32;                           /* MLXCEL_PRECISE=1 / MLXCEL_CUDA_MV=f32: f32 matvecs */
     bool precise;                          /* MLXCEL_PRECISE=1: f32 activations in every product
                                             * (no GEMM on bf16) and an f32 KV cache */
@@ -315,7 +320,7 @@ static pdl_launch<KArgs...> PL(cu_ctx *c, void (*k)(KArgs...), dim3 g, dim3 b, s
  * the default; anything else is an error naming the variable and what it takes. */
 enum { GM_AUTO, GM_CUBLAS, GM_MMA, GM_WG, GM_NMODES };   /* MLXCEL_CUDA_GEMM, in k_gemm_modes' order */
 static const char *const k_gemm_modes[] = {"auto", "cublas", "mma", "wgmma"};
-struct cu_switches { int attn, attn_dec, attn_prep, gqa, gemm, gemm_rot, gemm_sk, gemm_pair, sum_norm, sum_qkv, att_gq, pdl, mv, profile, kv, graphs, fused, mv_ring, ring_norm, ring_bf, ring_pair, ring_act, attn_early, dense_short, fast_replay; long dq_mb, fused_pf, mr_kb, mr_slot, mr_warps, attn_l2pf; };   /* kv: checked here, read by kv_init */
+struct cu_switches { int attn, attn_dec, attn_prep, gqa, gemm, gemm_rot, gemm_sk, gemm_pair, sum_norm, sum_qkv, att_gq, pdl, mv, profile, kv, graphs, fused, mv_ring, ring_norm, ring_bf, ring_pair, ring_act, attn_early, dense_short, fast_replay, topk_one; long dq_mb, fused_pf, mr_kb, mr_slot, mr_warps, attn_l2pf; };   /* kv: checked here, read by kv_init */
 static mx_status env_choice(const char *name, const char *const *vals, int n, int def, int *out) {
     const char *e = getenv(name);
     *out = def;
@@ -372,7 +377,8 @@ static mx_status read_switches(cu_switches *sw) {
         (st = env_choice("MLXCEL_CUDA_RING_PAIR", onoff, 2, 1, &sw->ring_pair)) ||
         (st = env_choice("MLXCEL_CUDA_RING_ACT", onoff, 2, 0, &sw->ring_act)) ||
         (st = env_choice("MLXCEL_CUDA_MV_DENSE_SHORT", onoff, 2, 0, &sw->dense_short)) ||
-        (st = env_choice("MLXCEL_CUDA_FAST_REPLAY", onoff, 2, 0, &sw->fast_replay)))
+        (st = env_choice("MLXCEL_CUDA_FAST_REPLAY", onoff, 2, 0, &sw->fast_replay)) ||
+        (st = env_choice("MLXCEL_CUDA_TOPK_ONE", onoff, 2, 0, &sw->topk_one)))
         return st;
     if ((st = env_long("MLXCEL_CUDA_FUSED_PF", 0, 64, 0, "chunks", &sw->fused_pf)) ||
         (st = env_long("MLXCEL_CUDA_MV_RING_KB", 8, MR_RING_KB_MAX, MR_RING_KB, "KB", &sw->mr_kb)) ||
@@ -4730,6 +4736,11 @@ static void c_topk(void *ctx, const float *logits, int n_rows, int vocab, int k,
     c_topk_run(c, logits, n_rows, vocab, k, vals_host, ids_host, lse_host);
     if (c->err != before || c->err) topk_none(n_rows, k, vals_host, ids_host, lse_host);
 }
+/* the most result bytes (k values and ids a row, the lse) the one-launch topk writes straight into
+ * pinned host memory: a batch-1 step's (12 bytes for greedy, 516 for k 64) and a few rows more;
+ * larger results go to device memory and are copied (many small writes across the bus would be
+ * slower than one copy) */
+#define TK_MAPPED 8192
 static void c_topk_run(cu_ctx *c, const float *logits, int n_rows, int vocab, int k, float *vals_host, int32_t *ids_host,
                        float *lse_host) {
     FLUSH_ALL(c);
@@ -4751,9 +4762,38 @@ static void c_topk_run(cu_ctx *c, const float *logits, int n_rows, int vocab, in
     }
     float *vd = (float *)d, *ld = (float *)(d + nv * 8);
     int32_t *id = (int32_t *)(d + nv * 4);
-    int rc = mx_cuda_topk(c->st, logits, n_rows, vocab, k, vd, id, ld, d + out, need, &need);
-    if (rc != 0) { cu_fail(c, MX_ERR_INTERNAL, "topk", rc > 0 ? (cudaError_t)rc : cudaSuccess); return; }
-    CK(c, cudaMemcpyAsync(c->tkh, d, nv * 8 + (size_t)n_rows * 4, cudaMemcpyDeviceToHost, c->st), "topk copy");
+    int rc;
+    if (c->topk_one) {
+        /* one launch; results of up to TK_MAPPED bytes written by the device straight into the
+         * pinned staging (no copy); the row counters zeroed once when allocated */
+        if (c->tkc_cap < n_rows) {
+            cudaStreamSynchronize(c->st);
+            if (c->tkc) cudaFree(c->tkc);
+            c->tkc = NULL; c->tkc_cap = 0;
+            const int cap = n_rows < 256 ? 256 : n_rows;
+            if (cudaMalloc((void **)&c->tkc, (size_t)cap * sizeof(unsigned)) != cudaSuccess) { c->tkc = NULL; cu_fail(c, MX_ERR_NOMEM, "topk counters", cudaGetLastError()); return; }
+            c->tkc_cap = cap;
+            CK(c, cudaMemsetAsync(c->tkc, 0, (size_t)cap * sizeof(unsigned), c->st), "topk counters");
+        }
+        const size_t res = nv * 8 + (size_t)n_rows * 4;
+        char *hd = NULL;
+        if (res <= TK_MAPPED && cudaHostGetDevicePointer((void **)&hd, c->tkh, 0) != cudaSuccess) { cudaGetLastError(); hd = NULL; }
+        char *o = hd ? hd : d;
+        rc = mx_cuda_topk_one(c->st, logits, n_rows, vocab, k, (float *)o, (int32_t *)(o + nv * 4), (float *)(o + nv * 8),
+                              d + out, need, &need, c->tkc, c->pdl);
+        if (rc != 0) {
+            cudaMemsetAsync(c->tkc, 0, (size_t)c->tkc_cap * sizeof(unsigned), c->st);   /* a launch that failed may have left counts */
+            cu_fail(c, MX_ERR_INTERNAL, "topk", rc > 0 ? (cudaError_t)rc : cudaSuccess);
+            return;
+        }
+        c->n_topk_one++;
+        if (hd) c->n_topk_mapped++;
+        else CK(c, cudaMemcpyAsync(c->tkh, d, res, cudaMemcpyDeviceToHost, c->st), "topk copy");
+    } else {
+        rc = mx_cuda_topk(c->st, logits, n_rows, vocab, k, vd, id, ld, d + out, need, &need);
+        if (rc != 0) { cu_fail(c, MX_ERR_INTERNAL, "topk", rc > 0 ? (cudaError_t)rc : cudaSuccess); return; }
+        CK(c, cudaMemcpyAsync(c->tkh, d, nv * 8 + (size_t)n_rows * 4, cudaMemcpyDeviceToHost, c->st), "topk copy");
+    }
     CK(c, cudaStreamSynchronize(c->st), "topk sync");
     if (c->prof) prof_collect(c);
     if (c->err) return;
@@ -5104,6 +5144,7 @@ extern "C" mx_status mx_backend_cuda_init(mx_backend *out) {
         c->apf_cap = (int64_t)sw.attn_l2pf << 20;
         c->mv_dense_short = sw.dense_short;
         c->fast_replay = sw.fast_replay;
+        c->topk_one = sw.topk_one;
         c->apf_layer = -1;
         c->attn_vec = sw.attn_dec == 0;
         c->gemm_mode = sw.gemm;
@@ -5333,6 +5374,12 @@ extern "C" int64_t mx_backend_cuda_attn_l2pf_bytes(mx_backend *b) { return ((con
 extern "C" bool mx_backend_cuda_set_mv_dense_short(mx_backend *b, bool on) { return set_flag(&switch_ctx(b)->mv_dense_short, on); }
 extern "C" bool mx_backend_cuda_set_fast_replay(mx_backend *b, bool on) { return set_flag(&switch_ctx(b)->fast_replay, on); }
 extern "C" int mx_backend_cuda_fast_replays(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_fast_replays; }
+extern "C" bool mx_backend_cuda_set_topk_one(mx_backend *b, bool on) { return set_flag(&switch_ctx(b)->topk_one, on); }
+extern "C" void mx_backend_cuda_topk_one_launches(mx_backend *b, int *launches, int *mapped) {
+    const cu_ctx *c = (const cu_ctx *)b->ctx;
+    *launches = c->n_topk_one;
+    *mapped = c->n_topk_mapped;
+}
 extern "C" int mx_backend_cuda_mv_dense_short_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_dense_short; }
 extern "C" void mx_backend_cuda_set_gqa_attention(mx_backend *b, int mode) {
     switch_ctx(b)->attn_gqa = mode < 0 ? 0 : mode > 2 ? 2 : mode;
@@ -5720,6 +5767,7 @@ extern "C" void mx_backend_cuda_free(mx_backend *b) {
     if (c->xg2) cudaFree(c->xg2);
     if (c->tk) cudaFree(c->tk);
     if (c->tkh) cudaFreeHost(c->tkh);
+    if (c->tkc) cudaFree(c->tkc);
     if (c->pdl_host) cudaFreeHost(c->pdl_host);
     for (size_t i = 0; i < c->n_owned; i++) cudaFree(c->owned[i]);
     for (size_t i = 0; i < c->n_owned_h; i++) free(c->owned_h[i]);

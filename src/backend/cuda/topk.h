@@ -28,6 +28,18 @@ int mx_cuda_topk(struct CUstream_st *stream, const float *logits, int n_rows, in
                  float *vals_dev, int32_t *ids_dev, float *lse_dev,
                  void *scratch, size_t scratch_bytes, size_t *scratch_needed);
 
+/* The same results from one launch (tk_one: the block that finishes a row's last chunk merges
+ * the row), so a step's tail is one kernel, not two. vals / ids / lse may be device memory or
+ * pinned host memory the device can write (cudaMallocHost under unified addressing), which
+ * spares the copy to the host. row_counters: device memory of n_rows unsigned ints, zero before
+ * the first call; each call that runs to completion leaves them zero (a call that fails midway
+ * may not: zero them again). pdl != 0 launches it with programmatic stream serialization (its
+ * blocks may start while the kernel before finishes; they wait for it before reading). Scratch
+ * and return values as mx_cuda_topk's (the same size). */
+int mx_cuda_topk_one(struct CUstream_st *stream, const float *logits, int n_rows, int vocab, int k,
+                     float *vals, int32_t *ids, float *lse, void *scratch, size_t scratch_bytes,
+                     size_t *scratch_needed, unsigned *row_counters, int pdl);
+
 #ifdef __cplusplus
 }
 #endif
