@@ -238,7 +238,7 @@ struct cu_ctx {
     int topk_one;                          /* topk in one launch (tk_one) with PDL, its results written
                                               straight into tkh when small (MLXCEL_CUDA_TOPK_ONE=1;
                                               off until measured) */
-    unsigned *tkc; int tkc_cap;            /* its row counters (zero between launches) */
+    void *tkc; size_t tkc_cap;             /* its row counters (zero between launches) */
     int n_topk_one, n_topk_mapped;         /* its launches, and those that wrote into tkh (tests) */
     bool mv_f32;                           /* MLXCEL_PRECISE=1 / MLXCEL_CUDA_MV=f32: f32 matvecs */
     bool precise;                          /* MLXCEL_PRECISE=1: f32 activations in every product
@@ -453,12 +453,12 @@ static void prof_report(cu_ctx *c) {
     }
 }
 
-/* Drop every captured graph (device buffers they name are about to change). */
 /* a graph entry taken anew: nothing recorded, nothing learned for step_replay */
 static void g_reset(cu_graph *g) {
     g->bad = false; g->n_fp = 0;
     g->fast_seen = 0; g->fast_no = false; g->fast_stages = 0;
 }
+/* Drop every captured graph (device buffers they name are about to change). */
 static void g_invalidate(cu_ctx *c) {
     for (int i = 0; i < MX_GRAPHS; i++) {
         cu_graph *g = &c->graphs[i];
@@ -4760,40 +4760,32 @@ static void c_topk_run(cu_ctx *c, const float *logits, int n_rows, int vocab, in
         if (cudaMallocHost(&c->tkh, out) != cudaSuccess) { c->tkh = NULL; cu_fail(c, MX_ERR_NOMEM, "topk staging", cudaGetLastError()); return; }
         c->tkh_cap = out;
     }
-    float *vd = (float *)d, *ld = (float *)(d + nv * 8);
-    int32_t *id = (int32_t *)(d + nv * 4);
+    /* the results: into device memory and copied, or (one launch, up to TK_MAPPED bytes) written
+     * by the device straight into the pinned staging */
+    const size_t res = nv * 8 + (size_t)n_rows * 4;
+    char *o = d;
     int rc;
     if (c->topk_one) {
-        /* one launch; results of up to TK_MAPPED bytes written by the device straight into the
-         * pinned staging (no copy); the row counters zeroed once when allocated */
-        if (c->tkc_cap < n_rows) {
-            cudaStreamSynchronize(c->st);
-            if (c->tkc) cudaFree(c->tkc);
-            c->tkc = NULL; c->tkc_cap = 0;
-            const int cap = n_rows < 256 ? 256 : n_rows;
-            if (cudaMalloc((void **)&c->tkc, (size_t)cap * sizeof(unsigned)) != cudaSuccess) { c->tkc = NULL; cu_fail(c, MX_ERR_NOMEM, "topk counters", cudaGetLastError()); return; }
-            c->tkc_cap = cap;
-            CK(c, cudaMemsetAsync(c->tkc, 0, (size_t)cap * sizeof(unsigned), c->st), "topk counters");
-        }
-        const size_t res = nv * 8 + (size_t)n_rows * 4;
+        const size_t cb = (size_t)(n_rows < 256 ? 256 : n_rows) * sizeof(unsigned);
+        const bool fresh = c->tkc_cap < cb;
+        unsigned *cnt = (unsigned *)scratch(c, &c->tkc, &c->tkc_cap, cb);
+        if (!cnt) return;
+        if (fresh) CK(c, cudaMemsetAsync(cnt, 0, c->tkc_cap, c->st), "topk counters");   /* zero once: each launch leaves them so */
         char *hd = NULL;
-        if (res <= TK_MAPPED && cudaHostGetDevicePointer((void **)&hd, c->tkh, 0) != cudaSuccess) { cudaGetLastError(); hd = NULL; }
-        char *o = hd ? hd : d;
-        rc = mx_cuda_topk_one(c->st, logits, n_rows, vocab, k, (float *)o, (int32_t *)(o + nv * 4), (float *)(o + nv * 8),
-                              d + out, need, &need, c->tkc, c->pdl);
-        if (rc != 0) {
-            cudaMemsetAsync(c->tkc, 0, (size_t)c->tkc_cap * sizeof(unsigned), c->st);   /* a launch that failed may have left counts */
-            cu_fail(c, MX_ERR_INTERNAL, "topk", rc > 0 ? (cudaError_t)rc : cudaSuccess);
-            return;
+        if (res <= TK_MAPPED) {
+            if (cudaHostGetDevicePointer((void **)&hd, c->tkh, 0) == cudaSuccess) o = hd;
+            else cudaGetLastError();   /* (not mapped: copied) */
         }
-        c->n_topk_one++;
-        if (hd) c->n_topk_mapped++;
-        else CK(c, cudaMemcpyAsync(c->tkh, d, res, cudaMemcpyDeviceToHost, c->st), "topk copy");
+        rc = mx_cuda_topk_one(c->st, logits, n_rows, vocab, k, (float *)o, (int32_t *)(o + nv * 4), (float *)(o + nv * 8),
+                              d + out, need, &need, cnt, c->pdl);
+        if (rc != 0) cudaMemsetAsync(cnt, 0, c->tkc_cap, c->st);   /* a launch that failed may have left counts */
+        else { c->n_topk_one++; c->n_topk_mapped += o != d; }
     } else {
-        rc = mx_cuda_topk(c->st, logits, n_rows, vocab, k, vd, id, ld, d + out, need, &need);
-        if (rc != 0) { cu_fail(c, MX_ERR_INTERNAL, "topk", rc > 0 ? (cudaError_t)rc : cudaSuccess); return; }
-        CK(c, cudaMemcpyAsync(c->tkh, d, nv * 8 + (size_t)n_rows * 4, cudaMemcpyDeviceToHost, c->st), "topk copy");
+        rc = mx_cuda_topk(c->st, logits, n_rows, vocab, k, (float *)o, (int32_t *)(o + nv * 4), (float *)(o + nv * 8), d + out,
+                          need, &need);
     }
+    if (rc != 0) { cu_fail(c, MX_ERR_INTERNAL, "topk", rc > 0 ? (cudaError_t)rc : cudaSuccess); return; }
+    if (o == d) CK(c, cudaMemcpyAsync(c->tkh, d, res, cudaMemcpyDeviceToHost, c->st), "topk copy");
     CK(c, cudaStreamSynchronize(c->st), "topk sync");
     if (c->prof) prof_collect(c);
     if (c->err) return;

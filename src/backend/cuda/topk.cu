@@ -53,9 +53,9 @@ __device__ __forceinline__ unsigned long long tk_key(float x, int id) {
 }
 __device__ __forceinline__ int tk_id(unsigned long long c) { return (int)(~(unsigned)(c & 0xffffffffull)); }
 
-/* A key of items written by other blocks of the same launch (CG: through L2, past this
- * multiprocessor's L1, as the one-launch form's merge needs) or of shared / earlier memory. */
-template <bool CG> __device__ __forceinline__ unsigned long long tk_ld(const unsigned long long *p) { return CG ? __ldcg(p) : *p; }
+/* A value written by other blocks of the same launch (CG: through L2, past this multiprocessor's
+ * L1, as the one-launch form's merge needs) or of shared / earlier memory. */
+template <bool CG, typename T> __device__ __forceinline__ T tk_ld(const T *p) { return CG ? __ldcg(p) : *p; }
 
 /* The smallest key T such that exactly min(k, #nonzero items) nonzero items are >= T (1 when
  * all nonzero items qualify). Block-wide: every thread calls it; items may be shared or global
@@ -219,8 +219,6 @@ __device__ __forceinline__ void tk_keep(const unsigned long long *items, int n, 
         }
     }
 }
-template <bool CG> __device__ __forceinline__ float tk_ldf(const float *p) { return CG ? __ldcg(p) : *p; }
-template <bool CG> __device__ __forceinline__ int tk_ldi(const int *p) { return CG ? __ldcg(p) : *p; }
 
 /* Phase 2 for row `row` (block-wide): the row's k best of its chunks' candidates, ranked, and its
  * log-sum-exp. CG: cand and part were written by other blocks of this launch (read through L2).
@@ -241,8 +239,8 @@ __device__ __forceinline__ void tk_merge_body(const float *logits, int vocab, in
         int nan = 0;
         unsigned long long lo = 1ull;
         for (int i = tid; i < n_chunks; i += 32) {
-            M = fmaxf(M, tk_ldf<CG>(&pr[i].m));
-            nan |= tk_ldi<CG>(&pr[i].nan);
+            M = fmaxf(M, tk_ld<CG>(&pr[i].m));
+            nan |= tk_ld<CG>(&pr[i].nan);
             const unsigned long long t = tk_ld<CG>(&pr[i].thr);
             if (t > lo) lo = t;
         }
@@ -255,8 +253,8 @@ __device__ __forceinline__ void tk_merge_body(const float *logits, int vocab, in
         double sum = 0;
         if (!nan && M != -INFINITY && M != INFINITY)
             for (int i = tid; i < n_chunks; i += 32) {
-                const float pm = tk_ldf<CG>(&pr[i].m);
-                if (pm != -INFINITY) sum += (double)tk_ldf<CG>(&pr[i].s) * exp((double)pm - (double)M);
+                const float pm = tk_ld<CG>(&pr[i].m);
+                if (pm != -INFINITY) sum += (double)tk_ld<CG>(&pr[i].s) * exp((double)pm - (double)M);
             }
         for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
         if (tid == 0) {
