@@ -1903,14 +1903,20 @@ static void check_decode_layers(const dl_case *dc) {
     mx_backend_cuda_set_graphs(&G, 2, (int64_t)1 << 30);
     bool ok_c = dl_run(&C, m, dc, false, false, lc, xc, xin);   /* the CPU's ops, for the record */
     TCHECK(ok_r && ok_f && ok_g && ok_c, "runs: ops %d, fused %d, fused in graphs %d, cpu %d: %s", ok_r, ok_f, ok_g, ok_c, mx_last_error());
+    /* how far the GPU's ops drift from the CPU's (random weights amplify int8 and bf16 rounding
+     * from step to step through the cache): past the case's tolerance, the fused path may drift
+     * from the GPU's ops as far as that, no further */
+    double wo = 0, wox = 0;
     {
-        double wf = 0, wo = 0;
+        double wf = 0;
         for (int st = 0; st < S; st++) {
-            double e1 = relerr(lf + (size_t)st * V, lc + (size_t)st * V, V), e2 = relerr(lr + (size_t)st * V, lc + (size_t)st * V, V);
+            double e1 = relerr(lf + (size_t)st * V, lc + (size_t)st * V, V), e2 = relerr(lr + (size_t)st * V, lc + (size_t)st * V, V),
+                   e3 = relerr(xr + (size_t)st * H, xc + (size_t)st * H, H);
             if (e1 > wf) wf = e1;
             if (e2 > wo) wo = e2;
+            if (e3 > wox) wox = e3;
         }
-        printf("# %s: against the CPU's ops, fused %.3g, GPU ops %.3g (worst logits)\n", dc->name, wf, wo);
+        printf("# %s: against the CPU's ops, fused %.3g, GPU ops %.3g (worst logits; GPU ops' residual %.3g)\n", dc->name, wf, wo, wox);
     }
     free(lc); free(xc);
     double worst = 0, worst_x = 0;
@@ -1923,7 +1929,13 @@ static void check_decode_layers(const dl_case *dc) {
     }
     printf("# %s: logits within %.3g of the op-by-op path (worst at step %d; step 0 %.3g, step %d %.3g), residual %.3g\n", dc->name,
            worst, at, relerr(lf, lr, V), S - 1, relerr(lf + (size_t)(S - 1) * V, lr + (size_t)(S - 1) * V, V), worst_x);
-    TCHECK(worst < dc->tol && worst_x < dc->tol, "logits differ by %.3g (step %d), residual by %.3g (limit %g)", worst, at, worst_x, dc->tol);
+    const double lim = wo > dc->tol ? wo : dc->tol, lim_x = wox > dc->tol ? wox : dc->tol;
+    TCHECK(worst < lim && worst_x < lim_x, "logits differ by %.3g (step %d), residual by %.3g (limits %g, %g: the case's %g or the GPU ops' drift from the CPU's)",
+           worst, at, worst_x, lim, lim_x, dc->tol);
+    /* step 0 (nothing drifted yet): q4/q8 take the same int8 activations and sums as the ops; bf16
+     * keeps bf16 activations, within the case's tolerance */
+    const double lim0 = dc->bits ? 1e-4 : dc->tol;
+    TCHECK(relerr(lf, lr, V) < lim0, "step 0: the fused logits differ from the ops' by %.3g (limit %g)", relerr(lf, lr, V), lim0);
     TCHECK(relerr(lr, lr + (size_t)(S - 1) * V, V) > 1e-2, "the steps gave the same logits");
     /* what it must leave to the ops: two tokens; a weight of another format in the stack */
     {

@@ -135,7 +135,9 @@ struct cu_ctx {
                                               default measured it; its log was lost, NOTES.md) */
     int n_attn_early;                      /* attentions that did (tests) */
     int fast_replay;                       /* step_replay launches a key's graph without the walk of its
-                                              ops (MLXCEL_CUDA_FAST_REPLAY=1; off until measured) */
+                                              ops (MLXCEL_CUDA_FAST_REPLAY, on by default since
+                                              the twenty-second session: Qwen3-0.6B q4 batch 1
+                                              +9-10%, NOTES.md; =0 walks every step) */
     int n_fast_replays;                    /* its launches (tests) */
     const mx_step_inputs *sr_in;           /* the inputs step_replay was given for the step being walked */
     uint64_t sr_key;                       /* (its key) */
@@ -236,8 +238,9 @@ struct cu_ctx {
     void *tk; size_t tk_cap;               /* topk: device results + scratch */
     void *tkh; size_t tkh_cap;             /* topk: pinned host copy of the results */
     int topk_one;                          /* topk in one launch (tk_one) with PDL, its results written
-                                              straight into tkh when small (MLXCEL_CUDA_TOPK_ONE=1;
-                                              off until measured) */
+                                              straight into tkh when small (MLXCEL_CUDA_TOPK_ONE,
+                                              on by default since the twenty-second session:
+                                              +1.2-2.3% beside FAST_REPLAY, NOTES.md) */
     void *tkc; size_t tkc_cap;             /* its row counters (zero between launches) */
     int n_topk_one, n_topk_mapped;         /* its launches, and those that wrote into tkh (tests) */
     bool mv_f32;                           /* MLXCEL_PRECISE=1 / MLXCEL_CUDA_MV=f32: f32 matvecs */
@@ -377,8 +380,8 @@ static mx_status read_switches(cu_switches *sw) {
         (st = env_choice("MLXCEL_CUDA_RING_PAIR", onoff, 2, 1, &sw->ring_pair)) ||
         (st = env_choice("MLXCEL_CUDA_RING_ACT", onoff, 2, 0, &sw->ring_act)) ||
         (st = env_choice("MLXCEL_CUDA_MV_DENSE_SHORT", onoff, 2, 0, &sw->dense_short)) ||
-        (st = env_choice("MLXCEL_CUDA_FAST_REPLAY", onoff, 2, 0, &sw->fast_replay)) ||
-        (st = env_choice("MLXCEL_CUDA_TOPK_ONE", onoff, 2, 0, &sw->topk_one)))
+        (st = env_choice("MLXCEL_CUDA_FAST_REPLAY", onoff, 2, 1, &sw->fast_replay)) ||
+        (st = env_choice("MLXCEL_CUDA_TOPK_ONE", onoff, 2, 1, &sw->topk_one)))
         return st;
     if ((st = env_long("MLXCEL_CUDA_FUSED_PF", 0, 64, 0, "chunks", &sw->fused_pf)) ||
         (st = env_long("MLXCEL_CUDA_MV_RING_KB", 8, MR_RING_KB_MAX, MR_RING_KB, "KB", &sw->mr_kb)) ||
@@ -1681,6 +1684,17 @@ k_gemm_wg(const gq_set set, const __nv_bfloat16 *__restrict__ x, int cols, int n
 #endif
 }
 
+/* The rotation of RoPE's pair (x0, x1) by (cs, sn), rounded the same way in every kernel that
+ * does it (k_rope, the q/k preparation in k_qk_prep and in the decode attention, the fused decode
+ * step): x0 cs - x1 sn and x1 cs + x0 sn written with `a * b - c * d` leave ptxas free to fuse
+ * either product into the subtraction, and it chose differently in k_qk_prep and in k_attn_vec's
+ * PREP form (the twenty-second session: the cuda_attn_prep cases with a rotation differed in the
+ * last bit); the intrinsics fix one order: the second product rounded, the first fused. */
+__device__ __forceinline__ void rope_rot(float x0, float x1, float cs, float sn, float &r0, float &r1) {
+    r0 = __fmaf_rn(x0, cs, -__fmul_rn(x1, sn));
+    r1 = __fmaf_rn(x1, cs, __fmul_rn(x0, sn));
+}
+
 /* Any layout, any n: one warp per (row, x row); used for bit widths other than 4/8 and for
  * shapes the vector kernels do not take (cols not a multiple of 32). */
 #include "backend/cuda/fused_decode.cuh"   /* the decode_layers kernel */
@@ -1930,9 +1944,7 @@ __global__ void k_rope(float *x, int n_heads, int head_dim, int half, const floa
         float s, c;
         sincosf(p * inv_freq[i], &s, &c);
         s *= attn_factor; c *= attn_factor;
-        float a = xr[i], b = xr[i + half];
-        xr[i] = a * c - b * s;
-        xr[i + half] = b * c + a * s;
+        rope_rot(xr[i], xr[i + half], c, s, xr[i], xr[i + half]);
     }
 }
 
@@ -2237,7 +2249,8 @@ __device__ __forceinline__ void qk_finish(const qk_prep_args &a, bool isq, bool 
         x0 = x0 * inv * r.g0; x1 = x1 * inv * r.g1;
     }
     if (ok && (isq ? a.qrope : a.krope)) {
-        const float r0 = x0 * r.cs - x1 * r.sn, r1 = x1 * r.cs + x0 * r.sn;
+        float r0, r1;
+        rope_rot(x0, x1, r.cs, r.sn, r0, r1);
         x0 = r0; x1 = r1;
     }
 }

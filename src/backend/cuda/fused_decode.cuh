@@ -381,9 +381,7 @@ __device__ void fd_attention(const fd_args &a, int layer, float *U, int *flag) {
                     float sn, cs;
                     sincosf((float)pos * a.inv_freq[i2], &sn, &cs);
                     sn *= a.rope_af; cs *= a.rope_af;
-                    const float x0 = row[i2], x1 = row[i2 + D / 2];
-                    row[i2] = x0 * cs - x1 * sn;
-                    row[i2 + D / 2] = x1 * cs + x0 * sn;
+                    rope_rot(row[i2], row[i2 + D / 2], cs, sn, row[i2], row[i2 + D / 2]);
                 }
                 __syncwarp();
 #pragma unroll
