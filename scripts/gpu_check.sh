@@ -322,7 +322,7 @@ if has bench && [ $full = 1 ]; then
   # experimental: gate/up and act_mul in one launch of the wgmma form (as fast as the two launches,
   # NOTES.md); and the k loop not rotated by block
   MLXCEL_CUDA_GEMM_PAIR=1 bench llama8b-q4-pair-b128-d128 --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 128 -d 128 -r 2
-  # decode steps always as graphs (by default only below 1 GiB of weights: Qwen3-0.6B, not Llama-8B)
+  # decode steps always as graphs (the default since the twenty-second session; auto: only below 1 GiB)
   MLXCEL_CUDA_GRAPHS=1 bench llama8b-q4-graph --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -r 3
   MLXCEL_CUDA_GRAPHS=1 bench llama8b-q4-graph-b128-d128 --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 128 -d 128 -r 2
   MLXCEL_CUDA_GRAPHS=1 bench llama8b-q4-graph-b32 --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 32 -r 2

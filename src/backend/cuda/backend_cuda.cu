@@ -165,8 +165,9 @@ struct cu_ctx {
     size_t dq_bytes;                       /* bf16 weight slice for cuBLAS (MLXCEL_CUDA_DQ_MB; default 256:
                                               slices that stay in L2 made the GEMMs slower, NOTES.md) */
     bool prof_on;                          /* MLXCEL_CUDA_PROFILE=1 */
-    int graph_mode;                        /* decode steps as graphs: 0 never, 1 always, 2 (auto, the
-                                            * default) while the weights prepared hold < graph_auto_bytes */
+    int graph_mode;                        /* decode steps as graphs: 0 never, 1 always (the default
+                                            * since FAST_REPLAY took the walk out of a replay), 2 (auto)
+                                            * while the weights prepared hold < graph_auto_bytes */
     int64_t graph_auto_bytes, wbytes;      /* that bound; bytes of the weights prepared */
     int n_graph_launches;                  /* (tests) */
     int gcap_nodes, gcap_edges[3];         /* the last captured graph: nodes; edges ordinary, programmatic
@@ -372,7 +373,7 @@ static mx_status read_switches(cu_switches *sw) {
         (st = env_choice("MLXCEL_CUDA_MV", mv, 2, 0, &sw->mv)) ||
         (st = env_choice("MLXCEL_CUDA_PROFILE", onoff, 2, 0, &sw->profile)) ||
         (st = env_choice("MLXCEL_CUDA_KV", kv, 2, 0, &sw->kv)) ||
-        (st = env_choice("MLXCEL_CUDA_GRAPHS", graphs, 3, 2, &sw->graphs)) ||
+        (st = env_choice("MLXCEL_CUDA_GRAPHS", graphs, 3, 1, &sw->graphs)) ||
         (st = env_choice("MLXCEL_CUDA_FUSED", onoff, 2, 0, &sw->fused)) ||
         (st = env_choice("MLXCEL_CUDA_MV_RING", onoff, 2, 1, &sw->mv_ring)) ||
         (st = env_choice("MLXCEL_CUDA_RING_NORM", ring_norm, 3, 1, &sw->ring_norm)) ||
@@ -5549,10 +5550,12 @@ extern "C" mx_status mx_backend_cuda_step_begin(mx_backend *b, uint64_t key) {
         c->stt.t_begin = stt_now();
         stt_start(c, false);   /* (a graph step records it again just before its launch) */
     }
-    /* auto: graphs where launches, not kernels, bound a step. A replayed step was 1-2% slower than
-     * the same launches op by op for Llama-3.1-8B q4 (4.2 GB) at 1, 32 and 128 sequences (H200,
-     * three calls), and up to 52% faster for Qwen3-0.6B q4 (0.34 GB: 1,180 against 775 tok/s at 1
-     * sequence, 37,889 against 34,165 at 128) */
+    /* auto: graphs only below a size of weights. A replayed step was 1-2% slower than the same
+     * launches op by op for Llama-3.1-8B q4 (4.2 GB) at 1, 32 and 128 sequences (H200, sixth
+     * session), and up to 52% faster for Qwen3-0.6B q4; the loss was the host's walk of the ops
+     * before each launch (~56 us a Llama-8B step), which FAST_REPLAY removes: with it, Llama-8B q4
+     * batch 1 replays are 2-2.5% faster than op by op, bf16 0.4%, and 128 sequences even (H200 and
+     * H100, twenty-second session), so graphs are always on by default (1) */
     if (!c->graph_mode || (c->graph_mode == 2 && c->wbytes >= c->graph_auto_bytes)) return MX_OK;
     cu_graph *g = NULL, *lru = NULL;   /* the key's entry; else a free one, else the least recently used */
     for (int i = 0; i < MX_GRAPHS && !g; i++) {
