@@ -8,7 +8,8 @@
 # Stages (GPU_CHECK_STAGES, comma-separated; default "ops,models,bench"):
 #   ops     build, then the CUDA op tests against the CPU reference (tests/unit/test_backend_cuda.c
 #           and test_cuda_topk when built)
-#   models  the model golden tests with MLXCEL_DEVICE=gpu (tests/unit/test_models.c)
+#   models  the model golden tests with MLXCEL_DEVICE=gpu (tests/unit/test_models.c), with the
+#           defaults and with each switch variant (GPU_CHECK_MODEL_VARIANTS adds, _ONLY replaces)
 #   bench   `mlxcel bench` on random weights of the issue's shapes (bench/configs): Llama-3.1-8B
 #           q4/g64 and bf16, Qwen3-0.6B q4/g64; batch 1 (pp512, tg128) and 128 sequences (tg128)
 #           and the switches' rows (GPU_CHECK_BENCH_OLD=0 leaves out those of the earlier forms)
@@ -256,14 +257,15 @@ if has models && [ $full = 1 ]; then
   # the same goldens through them
   # (GPU_CHECK_MODEL_VARIANTS adds variants; GPU_CHECK_MODEL_VARIANTS_ONLY replaces the list: words,
   # the switches of one variant joined by commas)
-  variants=(MLXCEL_CUDA_ATTN=tiled "MLXCEL_CUDA_ATTN=pertoken MLXCEL_CUDA_PDL=0" MLXCEL_CUDA_GEMM=mma MLXCEL_CUDA_GEMM=wgmma MLXCEL_CUDA_GEMM=cublas MLXCEL_CUDA_PDL=1 MLXCEL_CUDA_ATTN_DEC=lanes MLXCEL_CUDA_GEMM_PAIR=1 MLXCEL_CUDA_SUM_NORM=0 MLXCEL_CUDA_SUM_QKV=0 MLXCEL_CUDA_ATT_GQ=0 MLXCEL_CUDA_GRAPHS=1 MLXCEL_CUDA_FUSED=1 MLXCEL_CUDA_MV_RING=0 MLXCEL_CUDA_RING_NORM=0 MLXCEL_CUDA_RING_NORM=1 MLXCEL_CUDA_MV_RING_BF16=1 MLXCEL_CUDA_MV_RING_BF16=norm MLXCEL_CUDA_ATTN_PREP=0 MLXCEL_CUDA_ATTN_PREP=1 MLXCEL_CUDA_RING_PAIR=0 MLXCEL_CUDA_RING_ACT=1 MLXCEL_CUDA_ATTN_EARLY=0 MLXCEL_CUDA_ATTN_L2PF=16 MLXCEL_CUDA_MV_DENSE_SHORT=1 "MLXCEL_CUDA_FAST_REPLAY=0 MLXCEL_CUDA_GRAPHS=1" MLXCEL_CUDA_FAST_REPLAY=0 MLXCEL_CUDA_TOPK_ONE=0 ${GPU_CHECK_MODEL_VARIANTS:-})
+  variants=(MLXCEL_CUDA_ATTN=tiled "MLXCEL_CUDA_ATTN=pertoken MLXCEL_CUDA_PDL=0" MLXCEL_CUDA_GEMM=mma MLXCEL_CUDA_GEMM=wgmma MLXCEL_CUDA_GEMM=cublas MLXCEL_CUDA_PDL=1 MLXCEL_CUDA_ATTN_DEC=lanes MLXCEL_CUDA_GEMM_PAIR=1 MLXCEL_CUDA_SUM_NORM=0 MLXCEL_CUDA_SUM_QKV=0 MLXCEL_CUDA_ATT_GQ=0 MLXCEL_CUDA_GRAPHS=auto MLXCEL_CUDA_FUSED=1 MLXCEL_CUDA_MV_RING=0 MLXCEL_CUDA_RING_NORM=0 MLXCEL_CUDA_RING_NORM=1 MLXCEL_CUDA_MV_RING_BF16=1 MLXCEL_CUDA_MV_RING_BF16=norm MLXCEL_CUDA_ATTN_PREP=0 MLXCEL_CUDA_ATTN_PREP=1 MLXCEL_CUDA_RING_PAIR=0 MLXCEL_CUDA_RING_ACT=1 MLXCEL_CUDA_ATTN_EARLY=0 MLXCEL_CUDA_ATTN_L2PF=16 MLXCEL_CUDA_MV_DENSE_SHORT=1 "MLXCEL_CUDA_FAST_REPLAY=0 MLXCEL_CUDA_TOPK_ONE=0 MLXCEL_CUDA_GRAPHS=auto" MLXCEL_CUDA_FAST_REPLAY=0 MLXCEL_CUDA_TOPK_ONE=0 ${GPU_CHECK_MODEL_VARIANTS:-})
   # shellcheck disable=SC2206
   [ -n "${GPU_CHECK_MODEL_VARIANTS_ONLY:-}" ] && variants=($GPU_CHECK_MODEL_VARIANTS_ONLY)
   for v in "${variants[@]}"; do
     # shellcheck disable=SC2086
-    env MLXCEL_ROOT="$(pwd)" MLXCEL_DEVICE=gpu ${v//,/ } $B/tests/test_models >"$OUTD/models_${v%%[ ,]*}.log" 2>&1
-    say "model tests (MLXCEL_DEVICE=gpu ${v//,/ }): $(grep -c '^PASS ' "$OUTD/models_${v%%[ ,]*}.log") passed, $(grep -c '^FAIL ' "$OUTD/models_${v%%[ ,]*}.log") failed"
-    grep '^FAIL ' "$OUTD/models_${v%%[ ,]*}.log" | head -10 | tee -a "$SUMMARY"
+    log="$OUTD/models_${v//[ ,]/_}.log"   # (the whole variant: two may share a first switch)
+    env MLXCEL_ROOT="$(pwd)" MLXCEL_DEVICE=gpu ${v//,/ } $B/tests/test_models >"$log" 2>&1
+    say "model tests (MLXCEL_DEVICE=gpu ${v//,/ }): $(grep -c '^PASS ' "$log") passed, $(grep -c '^FAIL ' "$log") failed"
+    grep '^FAIL ' "$log" | head -10 | tee -a "$SUMMARY"
   done
 fi
 

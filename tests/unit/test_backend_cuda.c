@@ -1884,6 +1884,9 @@ static bool dl_run(mx_backend *B, const dl_model *m, const dl_case *dc, bool fus
     bi->kv_free(bc);
     return ok;
 }
+/* the backend's graph policy back to its default (MLXCEL_CUDA_GRAPHS=1: always; auto's bound as set
+ * at init) after a test that changed it */
+static void graphs_default(void) { mx_backend_cuda_set_graphs(&G, 1, (int64_t)1 << 30); }
 static void check_decode_layers(const dl_case *dc) {
     dl_model *m = malloc(sizeof *m);
     dl_make(m, dc);
@@ -1900,7 +1903,7 @@ static void check_decode_layers(const dl_case *dc) {
     bool ok_f = dl_run(&G, m, dc, true, false, lf, xf, xin);
     mx_backend_cuda_set_graphs(&G, 1, 0);
     bool ok_g = dl_run(&G, m, dc, true, true, lgp, xgp, xin);
-    mx_backend_cuda_set_graphs(&G, 2, (int64_t)1 << 30);
+    graphs_default();
     bool ok_c = dl_run(&C, m, dc, false, false, lc, xc, xin);   /* the CPU's ops, for the record */
     TCHECK(ok_r && ok_f && ok_g && ok_c, "runs: ops %d, fused %d, fused in graphs %d, cpu %d: %s", ok_r, ok_f, ok_g, ok_c, mx_last_error());
     /* how far the GPU's ops drift from the CPU's (random weights amplify int8 and bf16 rounding
@@ -2057,8 +2060,8 @@ static void test_graph_steps(void) {
     float *c = malloc((size_t)steps * 2 * 96 * 4);
     bool ok1, ok2, ok3;
     run_steps(false, false, 0, &emb, &wq, &nrm, a, steps, &ok1);
-    /* the auto policy (the default until the twenty-second session) with a bound no weights reach (the bytes counted are those of
-     * every weight this backend prepared, over all the tests) */
+    /* the auto policy with a bound no weights reach (the bytes counted are those of every weight
+     * this backend prepared, over all the tests) */
     mx_backend_cuda_set_graphs(&G, 2, INT64_MAX);
     const int g0 = mx_backend_cuda_graph_launches(&G);
     /* with the step split timed (mlxcel bench --split) */
@@ -2087,7 +2090,7 @@ static void test_graph_steps(void) {
     TCHECK(sp2.steps == steps && sp2.graph_steps == 0 && sp2.gpu_s > 0 && sp2.walk_s > 0 && sp2.gpu_s < 1.0 * steps &&
            sp2.graph_gpu_s == 0 && sp2.graph_walk_s == 0, "op-by-op steps' split: %ld steps (%ld replayed), GPU %g s, walk %g s",
            sp2.steps, sp2.graph_steps, sp2.gpu_s, sp2.walk_s);
-    mx_backend_cuda_set_graphs(&G, 1, (int64_t)1 << 30);   /* the default (always; auto's bound) */
+    graphs_default();
     TCHECK(ok1 && ok2 && ok3, "steps failed (%d %d %d): %s", ok1, ok2, ok3, mx_last_error());
     /* the first step of the key runs op by op, the second is captured and launched, then replays */
     TCHECK(g1 - g0 == steps - 1, "%d graph launches in %d steps, expected %d", g1 - g0, steps, steps - 1);
@@ -2179,7 +2182,7 @@ static void test_fast_replay(void) {
         launches[r] = mx_backend_cuda_graph_launches(&G) - g0;
         mx_backend_cuda_graph_census(&G, &gn[r], ge[r]);   /* the graph this run captured */
     }
-    mx_backend_cuda_set_graphs(&G, 1, (int64_t)1 << 30);   /* the default (always; auto's bound) */
+    graphs_default();
     mx_backend_cuda_set_fast_replay(&G, was);
     TCHECK(ok[0] && ok[1] && ok[2] && ok[3], "steps failed (%d %d %d %d): %s", ok[0], ok[1], ok[2], ok[3], mx_last_error());
     TCHECK(fast[0] == steps - 3 && fast[1] == 0 && fast[2] == 0, "step_replay launches %d, %d, %d; expected %d, 0, 0", fast[0],
@@ -2457,7 +2460,7 @@ static void bench_model(shape s, int bits, double copy_gbs) {
         fflush(stdout);
     }
     G.i->kv_free(G.ctx);
-    mx_backend_cuda_set_graphs(&G, 1, (int64_t)1 << 30);   /* the default (always; auto's bound) */
+    graphs_default();
     bm_free(&m);
 }
 

@@ -1691,7 +1691,7 @@ k_gemm_wg(const gq_set set, const __nv_bfloat16 *__restrict__ x, int cols, int n
  * either product into the subtraction, and it chose differently in k_qk_prep and in k_attn_vec's
  * PREP form (the twenty-second session: the cuda_attn_prep cases with a rotation differed in the
  * last bit); the intrinsics fix one order: the second product rounded, the first fused. */
-__device__ __forceinline__ void rope_rot(float x0, float x1, float cs, float sn, float &r0, float &r1) {
+__device__ __forceinline__ void rope_rot(float x0, float x1, float cs, float sn, float &r0, float &r1) {   /* (r0, r1 may alias x0, x1's sources) */
     r0 = __fmaf_rn(x0, cs, -__fmul_rn(x1, sn));
     r1 = __fmaf_rn(x1, cs, __fmul_rn(x0, sn));
 }
@@ -2250,9 +2250,7 @@ __device__ __forceinline__ void qk_finish(const qk_prep_args &a, bool isq, bool 
         x0 = x0 * inv * r.g0; x1 = x1 * inv * r.g1;
     }
     if (ok && (isq ? a.qrope : a.krope)) {
-        float r0, r1;
-        rope_rot(x0, x1, r.cs, r.sn, r0, r1);
-        x0 = r0; x1 = r1;
+        rope_rot(x0, x1, r.cs, r.sn, x0, x1);
     }
 }
 /* The L2 prefetch across a one-token attention (MLXCEL_CUDA_ATTN_L2PF, host apf_args): extra
@@ -5550,12 +5548,9 @@ extern "C" mx_status mx_backend_cuda_step_begin(mx_backend *b, uint64_t key) {
         c->stt.t_begin = stt_now();
         stt_start(c, false);   /* (a graph step records it again just before its launch) */
     }
-    /* auto: graphs only below a size of weights. A replayed step was 1-2% slower than the same
-     * launches op by op for Llama-3.1-8B q4 (4.2 GB) at 1, 32 and 128 sequences (H200, sixth
-     * session), and up to 52% faster for Qwen3-0.6B q4; the loss was the host's walk of the ops
-     * before each launch (~56 us a Llama-8B step), which FAST_REPLAY removes: with it, Llama-8B q4
-     * batch 1 replays are 2-2.5% faster than op by op, bf16 0.4%, and 128 sequences even (H200 and
-     * H100, twenty-second session), so graphs are always on by default (1) */
+    /* auto (2): graphs only below a size of weights, the default while a replay still waited for
+     * the host's walk of the ops; with FAST_REPLAY, replays are at least as fast as op by op for
+     * every shape measured, so the default is 1 (NOTES.md, twenty-second session) */
     if (!c->graph_mode || (c->graph_mode == 2 && c->wbytes >= c->graph_auto_bytes)) return MX_OK;
     cu_graph *g = NULL, *lru = NULL;   /* the key's entry; else a free one, else the least recently used */
     for (int i = 0; i < MX_GRAPHS && !g; i++) {
