@@ -50,7 +50,8 @@
 # them into .gpudeps/prebuilt.tar.xz (~12 MB), stamped with a hash of the sources. A run that finds
 # that file with the stamp of its own sources uses it instead of building (~150 s less a cold
 # device call; carry `.gpudeps/prebuilt.tar.xz`, the .deb files are then not needed);
-# GPU_CHECK_PREBUILT=0 builds anyway.
+# GPU_CHECK_PREBUILT=0 builds anyway; GPU_CHECK_PREBUILT=force uses the packed binaries whatever
+# the sources (a call made while the tree is being edited).
 #
 # `scripts/gpu_check.sh --pack-ab REV` (here too) builds mlxcel of commit REV the same way and adds
 # it to the prebuilt as mlxcel-ab (~1-2 MB more, against ~6.5 MB alone: xz's window spans both
@@ -172,11 +173,12 @@ done
 
 build_ok=0
 PRE=.gpudeps/prebuilt.tar.xz
-if [ "${GPU_CHECK_PREBUILT:-1}" = 1 ] && [ -f $PRE ]; then   # binaries packed by --pack for these sources
+if [ "${GPU_CHECK_PREBUILT:-1}" != 0 ] && [ -f $PRE ]; then   # binaries packed by --pack for these sources
   rm -rf $B && mkdir -p $B && tar -C $B -xJf $PRE
-  if [ "$(cat $B/STAMP 2>/dev/null)" = "$(src_hash)" ] && $B/mlxcel --version >/dev/null 2>&1; then
+  # (force: the packed binaries whatever the sources, e.g. while the tree is being edited)
+  if { [ "${GPU_CHECK_PREBUILT:-1}" = force ] || [ "$(cat $B/STAMP 2>/dev/null)" = "$(src_hash)" ]; } && $B/mlxcel --version >/dev/null 2>&1; then
     build_ok=1 full=1
-    echo "using $PRE (sources $(src_hash | cut -c1-12))"
+    echo "using $PRE (packed from sources $(cut -c1-12 $B/STAMP); these: $(src_hash | cut -c1-12))"
     if [ ! -f $B/mlxcel-ab ] && [ -f .gpudeps/ab-mlxcel.xz ]; then   # --pack-ab packed alone
       xz -dc .gpudeps/ab-mlxcel.xz >$B/mlxcel-ab && chmod +x $B/mlxcel-ab && cp .gpudeps/ab-rev $B/AB-REV 2>/dev/null
     fi
@@ -257,7 +259,7 @@ if has models && [ $full = 1 ]; then
   # the same goldens through them
   # (GPU_CHECK_MODEL_VARIANTS adds variants; GPU_CHECK_MODEL_VARIANTS_ONLY replaces the list: words,
   # the switches of one variant joined by commas)
-  variants=(MLXCEL_CUDA_ATTN=tiled "MLXCEL_CUDA_ATTN=pertoken MLXCEL_CUDA_PDL=0" MLXCEL_CUDA_GEMM=mma MLXCEL_CUDA_GEMM=wgmma MLXCEL_CUDA_GEMM=cublas MLXCEL_CUDA_PDL=1 MLXCEL_CUDA_ATTN_DEC=lanes MLXCEL_CUDA_GEMM_PAIR=1 MLXCEL_CUDA_SUM_NORM=0 MLXCEL_CUDA_SUM_QKV=0 MLXCEL_CUDA_ATT_GQ=0 MLXCEL_CUDA_GRAPHS=auto MLXCEL_CUDA_FUSED=1 MLXCEL_CUDA_MV_RING=0 MLXCEL_CUDA_RING_NORM=0 MLXCEL_CUDA_RING_NORM=1 MLXCEL_CUDA_MV_RING_BF16=1 MLXCEL_CUDA_MV_RING_BF16=norm MLXCEL_CUDA_ATTN_PREP=0 MLXCEL_CUDA_ATTN_PREP=1 MLXCEL_CUDA_RING_PAIR=0 MLXCEL_CUDA_RING_ACT=1 MLXCEL_CUDA_ATTN_EARLY=0 MLXCEL_CUDA_ATTN_L2PF=16 MLXCEL_CUDA_MV_DENSE_SHORT=1 "MLXCEL_CUDA_FAST_REPLAY=0 MLXCEL_CUDA_TOPK_ONE=0 MLXCEL_CUDA_GRAPHS=auto" MLXCEL_CUDA_FAST_REPLAY=0 MLXCEL_CUDA_TOPK_ONE=0 ${GPU_CHECK_MODEL_VARIANTS:-})
+  variants=(MLXCEL_CUDA_ATTN=tiled "MLXCEL_CUDA_ATTN=pertoken MLXCEL_CUDA_PDL=0" MLXCEL_CUDA_GEMM=mma MLXCEL_CUDA_GEMM=wgmma MLXCEL_CUDA_GEMM=cublas MLXCEL_CUDA_PDL=1 MLXCEL_CUDA_ATTN_DEC=lanes MLXCEL_CUDA_GEMM_PAIR=1 MLXCEL_CUDA_SUM_NORM=0 MLXCEL_CUDA_SUM_QKV=0 MLXCEL_CUDA_ATT_GQ=0 MLXCEL_CUDA_GRAPHS=auto MLXCEL_CUDA_FUSED=1 MLXCEL_CUDA_MV_RING=0 MLXCEL_CUDA_RING_NORM=0 MLXCEL_CUDA_RING_NORM=1 MLXCEL_CUDA_MV_RING_BF16=1 MLXCEL_CUDA_MV_RING_BF16=norm MLXCEL_CUDA_ATTN_PREP=0 MLXCEL_CUDA_ATTN_PREP=1 MLXCEL_CUDA_RING_PAIR=0 MLXCEL_CUDA_RING_ACT=1 MLXCEL_CUDA_ATTN_EARLY=0 MLXCEL_CUDA_ATTN_L2PF=16 MLXCEL_CUDA_MV_DENSE_SHORT=1 "MLXCEL_CUDA_FAST_REPLAY=0 MLXCEL_CUDA_TOPK_ONE=0 MLXCEL_CUDA_GRAPHS=auto" MLXCEL_CUDA_FAST_REPLAY=0 MLXCEL_CUDA_TOPK_ONE=0 MLXCEL_CUDA_RING_EPI=1 "MLXCEL_CUDA_RING_EPI=1 MLXCEL_CUDA_RING_NORM=1 MLXCEL_CUDA_ATTN_PREP=1" ${GPU_CHECK_MODEL_VARIANTS:-})
   # shellcheck disable=SC2206
   [ -n "${GPU_CHECK_MODEL_VARIANTS_ONLY:-}" ] && variants=($GPU_CHECK_MODEL_VARIANTS_ONLY)
   for v in "${variants[@]}"; do

@@ -206,6 +206,17 @@ int mx_backend_cuda_ring_pair_launches(mx_backend *b);
  * The memory then holds what the two ops leave, bit for bit. Returns the previous on/off. Then: how many launches ran it (tests). */
 bool mx_backend_cuda_set_ring_act(mx_backend *b, bool on);
 int mx_backend_cuda_ring_act_launches(mx_backend *b);
+/* A batch-1 q4/q8 ring product of one weight (o, down; rows a multiple of 32), the residual add of
+ * its output and the rmsnorm of the sum in one launch, which leaves the norm's output as the int8
+ * form of sum * (g + add_one) and the parts of the sum of squares; the q4/q8 ring product that reads
+ * the norm's output applies the norm's scale and stores the norm's output (MLXCEL_CUDA_RING_EPI).
+ * The three ops wait for the fourth, and run as they are if it is not such a product. The memory
+ * then holds what the ops leave (the norm's output and what follows within rounding: the sum of
+ * squares is reduced in another order, x quantized before the scale). Returns the previous on/off.
+ * Then: launches of the product with the add (tests), and of products on the scaled form. */
+bool mx_backend_cuda_set_ring_epi(mx_backend *b, bool on);
+int mx_backend_cuda_ring_epi_launches(mx_backend *b);
+int mx_backend_cuda_ring_sc_launches(mx_backend *b);
 /* On by default (MLXCEL_CUDA_SUM_NORM=0 at init turns it off; Llama-8B, 128 sequences: 13,525
  * against 13,266 tok/s on the H200): a product split along k by the GEMM on packed q4 weights (one weight, no bias,
  * 17..128 rows of x), then an add of its output, then an rmsnorm of that sum: the rmsnorm reads

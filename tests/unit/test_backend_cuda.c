@@ -1331,6 +1331,135 @@ static void check_ring_act(const ra_case *rc) {
     free(g); free(u); free(z); free(yc); free(oc); free(o2c);
     tw_free(&dn); tw_free(&d2);
 }
+/* The residual add and the rmsnorm after a batch-1 q4/q8 ring product in its epilogue, the norm's
+ * scale applied by the ring product that reads the norm's output (MLXCEL_CUDA_RING_EPI), as the
+ * decoder issues them: how 0, a layer's second half and the next layer's first (o of att into m,
+ * h = h + m, x = rmsnorm(h), gate/up of x + act_mul, down of g into m, h = h + m, x = rmsnorm(h),
+ * q/k/v of x), how 1 the last layer's end (o, add, norm, one product of x: the head), then a
+ * second product of x (it reads the normed row the scaled product stored, not an int8 form); how 2
+ * a product of another vector between the add and the norm, how 3 an add that reads x between the
+ * norm and the product (both: the ops as they are). x into m (the decoder's) or apart. Switch off
+ * and on, three times each (the parts' buffers alternate): against the CPU within the int8
+ * tolerance, against the switch off within 3e-3 (x's codes are made before the scale, and the sum
+ * of squares is reduced in another order: a code may round the other way), the normed row within
+ * 1e-5 of the off's, the reps bit for bit alike; the launches of both sides counted. */
+typedef struct {
+    const char *name; int D, Ko, I, bits, gs; mx_dtype sdt; bool gamma, add_one, apart; int how, epi, sc;
+} re_case;
+static void check_ring_epi(const re_case *rc) {
+    const int D = rc->D, I = rc->I, QR = 2 * D, KR = D / 2, L = 5003;
+    tw wo, wg, wu, wd, wq, wk, wv, wl, w2;
+    const mx_dtype sdt = rc->sdt;
+    tw_make(&wo, D, rc->Ko, rc->bits, rc->gs, sdt, false);
+    tw_make(&wg, I, D, rc->bits, rc->gs, sdt, false); tw_make(&wu, I, D, rc->bits, rc->gs, sdt, false);
+    tw_make(&wd, D, I, rc->bits, rc->gs, sdt, false);
+    tw_make(&wq, QR, D, rc->bits, rc->gs, sdt, true); tw_make(&wk, KR, D, rc->bits, rc->gs, sdt, true);
+    tw_make(&wv, KR, D, rc->bits, rc->gs, sdt, true);
+    tw_make(&wl, L, D, rc->bits, rc->gs, sdt, false);
+    tw_make(&w2, 64, D, 4, 64, MX_DTYPE_BF16, false);
+    tw *all[] = {&wo, &wg, &wu, &wd, &wq, &wk, &wv, &wl, &w2};
+    for (int i = 0; i < 9; i++) TREQUIRE(G.i->weight_prepare(G.ctx, &all[i]->w) == MX_OK, "prepare");
+    mx_vec g1, g2; void *gb1, *gb2;
+    vec_make(&g1, &gb1, D, MX_DTYPE_BF16, rc->add_one ? 0.f : 1.f);
+    vec_make(&g2, &gb2, D, MX_DTYPE_BF16, rc->add_one ? 0.f : 1.f);
+    TREQUIRE(G.i->vec_prepare(G.ctx, &g1) == MX_OK && G.i->vec_prepare(G.ctx, &g2) == MX_OK, "vec prepare");
+    const mx_vec *gp1 = rc->gamma ? &g1 : NULL, *gp2 = rc->gamma ? &g2 : NULL;
+    const float a1 = rc->add_one ? 1.f : 0.f, eps = 1e-6f;
+    const mx_weight *w_gu[2] = {&wg.w, &wu.w}, *w_qkv[3] = {&wq.w, &wk.w, &wv.w};
+    /* outputs, in one buffer: h, x, g, u, q, k, v, the head, the second product, the read-between sum */
+    enum { H, X, GG, UU, Q, K, V, HEAD, O2, SUM, NB };
+    const int64_t len[NB] = {D, D, I, I, QR, KR, KR, L, 64, D};
+    int64_t off[NB + 1] = {0};
+    for (int i = 0; i < NB; i++) off[i + 1] = off[i] + len[i];
+    const int64_t tot = off[NB];
+    float *h0 = malloc((size_t)D * 4), *att = malloc((size_t)rc->Ko * 4), *z = malloc((size_t)D * 4);
+    fill(h0, D, 3.f); fill(att, rc->Ko, 2.f); fill(z, D, 1.f);
+    /* the ops on a backend B (device buffers there: d the outputs, m the products' output, x the norm's) */
+    #define RE_OPS(B, d, m, x, at, zz) do { \
+        (B).i->matmul((B).ctx, &wo.w, at, m, 1); \
+        (B).i->add((B).ctx, d + off[H], m, d + off[H], D); \
+        if (rc->how == 2) (B).i->matmul((B).ctx, &w2.w, zz, d + off[O2], 1); \
+        (B).i->rmsnorm((B).ctx, d + off[H], gp1, eps, a1, x, 1, D); \
+        if (rc->how == 3) (B).i->add((B).ctx, x, zz, d + off[SUM], D); \
+        if (rc->how == 0) { \
+            float *y2_[2] = {d + off[GG], d + off[UU]}, *y3_[3] = {d + off[Q], d + off[K], d + off[V]}; \
+            (B).i->matmul_multi((B).ctx, 2, w_gu, x, y2_, 1); \
+            (B).i->act_mul((B).ctx, MX_ACT_SILU, d + off[GG], d + off[UU], I, d + off[GG], 1, I); \
+            (B).i->matmul((B).ctx, &wd.w, d + off[GG], m, 1); \
+            (B).i->add((B).ctx, d + off[H], m, d + off[H], D); \
+            (B).i->rmsnorm((B).ctx, d + off[H], gp2, eps, a1, x, 1, D); \
+            (B).i->matmul_multi((B).ctx, 3, w_qkv, x, y3_, 1); \
+        } else { \
+            (B).i->matmul((B).ctx, &wl.w, x, d + off[HEAD], 1); \
+        } \
+        (B).i->matmul((B).ctx, &w2.w, x, d + off[O2], 1); \
+        if (rc->apart) memcpy_x_(B, d + off[X], x, D); \
+    } while (0)
+    /* the CPU */
+    float *cd = calloc((size_t)tot, 4), *cm = malloc((size_t)D * 4), *cxa = malloc((size_t)D * 4);
+    memcpy(cd + off[H], h0, (size_t)D * 4);
+    {
+        float *cx = rc->apart ? cxa : cm;
+        #define memcpy_x_(B, dst, src, n) memcpy(dst, src, (size_t)(n) * 4)
+        RE_OPS(C, cd, cm, cx, att, z);
+        #undef memcpy_x_
+        if (!rc->apart) memcpy(cd + off[X], cm, (size_t)D * 4);
+    }
+    const bool sm90 = gpu_sm90();
+    float *dat = gup(att, rc->Ko), *dz = gup(z, D), *res[2][3];
+    for (int mode = 0; mode < 2; mode++) {
+        const bool was = mx_backend_cuda_set_ring_epi(&G, mode == 1);
+        for (int rep = 0; rep < 3; rep++) {
+            float *dd = gnan(tot), *dm = gnan(D), *dxa = gnan(D);
+            G.i->write(G.ctx, dd + off[H], h0, (size_t)D * 4);
+            float *dx = rc->apart ? dxa : dm;
+            const int e0 = mx_backend_cuda_ring_epi_launches(&G), s0 = mx_backend_cuda_ring_sc_launches(&G);
+            #define memcpy_x_(B, dst, src, n) (void)0
+            RE_OPS(G, dd, dm, dx, dat, dz);
+            #undef memcpy_x_
+            const int ge = mx_backend_cuda_ring_epi_launches(&G) - e0, gs = mx_backend_cuda_ring_sc_launches(&G) - s0;
+            const bool on = mode == 1 && sm90;
+            TCHECK(ge == (on ? rc->epi : 0) && gs == (on ? rc->sc : 0), "mode %d rep %d: %d products with the add and %d on the scaled form, expected %d and %d",
+                   mode, rep, ge, gs, on ? rc->epi : 0, on ? rc->sc : 0);
+            res[mode][rep] = gdown(dd, tot);
+            float *xh = gdown(dx, D);
+            memcpy(res[mode][rep] + off[X], xh, (size_t)D * 4);
+            free(xh);
+            G.i->free(G.ctx, dd); G.i->free(G.ctx, dm); G.i->free(G.ctx, dxa);
+            TCHECK(mx_backend_cuda_status(&G) == MX_OK, "status: %s", mx_last_error());
+            static const char *const nm[NB] = {"h", "x", "g", "u", "q", "k", "v", "head", "second product", "sum"};
+            for (int i = 0; i < NB; i++) {
+                if ((i >= GG && i <= V && rc->how != 0) || (i == HEAD && rc->how == 0) || (i == SUM && rc->how != 3)) continue;
+                const double e = relerr(res[mode][rep] + off[i], cd + off[i], len[i]);
+                TCHECK(e < 1e-2, "mode %d rep %d: %s: rel err %.3g against the CPU", mode, rep, nm[i], e);
+                if (mode == 1) {
+                    const double eo = relerr(res[1][rep] + off[i], res[0][0] + off[i], len[i]);
+                    TCHECK(eo < (i == X && rc->how != 0 ? 1e-5 : 3e-3), "rep %d: %s: rel err %.3g against the switch off's", rep, nm[i], eo);
+                    TCHECK(i != H || rc->how == 0 || !memcmp(res[1][rep] + off[H], res[0][0] + off[H], (size_t)D * 4),
+                           "rep %d: h differs from the switch off's (the add is the same)", rep);
+                    TCHECK(!memcmp(res[1][rep] + off[i], res[1][0] + off[i], (size_t)len[i] * 4), "rep %d: %s differs from rep 0's", rep, nm[i]);
+                }
+            }
+        }
+        mx_backend_cuda_set_ring_epi(&G, was);
+    }
+    #undef RE_OPS
+    for (int m = 0; m < 2; m++)
+        for (int r = 0; r < 3; r++) free(res[m][r]);
+    G.i->free(G.ctx, dat); G.i->free(G.ctx, dz);
+    free(h0); free(att); free(z); free(cd); free(cm); free(cxa); free(gb1); free(gb2);
+    for (int i = 0; i < 9; i++) tw_free(all[i]);
+}
+static const re_case g_re[] = {
+    {"cuda_ring_epi_qwen_layer", 1024, 2048, 3072, 4, 64, MX_DTYPE_BF16, true, false, false, 0, 2, 2},
+    {"cuda_ring_epi_llama_layer", 4096, 4096, 14336, 4, 64, MX_DTYPE_BF16, true, false, false, 0, 1, 1},   /* down: k_mv_i8 */
+    {"cuda_ring_epi_q8_g32_f16_add_one_apart", 2048, 1024, 2048, 8, 32, MX_DTYPE_F16, true, true, true, 0, 2, 2},
+    {"cuda_ring_epi_q4_g128_head", 1024, 2048, 3072, 4, 128, MX_DTYPE_BF16, true, false, false, 1, 1, 1},
+    {"cuda_ring_epi_head_no_gamma_apart", 2048, 2048, 3072, 4, 64, MX_DTYPE_BF16, false, false, true, 1, 1, 1},
+    {"cuda_ring_epi_not_product_between", 1024, 2048, 3072, 4, 64, MX_DTYPE_BF16, true, false, false, 2, 0, 0},
+    {"cuda_ring_epi_not_read_between", 1024, 2048, 3072, 4, 64, MX_DTYPE_BF16, true, false, true, 3, 0, 0},
+};
+
 static const ra_case g_ra[] = {
     {"cuda_ring_act_qwen_3072", 1024, 3072, 4, 64, MX_DTYPE_BF16, MX_ACT_SILU, true, 0, true},         /* Qwen3-0.6B's down */
     {"cuda_ring_act_q8_g32_f16_apart", 700, 2048, 8, 32, MX_DTYPE_F16, MX_ACT_GELU_TANH, false, 0, true},
@@ -2633,6 +2762,7 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < sizeof g_rp / sizeof g_rp[0]; i++) RUN_NAMED(g_rp[i].name, check_ring_pair, &g_rp[i]);
     RUN(test_ring_bf_modes);
     for (size_t i = 0; i < sizeof g_ra / sizeof g_ra[0]; i++) RUN_NAMED(g_ra[i].name, check_ring_act, &g_ra[i]);
+    for (size_t i = 0; i < sizeof g_re / sizeof g_re[0]; i++) RUN_NAMED(g_re[i].name, check_ring_epi, &g_re[i]);
     for (size_t i = 0; i < sizeof g_sn / sizeof g_sn[0]; i++) RUN_NAMED(g_sn[i].name, check_sum_norm, &g_sn[i]);
     for (size_t i = 0; i < sizeof g_sq / sizeof g_sq[0]; i++) RUN_NAMED(g_sq[i].name, check_sum_qkv, &g_sq[i]);
     for (size_t i = 0; i < sizeof g_ap / sizeof g_ap[0]; i++) RUN_NAMED(g_ap[i].name, check_attn_prep, &g_ap[i]);

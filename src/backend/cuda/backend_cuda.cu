@@ -213,7 +213,7 @@ struct cu_ctx {
     int mr_kb, mr_slot, mr_warps;          /* its ring (KB a block), most code bytes a slot, warps a block */
     int mr_init[3];                        /* those three as init set them (the switches) */
     int n_ring;                            /* its launches (tests) */
-    uint64_t mr_attr;                      /* its forms whose shared-memory limit was raised (bit a form) */
+    uint64_t mr_attr[2];                   /* its forms whose shared-memory limit was raised (bit a form) */
     int mr_bf;                             /* dense bf16 through k_mv_ring_bf: 0 never, 1 where it runs the norm, 2 always,
                                             * 3 where it runs the norm and for rows of more than 4096 columns
                                             * (MLXCEL_CUDA_MV_RING_BF16; the default) */
@@ -234,8 +234,26 @@ struct cu_ctx {
     struct { const cu_weight *w[2]; const float *x; float *y[2]; cu_pnorm pn; bool has_pn, on; } pb;
                                            /* such a product not yet launched (with the norm it took, has_pn):
                                             * a following act_mul of its outputs runs in it (pb_flush: as it is) */
-    struct { const cu_weight *w[2]; const float *x; float *y[2]; bool on; } pr;
-                                           /* the same for q4/q8 weights on x's int8 form (pr_flush) */
+    struct cu_scale { const float *a, *g; float eps, add_one; float *y; float *part; int np; };   /* a norm
+                                            * whose scale a ring product applies (mr_norm's SC fields) */
+    struct { const cu_weight *w[2]; const float *x; float *y[2]; bool on, in2, sc; cu_scale scn; } pr;
+                                           /* the same for q4/q8 weights on x's int8 form (pr_flush): in xq,
+                                            * or in xq2 (in2); sc: a form whose norm's scale the pair
+                                            * applies (scn: pe_take) */
+    int ring_epi;                          /* a batch-1 q4/q8 ring product, the residual add after it and the
+                                            * rmsnorm of the sum in its epilogue, the norm's scale left to the
+                                            * ring product that reads the norm's output (MLXCEL_CUDA_RING_EPI) */
+    int n_ring_epi, n_ring_sc;             /* launches of the two sides (tests) */
+    float *epi_part;                       /* the parts of the sum of squares, 2 x EPI_PARTS (alternate uses) */
+    int epi_flip;
+    bool pe_allow;                         /* c_matmul's product may wait (mv_i8) */
+    struct {                               /* such a product not yet launched, with the add (stage 1) and the
+                                            * norm (stage 2) after it that wait with it */
+        const cu_weight *w; const int8_t *xq; const float2 *xds; float *y; bool in2;   /* in2: xq is xq2 */
+        int stage; const float *ra, *rb; float *sum; int64_t count;                   /* the add: sum = ra + rb */
+        const float *g; float eps, add_one; float *yn; int d;                          /* the norm of sum into yn */
+        bool on;
+    } pe;
     void *tk; size_t tk_cap;               /* topk: device results + scratch */
     void *tkh; size_t tkh_cap;             /* topk: pinned host copy of the results */
     int topk_one;                          /* topk in one launch (tk_one) with PDL, its results written
@@ -324,7 +342,7 @@ static pdl_launch<KArgs...> PL(cu_ctx *c, void (*k)(KArgs...), dim3 g, dim3 b, s
  * the default; anything else is an error naming the variable and what it takes. */
 enum { GM_AUTO, GM_CUBLAS, GM_MMA, GM_WG, GM_NMODES };   /* MLXCEL_CUDA_GEMM, in k_gemm_modes' order */
 static const char *const k_gemm_modes[] = {"auto", "cublas", "mma", "wgmma"};
-struct cu_switches { int attn, attn_dec, attn_prep, gqa, gemm, gemm_rot, gemm_sk, gemm_pair, sum_norm, sum_qkv, att_gq, pdl, mv, profile, kv, graphs, fused, mv_ring, ring_norm, ring_bf, ring_pair, ring_act, attn_early, dense_short, fast_replay, topk_one; long dq_mb, fused_pf, mr_kb, mr_slot, mr_warps, attn_l2pf; };   /* kv: checked here, read by kv_init */
+struct cu_switches { int attn, attn_dec, attn_prep, gqa, gemm, gemm_rot, gemm_sk, gemm_pair, sum_norm, sum_qkv, att_gq, pdl, mv, profile, kv, graphs, fused, mv_ring, ring_norm, ring_bf, ring_pair, ring_act, ring_epi, attn_early, dense_short, fast_replay, topk_one; long dq_mb, fused_pf, mr_kb, mr_slot, mr_warps, attn_l2pf; };   /* kv: checked here, read by kv_init */
 static mx_status env_choice(const char *name, const char *const *vals, int n, int def, int *out) {
     const char *e = getenv(name);
     *out = def;
@@ -380,6 +398,7 @@ static mx_status read_switches(cu_switches *sw) {
         (st = env_choice("MLXCEL_CUDA_MV_RING_BF16", ring_bf, 4, 3, &sw->ring_bf)) ||
         (st = env_choice("MLXCEL_CUDA_RING_PAIR", onoff, 2, 1, &sw->ring_pair)) ||
         (st = env_choice("MLXCEL_CUDA_RING_ACT", onoff, 2, 0, &sw->ring_act)) ||
+        (st = env_choice("MLXCEL_CUDA_RING_EPI", onoff, 2, 0, &sw->ring_epi)) ||
         (st = env_choice("MLXCEL_CUDA_MV_DENSE_SHORT", onoff, 2, 0, &sw->dense_short)) ||
         (st = env_choice("MLXCEL_CUDA_FAST_REPLAY", onoff, 2, 1, &sw->fast_replay)) ||
         (st = env_choice("MLXCEL_CUDA_TOPK_ONE", onoff, 2, 1, &sw->topk_one)))
@@ -3030,7 +3049,9 @@ static void pr_flush(cu_ctx *c);
 static void pa_flush(cu_ctx *c);
 static void psum_launch(cu_ctx *c, const cu_ctx::cu_psum *p);
 static void pn_flush(cu_ctx *c);
+static void pe_flush(cu_ctx *c);
 static void pend_flush(cu_ctx *c) {
+    pe_flush(c);   /* (first: it was deferred before anything else waited, and leaves an add and a norm) */
     pb_flush(c);   /* (first: it may take the norm) */
     pr_flush(c);
     pa_flush(c);
@@ -3263,13 +3284,13 @@ static int log2_exact(int v) {   /* -1 unless v is a power of two */
 /* a ring kernel form's shared-memory limit raised to bytes, once (bit form of mr_attr); false
  * where the device refuses it: the rings are then off for good (the register forms from now on) */
 static bool mr_raise(cu_ctx *c, const void *fn, int form, int bytes) {
-    if (c->mr_attr & ((uint64_t)1 << form)) return true;
+    if (c->mr_attr[form >> 6] & ((uint64_t)1 << (form & 63))) return true;
     if (cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) != cudaSuccess) {
         cudaGetLastError();
         c->mr_on = 0;
         return false;
     }
-    c->mr_attr |= (uint64_t)1 << form;
+    c->mr_attr[form >> 6] |= (uint64_t)1 << (form & 63);
     return true;
 }
 
@@ -3467,17 +3488,27 @@ static bool mv_i8_ok(const cu_ctx *c, const cu_weight *w, const cu_weight *w0, i
  * items nor two slots). The weights share the format (mv_i8_ok). nm: the prologue computes x, the
  * norm (pro 1) or the act_mul (pro 2) it describes; pro 3: a gate/up pair (nw 2, equal rows, a
  * multiple of 32, outputs apart) on x's int8 form xq and the act_mul of its outputs in place over
- * ys[0] (nm: its activation, and where the int8 form of its output goes, apart from xq); dry: only
- * whether it applies (nothing launched, no state changed). */
+ * ys[0] (nm: its activation, and where the int8 form of its output goes, apart from xq); pro 4: one
+ * weight (rows a multiple of 32) whose output y is added to nm->a into nm->sum, with each block's
+ * sum of squares of that sum into nm->part and the int8 form of sum * (g + add_one) into nm->oq /
+ * nm->ods (the residual add and the rmsnorm after the product, but the norm's scale: MLXCEL_CUDA_
+ * RING_EPI, pe_take). sc (pro 0 or 3): x (xq, xds) is such a form, scaled here by the norm's
+ * scale from the parts nm->part (nm->np of them; eps and the norm's output nm->y, stored from
+ * nm->a and nm->g). dry: 1 only whether it applies (nothing launched, no state changed), 2 also
+ * the form's shared-memory limit raised (nothing launched). */
 static bool mv_ring(cu_ctx *c, int nw, const cu_weight *const *w, const int8_t *xq, const float2 *xds, float *const *ys,
-                    const mr_norm *nm, int pro = 1, bool dry = false) {
+                    const mr_norm *nm, int pro = 1, int dry = 0, bool sc = false) {
     const int64_t K = w[0]->cols;
     if (!c->mr_on || c->prop.major < 9 || K > 4096) return false;
-    const bool pair = nm && pro == 3;
+    const bool pair = nm && pro == 3, epi = nm && pro == 4;
     if (pair && (nw != 2 || w[1]->rows != w[0]->rows || w[0]->rows % 32 || w[0]->rows > (int64_t)32 * 32 * c->prop.multiProcessorCount ||
                  (ys[0] < ys[1] + w[1]->rows && ys[1] < ys[0] + w[0]->rows) || (((uintptr_t)nm->oq | (uintptr_t)nm->ods) & 15)))
         return false;
-    if (nm && !pair && (K > 256 * c->mr_warps || K % 32 || !rn_apart(nm, K, nw, w, ys))) return false;
+    if (epi && (nw != 1 || sc || w[0]->rows % 32 || w[0]->rows > (int64_t)32 * 32 * c->prop.multiProcessorCount || !nm->part ||
+                (((uintptr_t)nm->oq | (uintptr_t)nm->ods) & 15)))
+        return false;
+    if (sc && (!nm || (pro != 0 && pro != 3) || !nm->part || nm->np < 1 || !rn_apart(nm, K, nw, w, ys))) return false;
+    if (nm && !pair && !epi && !sc && (K > 256 * c->mr_warps || K % 32 || !rn_apart(nm, K, nw, w, ys))) return false;
     const int bits = w[0]->bits, gs = (int)w[0]->gs, gsh = log2_exact(w[0]->gs);
     mr_set set;
     memset(&set, 0, sizeof set);
@@ -3492,10 +3523,11 @@ static bool mv_ring(cu_ctx *c, int nw, const cu_weight *const *w, const int8_t *
     while (rs > 1 && (rs * set.row_wb > c->mr_slot || slots_of(rs) < 2)) rs /= 2;
     set.slot_b = rs * (set.row_wb + 2 * set.row_sb);
     int64_t run;
-    if (pair) {   /* (the blocks take runs of whole groups of 32 rows of both weights: mr_pair_block) */
+    if (pair || epi) {   /* (the blocks take runs of whole groups of 32 rows of both weights: mr_pair_block) */
         const int64_t ng = w[0]->rows / 32, nb = ng < c->prop.multiProcessorCount ? ng : c->prop.multiProcessorCount;
         run = (ng + nb - 1) / nb * 32;
         set.blk0[0] = 0; set.blk0[1] = set.blk0[2] = (int)nb;
+        if (epi && dry == 0 && nm->np != (int)nb) return false;   /* (the parts it leaves: epi_grid) */
     } else {
         run = mr_deal(c, nw, w, rs, set.blk0);
     }
@@ -3507,44 +3539,54 @@ static bool mv_ring(cu_ctx *c, int nw, const cu_weight *const *w, const int8_t *
     set.nw = nw;
     if (!(set.slots = mr_slots(slots_of(rs), (int)(((run + rs - 1) / rs * (pair ? 2 : 1) + nwarp - 1) / nwarp)))) return false;
     size_t shm = (size_t)nwarp * set.slots * (set.slot_b + 8);
-    if (pair) shm = ((shm + 15) & ~(size_t)15) + (size_t)run * 8;   /* the sums of the block's rows, gate's and up's */
-    else if (nm) shm = ((shm + 15) & ~(size_t)15) + (size_t)K + (size_t)K / 32 * 8;   /* x's int8 form, after the ring */
+    if (pair || epi) shm = ((shm + 15) & ~(size_t)15) + (size_t)run * (pair ? 8 : 4);   /* the sums of the block's rows (gate's and up's) */
+    else if (nm && !sc) shm = ((shm + 15) & ~(size_t)15) + (size_t)K + (size_t)K / 32 * 8;   /* x's int8 form, after the ring */
     const size_t optin = c->prop.sharedMemPerBlockOptin - 1024;   /* (-1024: static) */
     if (shm > optin) return false;
     const bool bf = w[0]->sdt == SDT_BF16;
     typedef void (*mr_fn)(const mr_set, const int8_t *, const float2 *, int, const mr_norm);
-#define MR_RS(B, T, N) {k_mv_ring<B, T, 1, N>, k_mv_ring<B, T, 2, N>, k_mv_ring<B, T, 4, N>}
-#define MR_N(N) {{MR_RS(4, __half, N), MR_RS(4, __nv_bfloat16, N)}, {MR_RS(8, __half, N), MR_RS(8, __nv_bfloat16, N)}}
-    static const mr_fn forms[4][2][2][3] = {MR_N(0), MR_N(1), MR_N(2), MR_N(3)};
+#define MR_RS(B, T, N, SC) {k_mv_ring<B, T, 1, N, SC>, k_mv_ring<B, T, 2, N, SC>, k_mv_ring<B, T, 4, N, SC>}
+#define MR_N(N, SC) {{MR_RS(4, __half, N, SC), MR_RS(4, __nv_bfloat16, N, SC)}, {MR_RS(8, __half, N, SC), MR_RS(8, __nv_bfloat16, N, SC)}}
+    static const mr_fn forms[7][2][2][3] = {MR_N(0, false), MR_N(1, false), MR_N(2, false), MR_N(3, false), MR_N(4, false),
+                                            MR_N(0, true), MR_N(3, true)};
 #undef MR_N
 #undef MR_RS
     /* (form bits 0-11 without a prologue, 16-27 with the norm, 32-43 with the act_mul before, 48-59
-     * the pair with the act_mul after; 12-14 and 28-30: k_mv_ring_bf's) */
-    const int p = nm ? (pro == 2 || pro == 3 ? pro : 1) : 0, ri = rs == 4 ? 2 : rs == 2 ? 1 : 0;
-    const int form = ((bits == 8) * 2 + bf) * 3 + ri + 16 * p;
-    const mr_fn kf = forms[p][bits == 8][bf][ri];
-    if (dry) return true;
+     * the pair with the act_mul after, 64-75 the add and the norm's parts after, 80-91 x scaled,
+     * 96-107 the pair on x scaled; 12-14 and 28-30: k_mv_ring_bf's) */
+    const int p = nm ? (pro == 2 || pro == 3 || pro == 4 || sc ? pro : 1) : 0, ri = rs == 4 ? 2 : rs == 2 ? 1 : 0;
+    const int fi = sc ? (p == 3 ? 6 : 5) : p;
+    const int form = ((bits == 8) * 2 + bf) * 3 + ri + 16 * fi;
+    const mr_fn kf = forms[fi][bits == 8][bf][ri];
+    if (dry == 1) return true;
     if (!mr_raise(c, (const void *)kf, form, (int)optin)) return false;
+    if (dry) return true;
     mr_norm no;
     memset(&no, 0, sizeof no);
     PL(c, kf, (unsigned)blk, nwarp * 32, shm)(set, xq, xds, gsh, nm ? *nm : no);
-    LAUNCHED(c, p == 3 ? "matvec (int8 activations, gate/up, bulk-copied weights) + act_mul"
+    LAUNCHED(c, p == 4 ? "matvec (int8 activations, bulk-copied weights) + add + rmsnorm parts"
+                : p == 3 ? (sc ? "matvec (int8 activations scaled, gate/up, bulk-copied weights) + act_mul"
+                           : "matvec (int8 activations, gate/up, bulk-copied weights) + act_mul")
                 : p == 2 ? "matvec (int8 activations, bulk-copied weights) + act_mul"
+                : sc ? "matvec (int8 activations scaled, bulk-copied weights)"
                 : p ? "matvec (int8 activations, bulk-copied weights) + rmsnorm" : "matvec (int8 activations, bulk-copied weights)");
     c->n_ring++;
     if (p == 1) c->n_ring_norm++;
     if (p == 2) c->n_ring_act++;
     if (p == 3) c->n_ring_pair++;
+    if (p == 4) c->n_ring_epi++;
+    if (sc) c->n_ring_sc++;
     return true;
 }
 
+static bool pe_defer(cu_ctx *c, const cu_weight *w, const int8_t *xq, const float2 *xds, float *y);
+static void mv_i8_regs(cu_ctx *c, int nw, const cu_weight *const *w, const int8_t *xq, const float2 *xds, float *const *ys, int n);
 /* nw (<= 4) q4/q8 weights of one format on x [n, cols] through int8 activations, one quantize
  * and one matvec launch. False (nothing launched) when the weights do not qualify. */
 static bool mv_i8(cu_ctx *c, int nw, const cu_weight *const *w, const float *x, float *const *ys, int n) {
     if (nw < 1 || nw > 4) return false;
     for (int k = 0; k < nw; k++) if (!mv_i8_ok(c, w[k], w[0], n)) return false;
-    const int cols = (int)w[0]->cols, ngx = cols / 32, gsh = log2_exact(w[0]->gs);
-    const int R = n >= 2 ? 2 : 1;
+    const int cols = (int)w[0]->cols, ngx = cols / 32;
     int8_t *xq; float2 *xds;
     if (n == 1 && c->xq2_src == x && c->xq2_count == cols) {   /* the act_mul of a gate/up pair wrote it (pr) */
         if (!xq_buf(c, cols, &xq, &xds, true)) return true;
@@ -3555,7 +3597,15 @@ static bool mv_i8(cu_ctx *c, int nw, const cu_weight *const *w, const float *x, 
         LAUNCHED(c, "quantize activations");
         c->xq_src = x; c->xq_count = (int64_t)n * cols;
     }
+    if (n == 1 && nw == 1 && pe_defer(c, w[0], xq, xds, ys[0])) return true;
     if (n == 1 && mv_ring(c, nw, w, xq, xds, ys, NULL)) return true;
+    mv_i8_regs(c, nw, w, xq, xds, ys, n);
+    return true;   /* (an output over x: the caller's forget_overlap drops the int8 form) */
+}
+/* the register form of mv_i8 on x's int8 form xq / xds */
+static void mv_i8_regs(cu_ctx *c, int nw, const cu_weight *const *w, const int8_t *xq, const float2 *xds, float *const *ys, int n) {
+    const int cols = (int)w[0]->cols, gsh = log2_exact(w[0]->gs);
+    const int R = n >= 2 ? 2 : 1;
     mv_set set;
     memset(&set, 0, sizeof set);
     unsigned blk = 0;
@@ -3568,7 +3618,6 @@ static bool mv_i8(cu_ctx *c, int nw, const cu_weight *const *w, const float *x, 
     if (w[0]->sdt == SDT_BF16) { if (w[0]->bits == 4) { I8_CASES(4, __nv_bfloat16) } else { I8_CASES(8, __nv_bfloat16) } }
     else { if (w[0]->bits == 4) { I8_CASES(4, __half) } else { I8_CASES(8, __half) } }
     LAUNCHED(c, "matvec (int8 activations)");
-    return true;   /* (an output over x: the caller's forget_overlap drops the int8 form) */
 }
 
 static void mm_impl(cu_ctx *c, const cu_weight *w, const float *x, float *y, int n, int *xb_have);
@@ -3585,6 +3634,7 @@ static void am_launch(cu_ctx *c, int act, const float *gate, const float *up, in
 static void pn_norm(const cu_ctx *c, const cu_ctx::cu_pnorm *pn, mr_norm *nm);
 static void multi_run(cu_ctx *c, int nw, const cu_weight *const *w, const float *x, float *const *ys, int n);
 static bool rn_product(cu_ctx *c, int nw, const cu_weight *const *w, const float *x, float *const *ys, const mr_norm *nm, int d);
+static bool pe_take(cu_ctx *c, int nw, const cu_weight *const *w, const float *x, float *const *ys, int n);
 static void c_matmul(void *ctx, const mx_weight *wt, const float *x, float *y, int n) {
     cu_ctx *c = (cu_ctx *)ctx;
     pdl_mode(c, n <= MV_I8_MAX);   /* before GOP_PURE: also ahead of a replayed graph */
@@ -3594,6 +3644,7 @@ static void c_matmul(void *ctx, const mx_weight *wt, const float *x, float *y, i
     if (w) apf_note(c, 1, &w, n);
     mr_norm nm;
     int d;
+    if (w && pe_take(c, 1, &w, x, &y, n)) return;   /* x is the output of a norm that waits in a product's epilogue */
     if (w && rn_take(c, x, n, &nm, &d)) {   /* x is the deferred norm's output */
         FLUSH_ALL(c);
         if (rn_product(c, 1, &w, x, &y, &nm, d)) { forget_overlap(c, y, (int64_t)n * w->rows); return; }
@@ -3603,8 +3654,9 @@ static void c_matmul(void *ctx, const mx_weight *wt, const float *x, float *y, i
     if (!w || n <= 0) return;
     int xb_have = 0;
     c->ps_allow = true;   /* a split-k sum may wait for the add that reads y (MLXCEL_CUDA_SUM_NORM) */
+    c->pe_allow = true;   /* a ring product may wait for the add and the norm after it (MLXCEL_CUDA_RING_EPI) */
     mm_impl(c, w, x, y, n, &xb_have);
-    c->ps_allow = false;
+    c->ps_allow = c->pe_allow = false;
     forget_overlap(c, y, (int64_t)n * w->rows);
 }
 
@@ -3669,19 +3721,127 @@ static bool pr_defer(cu_ctx *c, int nw, const cu_weight *const *w, const float *
         c->xq_src = x; c->xq_count = K;
     }
     c->pr.w[0] = w[0]; c->pr.w[1] = w[1]; c->pr.x = x; c->pr.y[0] = ys[0]; c->pr.y[1] = ys[1];
+    c->pr.in2 = c->pr.sc = false;
     c->pr.on = true;
     return true;
 }
-/* the deferred q4/q8 pair as it is (x's int8 form is still in xq: nothing ran since) */
+static void sc_norm(const cu_ctx::cu_scale *s, mr_norm *nm) {
+    memset(nm, 0, sizeof *nm);
+    nm->a = s->a; nm->g = s->g; nm->eps = s->eps; nm->add_one = s->add_one; nm->y = s->y; nm->part = s->part; nm->np = s->np;
+}
+/* the deferred q4/q8 pair as it is (x's int8 form is still in xq, or xq2: nothing ran since); on
+ * the form before its norm's scale (sc), the two products on it without the act_mul */
 static void pr_flush(cu_ctx *c) {
     if (!c->pr.on) return;
     c->pr.on = false;
+    if (c->pr.sc) {
+        int8_t *xq; float2 *xds;
+        mr_norm nm;
+        sc_norm(&c->pr.scn, &nm);
+        if (xq_buf(c, c->pr.w[0]->cols, &xq, &xds, c->pr.in2) && mv_ring(c, 2, c->pr.w, xq, xds, c->pr.y, &nm, 0, 0, true)) {
+            for (int k = 0; k < 2; k++) forget_overlap(c, c->pr.y[k], c->pr.w[k]->rows);
+        } else {
+            cu_fail(c, MX_ERR_INTERNAL, "gate/up product on a scaled int8 form", cudaSuccess);   /* (checked when taken: not expected) */
+        }
+        return;
+    }
     pair_as_product(c, c->pr.w, c->pr.x, c->pr.y);
+}
+
+/* MLXCEL_CUDA_RING_EPI: a batch-1 q4/q8 ring product of one weight (o, down), the residual add of
+ * its output and the rmsnorm of the sum in one launch (k_mv_ring<.., 4>), which leaves the norm's
+ * output as the int8 form of sum * (g + add_one) and each block's sum of squares; the ring product
+ * that reads the norm's output (q/k/v, gate/up, the LM head) sums those parts and scales x by the
+ * norm's scale (k_mv_ring<.., SC>), and stores the norm's output. So the norm is not a kernel of its
+ * own, and neither side has a counter or a block-wide reduction on its path. The product waits
+ * (pe_defer), then the add (pe_add) and the norm (pe_norm) wait with it, until a product of the
+ * norm's output takes them (pe_take); any other op launches them as they were (pe_flush). */
+#define EPI_PARTS 1024
+static int epi_grid(const cu_ctx *c, int64_t rows) {   /* the blocks of k_mv_ring<.., 4> (mv_ring's pair geometry) */
+    const int64_t ng = rows / 32;
+    return (int)(ng < c->prop.multiProcessorCount ? ng : c->prop.multiProcessorCount);
+}
+/* the product (c_matmul's, through mv_i8, on x's int8 form xq / xds): deferred (true) */
+static bool pe_defer(cu_ctx *c, const cu_weight *w, const int8_t *xq, const float2 *xds, float *y) {
+    if (!c->ring_epi || !c->pe_allow || !c->epi_part || c->pe.on || c->mv_f32 || epi_grid(c, w->rows) > EPI_PARTS) return false;
+    mr_norm nm;
+    memset(&nm, 0, sizeof nm);
+    nm.oq = (int8_t *)xq; nm.ods = (float2 *)xds; nm.part = c->epi_part;   /* (the dry run: any aligned pointers) */
+    if (!mv_ring(c, 1, &w, xq, xds, &y, &nm, 4, 1)) return false;
+    c->pe.w = w; c->pe.xq = xq; c->pe.xds = xds; c->pe.y = y; c->pe.in2 = (const void *)xq == c->xq2;
+    c->pe.stage = 0; c->pe.on = true;
+    return true;
+}
+static bool apart(const float *a, const float *b, int64_t n) { return !(a < b + n && b < a + n); }
+/* y = a + b of the waiting product's output and another buffer (the residual), y that one or apart */
+static bool pe_add(cu_ctx *c, const float *a, const float *b, float *y, int64_t count) {
+    if (!c->pe.on || c->pe.stage != 0 || count != c->pe.w->rows) return false;
+    const float *py = c->pe.y, *r = a == py ? b : b == py ? a : NULL;
+    if (!r || !apart(r, py, count) || (y != r && (!apart(y, r, count) || !apart(y, py, count)))) return false;
+    c->pe.ra = a; c->pe.rb = b; c->pe.sum = y; c->pe.count = count; c->pe.stage = 1;
+    return true;
+}
+/* the one-row rmsnorm of that sum, into a buffer apart from it */
+static bool pe_norm(cu_ctx *c, const float *x, const float *gd, float eps, float add_one, float *y, int n, int d) {
+    if (!c->pe.on || c->pe.stage != 1 || x != c->pe.sum || n != 1 || d != c->pe.count || !apart(y, x, d)) return false;
+    c->pe.g = gd; c->pe.eps = eps; c->pe.add_one = add_one; c->pe.yn = y; c->pe.d = d; c->pe.stage = 2;
+    return true;
+}
+static void add_run(cu_ctx *c, const float *a, const float *b, float *y, int64_t count);
+static void rms_run(cu_ctx *c, const float *x, const float *gd, float eps, float add_one, float *y, int n, int d);
+/* the waiting product launched as it is, then the add and the norm that waited with it */
+static void pe_flush(cu_ctx *c) {
+    if (!c->pe.on) return;
+    c->pe.on = false;
+    const cu_weight *w = c->pe.w;
+    float *y = c->pe.y;
+    if (!mv_ring(c, 1, &w, c->pe.xq, c->pe.xds, &y, NULL)) mv_i8_regs(c, 1, &w, c->pe.xq, c->pe.xds, &y, 1);
+    forget_overlap(c, y, w->rows);
+    if (c->pe.stage >= 1) add_run(c, c->pe.ra, c->pe.rb, c->pe.sum, c->pe.count);
+    if (c->pe.stage >= 2) rms_run(c, c->pe.sum, c->pe.g, c->pe.eps, c->pe.add_one, c->pe.yn, 1, c->pe.d);
+}
+/* nw ring products of x, the waiting norm's output: the waiting product with the add and the norm's
+ * parts in its epilogue, then these on its int8 form scaled (a gate/up pair waits for its act_mul
+ * as pr_defer's); true: taken */
+static bool pe_take(cu_ctx *c, int nw, const cu_weight *const *w, const float *x, float *const *ys, int n) {
+    if (!c->pe.on || c->pe.stage != 2 || x != c->pe.yn || n != 1 || nw < 1 || nw > 4) return false;
+    const int d = c->pe.d;
+    for (int k = 0; k < nw; k++) if (!mv_i8_ok(c, w[k], w[0], 1) || w[k]->cols != (int64_t)d) return false;
+    int8_t *oq; float2 *ods;
+    if (!xq_buf(c, d, &oq, &ods, !c->pe.in2)) return false;   /* (the buffer the product does not read) */
+    float *part = c->epi_part + (c->epi_flip ? EPI_PARTS : 0);
+    const cu_weight *pw = c->pe.w;
+    float *py = c->pe.y;
+    const int np = epi_grid(c, pw->rows);
+    mr_norm pn;
+    memset(&pn, 0, sizeof pn);
+    pn.a = c->pe.ra == py ? c->pe.rb : c->pe.ra; pn.sum = c->pe.sum; pn.g = c->pe.g; pn.add_one = c->pe.add_one;
+    pn.oq = oq; pn.ods = ods; pn.part = part; pn.np = np;
+    const cu_ctx::cu_scale scs = {c->pe.sum, c->pe.g, c->pe.eps, c->pe.add_one, c->pe.yn, part, np};
+    mr_norm sc, scp;
+    sc_norm(&scs, &sc);
+    scp = sc; scp.oq = oq; scp.ods = ods;   /* (the pair's output form goes elsewhere; the dry run checks alignment) */
+    if (!mv_ring(c, 1, &pw, c->pe.xq, c->pe.xds, &py, &pn, 4, 2)) return false;
+    bool pair = nw == 2 && c->ring_pair && mv_ring(c, 2, w, oq, ods, ys, &scp, 3, 2, true);
+    if (!mv_ring(c, nw, w, oq, ods, ys, &sc, 0, 2, true)) return false;   /* (also pr_flush's form for a pair) */
+    c->pe.on = false;
+    c->epi_flip ^= 1;
+    mv_ring(c, 1, &pw, c->pe.xq, c->pe.xds, &py, &pn, 4);
+    xq_forget(c);   /* (the other buffer holds the sum's form before the scale; y, the sum and the norm's output changed) */
+    if (pair) {
+        c->pr.w[0] = w[0]; c->pr.w[1] = w[1]; c->pr.x = x; c->pr.y[0] = ys[0]; c->pr.y[1] = ys[1];
+        c->pr.in2 = !c->pe.in2; c->pr.sc = true; c->pr.scn = scs; c->pr.on = true;
+        return true;
+    }
+    mv_ring(c, nw, w, oq, ods, ys, &sc, 0, 0, true);
+    for (int k = 0; k < nw; k++) forget_overlap(c, ys[k], w[k]->rows);
+    return true;
 }
 /* c_matmul_multi's products (the weights found) */
 static void multi_run(cu_ctx *c, int nw, const cu_weight *const *w, const float *x, float *const *ys, int n) {
     mr_norm nm;
     int d;
+    if (pe_take(c, nw, w, x, ys, n)) return;
     if (rn_take(c, x, n, &nm, &d)) {   /* x is the deferred norm's output */
         const cu_ctx::cu_pnorm pn = c->pn;   /* (what rn_take read) */
         FLUSH_ALL(c);
@@ -4070,6 +4230,12 @@ static void rn_launch(cu_ctx *c, const float *x, const float *x2, float *xsum, c
 static void c_rmsnorm(void *ctx, const float *x, const mx_vec *g, float eps, float add_one, float *y, int n, int d) {
     cu_ctx *c = (cu_ctx *)ctx;
     GOP_PURE(c, 3, PU(x), PU(g), fbits(eps), fbits(add_one), PU(y), (uint64_t)n, (uint64_t)d);
+    const float *gd = get_v(c, g);
+    if (g && !gd) return;
+    if (pe_norm(c, x, gd, eps, add_one, y, n, d)) return;   /* (waits with the product and the add before it) */
+    rms_run(c, x, gd, eps, add_one, y, n, d);
+}
+static void rms_run(cu_ctx *c, const float *x, const float *gd, float eps, float add_one, float *y, int n, int d) {
     /* the add just before, of whose sum this is the norm, runs in the same kernel */
     const float *x2 = NULL;
     float *xsum = NULL;
@@ -4091,8 +4257,6 @@ static void c_rmsnorm(void *ctx, const float *x, const mx_vec *g, float eps, flo
         }
         c->pend.on = false;
     }
-    const float *gd = get_v(c, g);
-    if (g && !gd) return;
     /* an in-place norm of rows of <= 256 (per-head q/k norms) waits for the attention */
     if (!x2 && !pp.p && x == y && n > 0 && d > 0 && d <= 256 && d % 2 == 0 && c->n_hq < 4 && c->gmode != G_REPLAY) {
         bool other = false;   /* only q/k ops may be in the queue: a norm of another buffer flushes */
@@ -4612,20 +4776,22 @@ static void c_act_mul(void *ctx, mx_act act, const float *gate, const float *up,
         }
     }
     /* in place on the outputs of the deferred batch-1 q4/q8 gate/up pair: in its launch, which also
-     * writes the int8 form of y (into xq2: the pair reads x's from xq) */
+     * writes the int8 form of y (into xq2 when the pair reads x's from xq, else into xq) */
     if (c->pr.on && gate == c->pr.y[0] && up == c->pr.y[1] && y == gate && n == 1 && d == (int)c->pr.w[0]->rows &&
         stride == d) {
         hq_flush(c);
         c->pr.on = false;
         int8_t *xq, *oq; float2 *xds, *ods;
         mr_norm nm;
-        memset(&nm, 0, sizeof nm);
+        if (c->pr.sc) sc_norm(&c->pr.scn, &nm);
+        else memset(&nm, 0, sizeof nm);
         nm.act = (int)act;
-        if (xq_buf(c, c->pr.w[0]->cols, &xq, &xds) && xq_buf(c, d, &oq, &ods, true)) {
+        if (xq_buf(c, c->pr.w[0]->cols, &xq, &xds, c->pr.in2) && xq_buf(c, d, &oq, &ods, !c->pr.in2)) {
             nm.oq = oq; nm.ods = ods;
-            if (mv_ring(c, 2, c->pr.w, xq, xds, c->pr.y, &nm, 3)) {
+            if (mv_ring(c, 2, c->pr.w, xq, xds, c->pr.y, &nm, 3, 0, c->pr.sc)) {
                 for (int k = 0; k < 2; k++) forget_overlap(c, c->pr.y[k], c->pr.w[k]->rows);
-                c->xq2_src = y; c->xq2_count = d;
+                if (c->pr.in2) { c->xq_src = y; c->xq_count = d; }
+                else { c->xq2_src = y; c->xq2_count = d; }
                 return;
             }
         }
@@ -4686,6 +4852,10 @@ static void c_act(void *ctx, mx_act act, const float *x, float *y, int64_t count
 static void c_add(void *ctx, const float *a, const float *b, float *y, int64_t count) {
     cu_ctx *c = (cu_ctx *)ctx;
     GOP_PURE(c, 9, PU(a), PU(b), PU(y), (uint64_t)count);
+    if (pe_add(c, a, b, y, count)) return;   /* (waits with the product whose output it adds) */
+    add_run(c, a, b, y, count);
+}
+static void add_run(cu_ctx *c, const float *a, const float *b, float *y, int64_t count) {
     /* one operand the output of a product whose split-k sum waits (MLXCEL_CUDA_SUM_NORM), the other
      * and y apart from it: the add waits with it, for an rmsnorm of y that reads the parts */
     if (c->ps.on && count == (int64_t)c->ps.p.n * c->ps.p.rows && (a == c->ps.p.y) != (b == c->ps.p.y)) {
@@ -5175,6 +5345,7 @@ extern "C" mx_status mx_backend_cuda_init(mx_backend *out) {
         c->mr_bf = sw.ring_bf;
         c->ring_pair = sw.ring_pair;
         c->ring_act = sw.ring_act;
+        c->ring_epi = sw.ring_epi;
     }
     if ((e = cudaStreamCreateWithFlags(&c->st, cudaStreamNonBlocking)) != cudaSuccess) {
         free(c);
@@ -5265,6 +5436,10 @@ extern "C" mx_status mx_backend_cuda_init(mx_backend *out) {
         if (c->rn_count) cudaFree(c->rn_count);
         c->rn_count = NULL;
     }
+    if (cudaMalloc((void **)&c->epi_part, 2 * EPI_PARTS * sizeof(float)) != cudaSuccess) {   /* (without: no RING_EPI) */
+        cudaGetLastError();
+        c->epi_part = NULL;
+    }
     set_pdl_early_symbol(c);
     if (c->prof_on && (c->prof = (cu_prof *)calloc(1, sizeof *c->prof)))
         for (int i = 0; i < PROF_N; i++) cudaEventCreate(&c->prof->ev[i]);
@@ -5354,6 +5529,9 @@ extern "C" bool mx_backend_cuda_set_ring_pair(mx_backend *b, bool on) { return s
 extern "C" int mx_backend_cuda_ring_pair_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_ring_pair; }
 extern "C" bool mx_backend_cuda_set_ring_act(mx_backend *b, bool on) { return set_flag(&switch_ctx(b)->ring_act, on); }
 extern "C" int mx_backend_cuda_ring_act_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_ring_act; }
+extern "C" bool mx_backend_cuda_set_ring_epi(mx_backend *b, bool on) { return set_flag(&switch_ctx(b)->ring_epi, on); }
+extern "C" int mx_backend_cuda_ring_epi_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_ring_epi; }
+extern "C" int mx_backend_cuda_ring_sc_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_ring_sc; }
 extern "C" void mx_backend_cuda_set_sum_norm(mx_backend *b, bool on) { switch_ctx(b)->sum_norm = on; }
 extern "C" void mx_backend_cuda_set_sum_qkv(mx_backend *b, bool on) { switch_ctx(b)->sum_qkv = on; }
 extern "C" int mx_backend_cuda_sum_qkv_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_sum_qkv; }
@@ -5763,6 +5941,7 @@ extern "C" void mx_backend_cuda_free(mx_backend *b) {
     if (c->strk_part) cudaFree(c->strk_part);
     if (c->strk_cnt) cudaFree(c->strk_cnt);
     if (c->rn_count) cudaFree(c->rn_count);
+    if (c->epi_part) cudaFree(c->epi_part);
     if (c->att_cnt) cudaFree(c->att_cnt);
     if (c->xq) cudaFree(c->xq);
     if (c->xq2) cudaFree(c->xq2);

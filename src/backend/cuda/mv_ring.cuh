@@ -68,7 +68,11 @@ struct mr_norm {
     unsigned *count;             /* blocks that have read a and b (the last resets it) */
     int act;                     /* k_mv_ring<.., PRO 2>: x = act(a) * b (an act_mul), stored to y;
                                   * PRO 3: the activation of the pair's act_mul */
-    int8_t *oq; float2 *ods;     /* PRO 3: the int8 form of the act_mul's output (not x's buffer) */
+    int8_t *oq; float2 *ods;     /* PRO 3: the int8 form of the act_mul's output (not x's buffer);
+                                  * PRO 4: the int8 form of (a + y) * (g + add_one), the next product's x
+                                  * before its norm's scale */
+    float *part;                 /* PRO 4: each block's sum of squares of a + y, part[block]; SC: read */
+    int np;                      /* SC: how many parts */
 };
 
 /* Which block stores the sum and the normed row (or the act_mul's output): the last to have read a
@@ -149,7 +153,7 @@ __device__ __forceinline__ void mr_start(uint64_t *bar, int S, int nitem, int la
  * 495.2 / 491.9 without the pair; Qwen3-0.6B q4 (graphs) 1,265.6 / 1,290.1 against 1,244.9 /
  * 1,281.0. A first form, which gave a warp both items of a unit and had lane 0 store the act_mul
  * row by row, was slower on Qwen3-0.6B (1,191 / 1,187 against 1,270 / 1,241; NOTES.md). */
-template <int BITS, typename ST, int RS, int PRO>
+template <int BITS, typename ST, int RS, int PRO, bool SC = false>
 __global__ void __launch_bounds__(512, 1)
 k_mv_ring(const mr_set set, const int8_t *__restrict__ xq, const float2 *__restrict__ xds, int gs_shift, const mr_norm nm) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -157,7 +161,7 @@ k_mv_ring(const mr_set set, const int8_t *__restrict__ xq, const float2 *__restr
     __shared__ float sh[33];
     bool waited = pdl_entry_weights_first();
     int rb0, rb1;
-    const int k = PRO == 3 ? mr_pair_block(set.rows[0], &rb0, &rb1) : mr_block(set, &rb0, &rb1);
+    const int k = PRO >= 3 ? mr_pair_block(set.rows[0], &rb0, &rb1) : mr_block(set, &rb0, &rb1);
     const int nwarp = (int)(blockDim.x >> 5), wid = (int)(threadIdx.x >> 5), lane = (int)(threadIdx.x & 31);
     const int nunit = (rb1 - rb0 + RS - 1) / RS, S = set.slots;
     /* items: a unit of RS rows; PRO 3 two a unit (its gate's rows, its up's), dealt to the warps in
@@ -196,6 +200,15 @@ k_mv_ring(const mr_set set, const int8_t *__restrict__ xq, const float2 *__restr
     const float *bias = set.bias[k];
     float *y = set.y[k];
     const int ng = set.ng, ssw = set.row_sb / 2;
+    /* PRO 4: the residual and gamma of the warp's first group of rows of the epilogue, loaded now */
+    float pa0 = 0.f, pg0 = 1.f;
+    if constexpr (PRO == 4) {
+        if (wid < (rb1 - rb0) >> 5) {
+            const int i = rb0 + (wid << 5) + lane;
+            pa0 = nm.a[i];
+            pg0 = nm.g ? nm.g[i] + nm.add_one : 1.f;
+        }
+    }
     constexpr int V = BITS / 4;   /* 16-byte vectors a group of 32 codes */
     /* the norm (PRO 1): warp w quantizes groups w, w + nwarp, ... (up to 8) into shared memory,
      * after the ring and its mbarriers: codes, then (dx, dx * code sum) a group */
@@ -270,7 +283,18 @@ k_mv_ring(const mr_set set, const int8_t *__restrict__ xq, const float2 *__restr
             xv[uu][2 * h + 1] = BITS == 4 ? __byte_perm(v[2 * h], v[2 * h + 1], 0x7531) : v[2 * h + 1];
         }
     }
-    float *ob = (float *)xq_s;   /* (PRO 3: the sums of the block's rows, the gate's then the up's) */
+    /* SC: x's norm scale from the parts the product before left (each warp sums them itself, in
+     * one order: every lane, every warp and every block gets the same bits), after x's loads went out */
+    float xs = 1.f;
+    if constexpr (SC) {
+        float t = 0.f;
+        for (int i = lane; i < nm.np; i += 32) t += __ldcg(nm.part + i);
+        xs = rsqrtf(warp_sum(t) / (float)(ng << 5) + nm.eps);
+#pragma unroll
+        for (int uu = 0; uu < 4; uu++)
+            if (32 * uu + lane < ng) { ds[uu].x *= xs; ds[uu].y *= xs; }
+    }
+    float *ob = (float *)xq_s;   /* (PRO 3: the sums of the block's rows, the gate's then the up's; PRO 4 its rows') */
     for (int t = 0; t < nitem; t++) {
         int kk;
         const int r0 = item_of(t, kk), nr = min(RS, rb1 - r0);
@@ -316,6 +340,8 @@ k_mv_ring(const mr_set set, const int8_t *__restrict__ xq, const float2 *__restr
             if constexpr (PRO == 3) {
                 const float *bk = kk ? set.bias[1] : set.bias[0];
                 if (lane == 0 && r < nr) ob[kk * (rb1 - rb0) + r0 - rb0 + r] = a + (bk ? bk[r0 + r] : 0.f);
+            } else if constexpr (PRO == 4) {
+                if (lane == 0 && r < nr) ob[r0 - rb0 + r] = a + (bias ? bias[r0 + r] : 0.f);
             } else {
                 if (lane == 0 && r < nr) y[r0 + r] = a + (bias ? bias[r0 + r] : 0.f);
             }
@@ -330,6 +356,35 @@ k_mv_ring(const mr_set set, const int8_t *__restrict__ xq, const float2 *__restr
             set.y[1][rb0 + i] = u;
             set.y[0][rb0 + i] = o;
             quant_group(o, nm.oq, nm.ods, (size_t)(rb0 + i));
+        }
+    }
+    if constexpr (PRO == 4) {   /* the residual add of the block's rows, its sum of squares, and the int8 form of the next x */
+        __syncthreads();
+        const int nb = rb1 - rb0;
+        float ss = 0.f;
+        for (int gl = wid; gl < nb >> 5; gl += nwarp) {
+            const int i = rb0 + (gl << 5) + lane;
+            const bool first = gl == wid;
+            const float v = ob[(gl << 5) + lane], h = (first ? pa0 : nm.a[i]) + v;
+            y[i] = v;
+            nm.sum[i] = h;
+            ss = fmaf(h, h, ss);
+            quant_group(h * (first ? pg0 : nm.g ? nm.g[i] + nm.add_one : 1.f), nm.oq, nm.ods, (size_t)i);
+        }
+        ss = warp_sum(ss);
+        if (lane == 0) sh[wid] = ss;
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            float t = 0.f;
+            for (int w = 0; w < nwarp; w++) t += sh[w];
+            nm.part[blockIdx.x] = t;
+        }
+    }
+    if constexpr (SC) {   /* the normed row, the norm's output, a slice a block (no block reads it) */
+        if (nm.y) {
+            const int d = ng << 5, i0 = (int)((int64_t)blockIdx.x * d / gridDim.x), i1 = (int)((int64_t)(blockIdx.x + 1) * d / gridDim.x);
+            for (int i = i0 + (int)threadIdx.x; i < i1; i += (int)blockDim.x)
+                nm.y[i] = nm.a[i] * xs * (nm.g ? nm.g[i] + nm.add_one : 1.f);
         }
     }
     if constexpr (PRO == 1 || PRO == 2) {   /* the last block to have read a and b stores what the norm (act_mul) would */
