@@ -210,6 +210,7 @@ int mx_backend_cuda_ring_act_launches(mx_backend *b);
  * its output and the rmsnorm of the sum in one launch, which leaves the norm's output as the int8
  * form of sum * (g + add_one) and the parts of the sum of squares; the q4/q8 ring product that reads
  * the norm's output applies the norm's scale and stores the norm's output (MLXCEL_CUDA_RING_EPI).
+ * On by default (Qwen3-0.6B q4 decode 3-4% faster on an H100; MLXCEL_CUDA_RING_EPI=0 at init: off).
  * The three ops wait for the fourth, and run as they are if it is not such a product. The memory
  * then holds what the ops leave (the norm's output and what follows within rounding: the sum of
  * squares is reduced in another order, x quantized before the scale). Returns the previous on/off.

@@ -2026,6 +2026,8 @@ static void check_decode_layers(const dl_case *dc) {
     float *lf = malloc((size_t)S * V * 4), *xf = malloc((size_t)S * H * 4);
     float *lgp = malloc((size_t)S * V * 4), *xgp = malloc((size_t)S * H * 4);
     float *lc = malloc((size_t)S * V * 4), *xc = malloc((size_t)S * H * 4);
+    /* (the ops as the fused kernel does them: x's int8 form after the norm's scale, not before) */
+    const bool epi = mx_backend_cuda_set_ring_epi(&G, false);
     mx_backend_cuda_set_fused(&G, false);
     bool ok_r = dl_run(&G, m, dc, false, false, lr, xr, xin);
     mx_backend_cuda_set_fused(&G, true);
@@ -2034,6 +2036,7 @@ static void check_decode_layers(const dl_case *dc) {
     bool ok_g = dl_run(&G, m, dc, true, true, lgp, xgp, xin);
     graphs_default();
     bool ok_c = dl_run(&C, m, dc, false, false, lc, xc, xin);   /* the CPU's ops, for the record */
+    mx_backend_cuda_set_ring_epi(&G, epi);
     TCHECK(ok_r && ok_f && ok_g && ok_c, "runs: ops %d, fused %d, fused in graphs %d, cpu %d: %s", ok_r, ok_f, ok_g, ok_c, mx_last_error());
     /* how far the GPU's ops drift from the CPU's (random weights amplify int8 and bf16 rounding
      * from step to step through the cache): past the case's tolerance, the fused path may drift
