@@ -34,6 +34,10 @@
 #           matrix sizes), loaded into registers as k_mv_i8 does or streamed through shared memory
 #   sweep   bench rows listed in the file GPU_CHECK_SWEEP ("LABEL [VAR=VALUE...] -- bench args" a line)
 #   synth   the op-level benchmarks (test_backend_cuda --bench: matvec table, ring table, synthetic steps)
+#   trace   the wait trace of replayed decode steps (the prebuilt's mlxcel-trace, --pack-trace): per
+#           kernel of a step, when it could go on and how long until the next could
+#           (tools/cuda_trace.py; GPU_CHECK_TRACE: config names, default "qwen3-0.6b llama3.1-8b",
+#           q4/g64, batch 1, the defaults; GPU_CHECK_TRACE_ENV: switches for those runs)
 #   ring    the batch-1 q4 products of Llama-8B and Qwen3-0.6B and Llama-8B's bf16 ones through the
 #           register forms and the rings' geometries (test_backend_cuda --bench-ring;
 #           MLXCEL_BENCH_RINGS="kb/warps/slot,...", MLXCEL_BENCH_SHAPES=substring, e.g. l8b-)
@@ -120,6 +124,18 @@ if [ "${1:-}" = --pack-ab ]; then   # mlxcel of another commit, for A/B rows in 
     xz -T0 -c $P/mlxcel >.gpudeps/ab-mlxcel.xz && echo "$desc" >.gpudeps/ab-rev || exit 1
     echo "packed alone (no prebuilt yet; --pack takes it in): .gpudeps/ab-mlxcel.xz ($(du -h .gpudeps/ab-mlxcel.xz | cut -f1), $desc)"
   fi
+  exit 0
+fi
+if [ "${1:-}" = --pack-trace ]; then   # mlxcel of these sources built with the wait trace, beside the prebuilt
+  [ -f .gpudeps/prebuilt.tar.xz ] || { echo "--pack-trace: --pack first" >&2; exit 2; }
+  P=build-trace-pack
+  pack_configure . $P && cmake -S . -B $P -DMLXCEL_CUDA_TRACE=ON >/dev/null && cmake --build $P -j "$(nproc)" --target mlxcel >/dev/null || exit 1
+  st=$(mktemp -d)
+  tar -C "$st" -xJf .gpudeps/prebuilt.tar.xz && [ "$(cat "$st/STAMP")" = "$(src_hash)" ] ||
+    { echo "--pack-trace: the prebuilt is not of these sources: --pack first" >&2; rm -rf "$st"; exit 1; }
+  cp $P/mlxcel "$st/mlxcel-trace" && pack_tar "$st" || { rm -rf "$st"; exit 1; }
+  echo "packed: .gpudeps/prebuilt.tar.xz ($(du -h .gpudeps/prebuilt.tar.xz | cut -f1), sources $(cut -c1-12 "$st/STAMP"), with mlxcel-trace$(pack_ab_desc "$st"))"
+  rm -rf "$st"
   exit 0
 fi
 if [ "${1:-}" = --fetch-debs ]; then   # on the Debian 12 development machine (apt, no root needed)
@@ -503,6 +519,22 @@ if has mv; then
   $T --bench-mv 2>&1 | tee "$OUTD/mv.log" | grep -E '^(device|format|q4|q8|bf16 )' | tee -a "$SUMMARY"
 fi
 
+if has trace; then   # the wait trace of replayed batch-1 steps (a build with -DMLXCEL_CUDA_TRACE=ON)
+  if [ -x $B/mlxcel-trace ]; then
+    for name in ${GPU_CHECK_TRACE:-qwen3-0.6b llama3.1-8b}; do
+      echo "== wait trace, $name q4/g64 batch 1 ${GPU_CHECK_TRACE_ENV:-}"
+      # shellcheck disable=SC2086
+      env MLXCEL_DEVICE=gpu MLXCEL_CUDA_TRACE="$OUTD/trace-$name.bin" ${GPU_CHECK_TRACE_ENV:-} timeout 300 $B/mlxcel-trace bench \
+        --config bench/configs/$name.json --random --q-bits 4 --q-group-size 64 -p 0 -n 48 -r 1 >"$OUTD/trace-$name.log" 2>&1
+      python3 tools/cuda_trace.py "$OUTD/trace-$name.bin" --steps 8 >"$OUTD/trace-$name.txt" 2>&1
+      rm -f "$OUTD/trace-$name.bin"
+      { echo "trace $name: $(grep -E 'tg48' "$OUTD/trace-$name.log" | tail -1)"; sed "s/^/trace $name /" "$OUTD/trace-$name.txt" | grep -v -E '^trace [^ ]+ +[0-9]+ +[0-9.]+ +[0-9.]+ ' | head -8
+        grep -E '^ +[0-9]+ ' "$OUTD/trace-$name.txt" | sort -b -k2,2 -g -r | head -12 | sed "s/^/trace $name longest /"; } | tee -a "$SUMMARY"
+    done
+  else
+    say "trace: no $B/mlxcel-trace (scripts/gpu_check.sh --pack-trace after --pack)"
+  fi
+fi
 if has ring; then
   echo "== batch-1 q4 products by ring geometry"
   $T --bench-ring 2>&1 | tee "$OUTD/ring.log" | grep -E '^(device|shape|RING)' | tee -a "$SUMMARY"

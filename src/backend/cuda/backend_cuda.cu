@@ -303,6 +303,7 @@ struct cu_ctx {
     bool fused;                            /* decode_layers on (MLXCEL_CUDA_FUSED=1; off by default: slower so far) */
     int fused_pf;                          /* its L2 prefetch depth in chunks (MLXCEL_CUDA_FUSED_PF) */
     int n_fused;                           /* its launches (tests) */
+    void *trace; const char *trace_path;   /* the wait trace's records and file (MLXCEL_CUDA_TRACE) */
     void **owned; size_t n_owned, cap_owned;       /* device buffers of prepared weights */
     void **owned_h; size_t n_owned_h, cap_owned_h; /* host cu_weight structs */
 };
@@ -685,9 +686,39 @@ __device__ __forceinline__ uint32_t ld_stream32(const uint32_t *p) {
  * is safe; everything else (x, outputs) comes after it. Measured on the H200: Llama-8B q4 decode
  * 398 -> 438 tok/s, Qwen3-0.6B 949 -> 1,066; prompts 5% slower, hence off for them. */
 __constant__ int c_pdl_early;
+#ifdef MLXCEL_CUDA_TRACE
+/* The wait trace (a build with -DMLXCEL_CUDA_TRACE=ON, run with MLXCEL_CUDA_TRACE=FILE): thread 0
+ * of every block that waits here records its grid (%gridid, one a launch, graph replays included),
+ * its multiprocessor, the time it reached the wait and the time the wait let it go (%globaltimer,
+ * ns), so that the order of a step's kernels, how early each started and when each could go on
+ * (its predecessor done) can be read off a replayed step (tools/cuda_trace.py). */
+struct cu_trace_rec { unsigned long long grid, t0, t1; unsigned sm, blk; };
+static_assert(sizeof(cu_trace_rec) == 32, "the trace file's record: 32 bytes");
+__device__ cu_trace_rec *g_trace;   /* null: not tracing */
+__device__ unsigned g_trace_n, g_trace_cap;
+__device__ __forceinline__ unsigned long long trace_now() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+#endif
 __device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#ifdef MLXCEL_CUDA_TRACE
+    const unsigned long long t0 = trace_now();
+#endif
     asm volatile("griddepcontrol.wait;" ::: "memory");
+#ifdef MLXCEL_CUDA_TRACE
+    if (threadIdx.x == 0 && threadIdx.y == 0 && g_trace) {
+        const unsigned long long t1 = trace_now();
+        unsigned long long grid;
+        unsigned sm;
+        asm volatile("mov.u64 %0, %%gridid;" : "=l"(grid));
+        asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+        const unsigned i = atomicAdd(&g_trace_n, 1u);
+        if (i < g_trace_cap) { cu_trace_rec r = {grid, t0, t1, sm, blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z)}; g_trace[i] = r; }
+    }
+#endif
 #endif
 }
 __device__ __forceinline__ void pdl_release() {
@@ -5268,6 +5299,61 @@ static void pdl_mode(cu_ctx *c, bool small) {
     c->pdl_dev = want;
 }
 /* the switch written now and waited for (init, and tests changing it between kernels) */
+/* MLXCEL_CUDA_TRACE=FILE (MLXCEL_CUDA_TRACE_MAX records, default 4M): the wait trace (pdl_wait)
+ * into a buffer, written to FILE when the backend is freed: "MXTRACE1", the count (u64), then the
+ * records (grid u64, t0 u64, t1 u64, sm u32, block u32). A build without -DMLXCEL_CUDA_TRACE=ON
+ * says so and traces nothing. */
+static void trace_init(cu_ctx *c) {
+    const char *path = getenv("MLXCEL_CUDA_TRACE");
+    if (!path || !*path) return;
+#ifdef MLXCEL_CUDA_TRACE
+    const char *mx = getenv("MLXCEL_CUDA_TRACE_MAX");
+    const long long want = mx && *mx ? atoll(mx) : 4LL << 20;
+    const unsigned cap = want < 1024 ? 1024u : want > (1LL << 27) ? 1u << 27 : (unsigned)want, zero = 0;
+    if (cudaMalloc(&c->trace, (size_t)cap * sizeof(cu_trace_rec)) != cudaSuccess) {
+        cudaGetLastError();
+        c->trace = NULL;
+        fprintf(stderr, "cuda trace: no memory for %u records\n", cap);
+        return;
+    }
+    cudaMemcpyToSymbol(g_trace, &c->trace, sizeof c->trace);
+    cudaMemcpyToSymbol(g_trace_cap, &cap, sizeof cap);
+    cudaMemcpyToSymbol(g_trace_n, &zero, sizeof zero);
+    c->trace_path = path;
+#else
+    (void)c;
+    fprintf(stderr, "cuda trace: this build has no trace (configure with -DMLXCEL_CUDA_TRACE=ON); MLXCEL_CUDA_TRACE ignored\n");
+#endif
+}
+static void trace_write(cu_ctx *c) {
+#ifdef MLXCEL_CUDA_TRACE
+    if (!c->trace) return;
+    unsigned n = 0, cap = 0;
+    void *none = NULL;
+    cudaDeviceSynchronize();
+    cudaMemcpyFromSymbol(&n, g_trace_n, sizeof n);
+    cudaMemcpyFromSymbol(&cap, g_trace_cap, sizeof cap);
+    cudaMemcpyToSymbol(g_trace, &none, sizeof none);
+    const unsigned k = n < cap ? n : cap;
+    cu_trace_rec *h = (cu_trace_rec *)malloc((size_t)k * sizeof *h + 1);
+    FILE *f = h ? fopen(c->trace_path, "wb") : NULL;
+    if (f && cudaMemcpy(h, c->trace, (size_t)k * sizeof *h, cudaMemcpyDeviceToHost) == cudaSuccess) {
+        const unsigned long long cnt = k;
+        fwrite("MXTRACE1", 1, 8, f);
+        fwrite(&cnt, 8, 1, f);
+        fwrite(h, sizeof *h, k, f);
+        fprintf(stderr, "cuda trace: %u records (of %u) into %s\n", k, n, c->trace_path);
+    } else {
+        fprintf(stderr, "cuda trace: could not write %s\n", c->trace_path);
+    }
+    if (f) fclose(f);
+    free(h);
+    cudaFree(c->trace);
+    c->trace = NULL;
+#else
+    (void)c;
+#endif
+}
 static void set_pdl_early_symbol(cu_ctx *c) {
     c->pdl_dev = -1;
     pdl_mode(c, true);
@@ -5443,6 +5529,7 @@ extern "C" mx_status mx_backend_cuda_init(mx_backend *out) {
         c->epi_part = NULL;
     }
     set_pdl_early_symbol(c);
+    trace_init(c);
     if (c->prof_on && (c->prof = (cu_prof *)calloc(1, sizeof *c->prof)))
         for (int i = 0; i < PROF_N; i++) cudaEventCreate(&c->prof->ev[i]);
     out->i = &g_cuda_i; out->ctx = c;
@@ -5918,6 +6005,7 @@ extern "C" void mx_backend_cuda_free(mx_backend *b) {
     cu_ctx *c = (cu_ctx *)b->ctx;
     FLUSH_ALL(c);   /* deferred work first (its launches still mark the profile) */
     cudaStreamSynchronize(c->st);
+    trace_write(c);
     fd_release(c);   /* (its counters into the profile) */
     if (c->prof) {
         prof_report(c);

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# tests/cli/cuda_trace.sh: tools/cuda_trace.py, the reader of the CUDA wait trace (a build with
+# -DMLXCEL_CUDA_TRACE=ON writes it on the GPU), on a made-up trace of known shape: four steps of
+# three kernels (two blocks each), the kernels' times known, so every figure it prints is known;
+# then files that are not traces.
+source "$(dirname "$0")/lib.sh"
+T=$(mktemp -d /tmp/mlxcel-trace-XXXXXX)
+trap 'rm -rf "$T"' EXIT
+PY="python3 $MLXCEL_ROOT/tools/cuda_trace.py"
+python3 - "$T/t.bin" <<'PY'
+import struct, sys
+recs = []
+grid = 100
+for s in range(4):
+    base = 1_000_000 + s * 100_000   # ns; a step every 100 us
+    # (start, go, last) of each kernel: go 1, 5, 12 us into the step
+    for start, go, last in ((0, 1000, 1200), (500, 5000, 5500), (4000, 12000, 13000)):
+        grid += 1
+        recs.append((grid, base + start, base + go, 3, 0))
+        recs.append((grid, base + start + 100, base + last, 7, 1))
+with open(sys.argv[1], "wb") as f:
+    f.write(b"MXTRACE1" + struct.pack("<Q", len(recs)))
+    for r in recs:
+        f.write(struct.pack("<QQQII", *r))
+PY
+out=$($PY "$T/t.bin" --steps 2 2>&1); rc=$?
+if [ $rc -eq 0 ] && echo "$out" | grep -q "^24 records, 12 kernels, 4 steps" && echo "$out" | grep -q "the most common, 3, 4 steps"; then
+  pass trace_steps; else fail trace_steps "rc $rc: $out"; fi
+# per kernel: next (go to the next go), lead (go - first arrival), spread (last go - first go)
+if echo "$out" | grep -qE "^ +0 +4\.00 +1\.00 +0\.20 +2" && echo "$out" | grep -qE "^ +1 +7\.00 +4\.50 +0\.50 +2" &&
+   echo "$out" | grep -qE "^ +2 +89\.00 +8\.00 +1\.00 +2"; then pass trace_kernels; else fail trace_kernels "$out"; fi
+echo "$out" | grep -q "step span (first go to the next step's) 100.0, 100.0 us" && pass trace_span || fail trace_span "$out"
+printf 'norm\nproduct\nattention\n' >"$T/labels"
+out=$($PY "$T/t.bin" --labels "$T/labels" 2>&1)
+echo "$out" | grep -qE "^ +1 +7\.00 .* product$" && echo "$out" | grep -q "by kind: attention: 1 x 89.00" && pass trace_labels ||
+  fail trace_labels "$out"
+# not traces
+printf 'NOTATRACEFILE...' >"$T/bad.bin"
+expect_fail trace_bad_header "not a trace file" $PY "$T/bad.bin"
+head -c 50 "$T/t.bin" >"$T/short.bin"
+expect_fail trace_truncated "announced" $PY "$T/short.bin"
+expect_fail trace_missing "none.bin: No such file" $PY "$T/none.bin"
+expect_fail trace_no_args "usage|cuda_trace" $PY
+t_done

@@ -1,0 +1,132 @@
+#!/usr/bin/env python3
+"""tools/cuda_trace.py: read the wait trace of a CUDA run (a build configured with
+-DMLXCEL_CUDA_TRACE=ON, run with MLXCEL_CUDA_TRACE=FILE) and print where a step's time goes.
+
+    python3 tools/cuda_trace.py FILE [--steps N] [--gap US] [--labels FILE]
+
+Every block that waits for its predecessor (pdl_wait) recorded its grid (one a launch), the time
+it reached the wait (t0) and the time the wait let it go (t1). Per kernel (grid): `start`, its
+first block at the wait; `go`, its first block let go (the kernel before it done and its writes
+visible); `spread`, from the first block let go to the last; `lead`, go - start (how long it had
+been resident, copying weights or waiting, before it could go on). The kernels are ordered by
+`go`; a step is a run of kernels whose next one starts (its first block at the wait) more than
+--gap us (default 8) after the one before let its last block go, the host's part between replays.
+Per step: its kernels and its span (first go to the next step's first go). For the last --steps
+steps (default 3) of the most common length, per kernel position: `next`, the time from its go to
+the next kernel's go (the critical path, kernel by kernel), averaged, and the blocks; --labels
+FILE names the positions (one label a line, in launch order, e.g. from MLXCEL_CUDA_PROFILE's
+order). Kernels that never wait (cuBLAS, ones without PDL) are not in the trace.
+"""
+import struct
+import sys
+from collections import Counter, defaultdict
+
+
+def load(path):
+    try:
+        return read(path)
+    except OSError as e:
+        sys.exit(f"{path}: {e.strerror}")
+
+
+def read(path):
+    with open(path, "rb") as f:
+        head = f.read(16)
+        if len(head) < 16 or head[:8] != b"MXTRACE1":
+            sys.exit(f"{path}: not a trace file (no MXTRACE1 header)")
+        (n,) = struct.unpack("<Q", head[8:])
+        data = f.read(32 * n)
+        if len(data) < 32 * n:
+            sys.exit(f"{path}: {n} records announced, {len(data) // 32} present")
+    return [struct.unpack_from("<QQQII", data, 32 * i) for i in range(n)]
+
+
+def kernels(recs):
+    by = defaultdict(list)
+    for grid, t0, t1, sm, blk in recs:
+        by[grid].append((t0, t1, blk))
+    ks = []
+    for grid, rs in by.items():
+        t0s = [r[0] for r in rs]
+        t1s = [r[1] for r in rs]
+        ks.append({"grid": grid, "start": min(t0s), "go": min(t1s), "last": max(t1s),
+                   "blocks": len({r[2] for r in rs})})
+    ks.sort(key=lambda k: k["go"])
+    return ks
+
+
+def steps_of(ks, gap_ns):
+    steps, cur = [], []
+    for k in ks:
+        if cur and k["start"] > max(c["last"] for c in cur[-4:]) + gap_ns:
+            steps.append(cur)
+            cur = []
+        cur.append(k)
+    if cur:
+        steps.append(cur)
+    return steps
+
+
+def main(argv):
+    args = argv[1:]
+    opts = {"--steps": "3", "--gap": "8", "--labels": ""}
+    path = None
+    i = 0
+    while i < len(args):
+        if args[i] in opts and i + 1 < len(args):
+            opts[args[i]] = args[i + 1]
+            i += 2
+        elif args[i].startswith("-"):
+            sys.exit(__doc__)
+        else:
+            path = args[i]
+            i += 1
+    if not path:
+        sys.exit(__doc__)
+    nsteps, gap = int(opts["--steps"]), float(opts["--gap"]) * 1000
+    labels = [l.rstrip("\n") for l in open(opts["--labels"])] if opts["--labels"] else []
+    recs = load(path)
+    ks = kernels(recs)
+    if not ks:
+        sys.exit(f"{path}: no records")
+    steps = steps_of(ks, gap)
+    print(f"{len(recs)} records, {len(ks)} kernels, {len(steps)} steps (a new step where a kernel starts "
+          f">{gap / 1000:g} us after the one before let its last block go)")
+    lens = Counter(len(s) for s in steps)
+    common, count = lens.most_common(1)[0]
+    print(f"kernels a step: {dict(sorted(lens.items()))}; the most common, {common}, {count} steps")
+    sel = [j for j, s in enumerate(steps) if len(s) == common and j + 1 < len(steps)][-nsteps:]
+    if not sel:
+        sys.exit("no complete step of that length with a step after it")
+    spans = [(steps[j + 1][0]["go"] - steps[j][0]["go"]) / 1000 for j in sel]
+    inside = [(steps[j][-1]["last"] - steps[j][0]["go"]) / 1000 for j in sel]
+    print(f"the last {len(sel)}: step span (first go to the next step's) " + ", ".join(f"{v:.1f}" for v in spans) +
+          " us; first go to last kernel's last block let go " + ", ".join(f"{v:.1f}" for v in inside) + " us")
+    rows = []
+    for p in range(common):
+        nxt, lead, spread, blocks = [], [], [], set()
+        for j in sel:
+            s = steps[j]
+            k = s[p]
+            after = s[p + 1]["go"] if p + 1 < len(s) else steps[j + 1][0]["go"]
+            nxt.append((after - k["go"]) / 1000)
+            lead.append((k["go"] - k["start"]) / 1000)
+            spread.append((k["last"] - k["go"]) / 1000)
+            blocks.add(k["blocks"])
+        rows.append((p, sum(nxt) / len(nxt), sum(lead) / len(lead), sum(spread) / len(spread), sorted(blocks)))
+    print(f"{'#':>4} {'next':>8} {'lead':>8} {'spread':>8} {'blocks':>8}  label (us, averaged over those steps)")
+    for p, nx, ld, sp, bl in rows:
+        lab = labels[p] if p < len(labels) else ""
+        print(f"{p:4d} {nx:8.2f} {ld:8.2f} {sp:8.2f} {'/'.join(map(str, bl)):>8}  {lab}")
+    # the same summed by block count (a proxy for the kind of kernel when there are no labels)
+    by = defaultdict(lambda: [0, 0.0])
+    for p, nx, ld, sp, bl in rows:
+        key = labels[p] if p < len(labels) else f"{'/'.join(map(str, bl))} blocks"
+        by[key][0] += 1
+        by[key][1] += nx
+    print("by kind: " + "; ".join(f"{k}: {n} x {t / n:.2f} = {t:.1f} us" for k, (n, t) in
+                                  sorted(by.items(), key=lambda kv: -kv[1][1])))
+
+
+if __name__ == "__main__":
+    main(sys.argv)
