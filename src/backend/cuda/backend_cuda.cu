@@ -246,7 +246,7 @@ struct cu_ctx {
                                             * on by default since the twenty-third session: Qwen3-0.6B q4
                                             * batch 1 +3.0-4.4%, Llama-8B +0.2-1.2%, H100, NOTES.md) */
     int n_ring_epi, n_ring_sc;             /* launches of the two sides (tests) */
-    float *epi_part;                       /* the parts of the sum of squares, 2 x EPI_PARTS (alternate uses) */
+    float *epi_part;                       /* the parts of the sum of squares, 2 x MR_PARTS (alternate uses) */
     int epi_flip;
     bool pe_allow;                         /* c_matmul's product may wait (mv_i8) */
     struct {                               /* such a product not yet launched, with the add (stage 1) and the
@@ -3789,7 +3789,6 @@ static void pr_flush(cu_ctx *c) {
  * own, and neither side has a counter or a block-wide reduction on its path. The product waits
  * (pe_defer), then the add (pe_add) and the norm (pe_norm) wait with it, until a product of the
  * norm's output takes them (pe_take); any other op launches them as they were (pe_flush). */
-#define EPI_PARTS MR_PARTS   /* (the parts a buffer: a k_mv_ring<.., 4>'s blocks, one a multiprocessor) */
 static int epi_grid(const cu_ctx *c, int64_t rows) {   /* the blocks of k_mv_ring<.., 4> (mv_ring's pair geometry) */
     const int64_t ng = rows / 32;
     return (int)(ng < c->prop.multiProcessorCount ? ng : c->prop.multiProcessorCount);
@@ -3842,7 +3841,7 @@ static bool pe_take(cu_ctx *c, int nw, const cu_weight *const *w, const float *x
     for (int k = 0; k < nw; k++) if (!mv_i8_ok(c, w[k], w[0], 1) || w[k]->cols != (int64_t)d) return false;
     int8_t *oq; float2 *ods;
     if (!xq_buf(c, d, &oq, &ods, !c->pe.in2)) return false;   /* (the buffer the product does not read) */
-    float *part = c->epi_part + (c->epi_flip ? EPI_PARTS : 0);
+    float *part = c->epi_part + (c->epi_flip ? MR_PARTS : 0);
     const cu_weight *pw = c->pe.w;
     float *py = c->pe.y;
     const int np = epi_grid(c, pw->rows);
@@ -5524,7 +5523,7 @@ extern "C" mx_status mx_backend_cuda_init(mx_backend *out) {
         if (c->rn_count) cudaFree(c->rn_count);
         c->rn_count = NULL;
     }
-    if (cudaMalloc((void **)&c->epi_part, 2 * EPI_PARTS * sizeof(float)) != cudaSuccess) {   /* (without: no RING_EPI) */
+    if (cudaMalloc((void **)&c->epi_part, 2 * MR_PARTS * sizeof(float)) != cudaSuccess) {   /* (without: no RING_EPI) */
         cudaGetLastError();
         c->epi_part = NULL;
     }
