@@ -83,8 +83,16 @@ def main(argv):
             i += 1
     if not path:
         sys.exit(__doc__)
-    nsteps, gap = int(opts["--steps"]), float(opts["--gap"]) * 1000
-    labels = [l.rstrip("\n") for l in open(opts["--labels"])] if opts["--labels"] else []
+    try:
+        nsteps, gap = int(opts["--steps"]), float(opts["--gap"]) * 1000
+    except ValueError:
+        sys.exit(f"--steps takes a whole number and --gap a number of us (got {opts['--steps']!r}, {opts['--gap']!r})")
+    if nsteps < 1 or gap <= 0:
+        sys.exit("--steps and --gap must be positive")
+    try:
+        labels = [l.rstrip("\n") for l in open(opts["--labels"])] if opts["--labels"] else []
+    except OSError as e:
+        sys.exit(f"{opts['--labels']}: {e.strerror}")
     recs = load(path)
     ks = kernels(recs)
     if not ks:

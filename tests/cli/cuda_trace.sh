@@ -41,4 +41,7 @@ head -c 50 "$T/t.bin" >"$T/short.bin"
 expect_fail trace_truncated "announced" $PY "$T/short.bin"
 expect_fail trace_missing "none.bin: No such file" $PY "$T/none.bin"
 expect_fail trace_no_args "usage|cuda_trace" $PY
+expect_fail trace_bad_steps "whole number" $PY "$T/t.bin" --steps two
+expect_fail trace_zero_steps "must be positive" $PY "$T/t.bin" --steps 0
+expect_fail trace_missing_labels "nolabels: No such file" $PY "$T/t.bin" --labels "$T/nolabels"
 t_done

@@ -68,7 +68,9 @@ static void test_select(void) {
                                          {"MLXCEL_CUDA_ATTN_EARLY", "on"}, {"MLXCEL_CUDA_ATTN_L2PF", "1025"},
                                          {"MLXCEL_CUDA_ATTN_L2PF", "16m"}, {"MLXCEL_CUDA_ATTN_L2PF", "-1"},
                                          {"MLXCEL_CUDA_MV_DENSE_SHORT", "2"}, {"MLXCEL_CUDA_FAST_REPLAY", "on"},
-                                         {"MLXCEL_CUDA_TOPK_ONE", "2"}};
+                                         {"MLXCEL_CUDA_TOPK_ONE", "2"}, {"MLXCEL_CUDA_RING_EPI", "on"},
+                                         {"MLXCEL_CUDA_RING_EPI", "2"}, {"MLXCEL_CUDA_TRACE_MAX", "100"},
+                                         {"MLXCEL_CUDA_TRACE_MAX", "4m"}};
     unsetenv("MLXCEL_DEVICE");
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         setenv(bad[i][0], bad[i][1], 1);
@@ -87,8 +89,10 @@ static void test_select(void) {
     setenv("MLXCEL_CUDA_RING_PAIR", "0", 1); setenv("MLXCEL_CUDA_RING_ACT", "1", 1);
     setenv("MLXCEL_CUDA_ATTN_EARLY", "0", 1); setenv("MLXCEL_CUDA_ATTN_L2PF", "16", 1); setenv("MLXCEL_CUDA_MV_DENSE_SHORT", "1", 1);
     setenv("MLXCEL_CUDA_FAST_REPLAY", "1", 1); setenv("MLXCEL_CUDA_TOPK_ONE", "1", 1);
+    setenv("MLXCEL_CUDA_RING_EPI", "0", 1); setenv("MLXCEL_CUDA_TRACE_MAX", "2048", 1);
     TCHECK(mx_backend_cuda_check_env() == MX_OK, "good switches refused: %s", mx_last_error());
     unsetenv("MLXCEL_CUDA_FAST_REPLAY"); unsetenv("MLXCEL_CUDA_TOPK_ONE");
+    unsetenv("MLXCEL_CUDA_RING_EPI"); unsetenv("MLXCEL_CUDA_TRACE_MAX");
     unsetenv("MLXCEL_CUDA_ATTN_PREP"); unsetenv("MLXCEL_CUDA_RING_PAIR"); unsetenv("MLXCEL_CUDA_RING_ACT");
     unsetenv("MLXCEL_CUDA_ATTN_EARLY"); unsetenv("MLXCEL_CUDA_ATTN_L2PF"); unsetenv("MLXCEL_CUDA_MV_DENSE_SHORT");
     unsetenv("MLXCEL_CUDA_FUSED"); unsetenv("MLXCEL_CUDA_FUSED_PF"); unsetenv("MLXCEL_CUDA_GEMM_SK");

@@ -304,6 +304,7 @@ struct cu_ctx {
     int fused_pf;                          /* its L2 prefetch depth in chunks (MLXCEL_CUDA_FUSED_PF) */
     int n_fused;                           /* its launches (tests) */
     void *trace; const char *trace_path;   /* the wait trace's records and file (MLXCEL_CUDA_TRACE) */
+    long trace_cap;                        /* its most records (MLXCEL_CUDA_TRACE_MAX) */
     void **owned; size_t n_owned, cap_owned;       /* device buffers of prepared weights */
     void **owned_h; size_t n_owned_h, cap_owned_h; /* host cu_weight structs */
 };
@@ -345,7 +346,7 @@ static pdl_launch<KArgs...> PL(cu_ctx *c, void (*k)(KArgs...), dim3 g, dim3 b, s
  * the default; anything else is an error naming the variable and what it takes. */
 enum { GM_AUTO, GM_CUBLAS, GM_MMA, GM_WG, GM_NMODES };   /* MLXCEL_CUDA_GEMM, in k_gemm_modes' order */
 static const char *const k_gemm_modes[] = {"auto", "cublas", "mma", "wgmma"};
-struct cu_switches { int attn, attn_dec, attn_prep, gqa, gemm, gemm_rot, gemm_sk, gemm_pair, sum_norm, sum_qkv, att_gq, pdl, mv, profile, kv, graphs, fused, mv_ring, ring_norm, ring_bf, ring_pair, ring_act, ring_epi, attn_early, dense_short, fast_replay, topk_one; long dq_mb, fused_pf, mr_kb, mr_slot, mr_warps, attn_l2pf; };   /* kv: checked here, read by kv_init */
+struct cu_switches { int attn, attn_dec, attn_prep, gqa, gemm, gemm_rot, gemm_sk, gemm_pair, sum_norm, sum_qkv, att_gq, pdl, mv, profile, kv, graphs, fused, mv_ring, ring_norm, ring_bf, ring_pair, ring_act, ring_epi, attn_early, dense_short, fast_replay, topk_one; long dq_mb, fused_pf, mr_kb, mr_slot, mr_warps, attn_l2pf, trace_max; };   /* kv: checked here, read by kv_init */
 static mx_status env_choice(const char *name, const char *const *vals, int n, int def, int *out) {
     const char *e = getenv(name);
     *out = def;
@@ -411,7 +412,8 @@ static mx_status read_switches(cu_switches *sw) {
         (st = env_long("MLXCEL_CUDA_MV_RING_SLOT", 512, 65536, MR_SLOT, "bytes", &sw->mr_slot)) ||
         (st = env_long("MLXCEL_CUDA_MV_RING_WARPS", 1, 16, MR_WARPS, "warps", &sw->mr_warps)) ||
         (st = env_long("MLXCEL_CUDA_DQ_MB", 1, 65536, 256, "MiB", &sw->dq_mb)) ||
-        (st = env_long("MLXCEL_CUDA_ATTN_L2PF", 0, 1024, 0, "MiB", &sw->attn_l2pf)))
+        (st = env_long("MLXCEL_CUDA_ATTN_L2PF", 0, 1024, 0, "MiB", &sw->attn_l2pf)) ||
+        (st = env_long("MLXCEL_CUDA_TRACE_MAX", 1024, 1L << 27, 4L << 20, "records", &sw->trace_max)))
         return st;
     return MX_OK;
 }
@@ -5298,7 +5300,7 @@ static void pdl_mode(cu_ctx *c, bool small) {
     c->pdl_dev = want;
 }
 /* the switch written now and waited for (init, and tests changing it between kernels) */
-/* MLXCEL_CUDA_TRACE=FILE (MLXCEL_CUDA_TRACE_MAX records, default 4M): the wait trace (pdl_wait)
+/* MLXCEL_CUDA_TRACE=FILE (MLXCEL_CUDA_TRACE_MAX records, 1,024 to 2^27, default 4M): the wait trace (pdl_wait)
  * into a buffer, written to FILE when the backend is freed: "MXTRACE1", the count (u64), then the
  * records (grid u64, t0 u64, t1 u64, sm u32, block u32). A build without -DMLXCEL_CUDA_TRACE=ON
  * says so and traces nothing. */
@@ -5306,9 +5308,7 @@ static void trace_init(cu_ctx *c) {
     const char *path = getenv("MLXCEL_CUDA_TRACE");
     if (!path || !*path) return;
 #ifdef MLXCEL_CUDA_TRACE
-    const char *mx = getenv("MLXCEL_CUDA_TRACE_MAX");
-    const long long want = mx && *mx ? atoll(mx) : 4LL << 20;
-    const unsigned cap = want < 1024 ? 1024u : want > (1LL << 27) ? 1u << 27 : (unsigned)want, zero = 0;
+    const unsigned cap = (unsigned)c->trace_cap, zero = 0;   /* (read_switches checked its range) */
     if (cudaMalloc(&c->trace, (size_t)cap * sizeof(cu_trace_rec)) != cudaSuccess) {
         cudaGetLastError();
         c->trace = NULL;
@@ -5433,6 +5433,7 @@ extern "C" mx_status mx_backend_cuda_init(mx_backend *out) {
         c->ring_pair = sw.ring_pair;
         c->ring_act = sw.ring_act;
         c->ring_epi = sw.ring_epi;
+        c->trace_cap = sw.trace_max;
     }
     if ((e = cudaStreamCreateWithFlags(&c->st, cudaStreamNonBlocking)) != cudaSuccess) {
         free(c);
