@@ -37,7 +37,8 @@
 #   trace   the wait trace of replayed decode steps (the prebuilt's mlxcel-trace, --pack-trace): per
 #           kernel of a step, when it could go on and how long until the next could
 #           (tools/cuda_trace.py; GPU_CHECK_TRACE: config names, default "qwen3-0.6b llama3.1-8b",
-#           q4/g64, batch 1, the defaults; GPU_CHECK_TRACE_ENV: switches for those runs)
+#           q4/g64, NAME:bf16 for bf16; batch 1, the defaults; GPU_CHECK_TRACE_ENV: switches for
+#           those runs; the first one's records come back as trace-NAME.bin.xz in logs.tgz)
 #   ring    the batch-1 q4 products of Llama-8B and Qwen3-0.6B and Llama-8B's bf16 ones through the
 #           register forms and the rings' geometries (test_backend_cuda --bench-ring;
 #           MLXCEL_BENCH_RINGS="kb/warps/slot,...", MLXCEL_BENCH_SHAPES=substring, e.g. l8b-)
@@ -76,11 +77,11 @@ pack_configure() {
   cmake -S "$1" -B "$2" -DCMAKE_BUILD_TYPE=Release -DMLXCEL_CUDA=ON -DMLXCEL_NATIVE=OFF -DCMAKE_CUDA_FLAGS=--compress-mode=none -DCMAKE_EXE_LINKER_FLAGS=-Wl,--disable-new-dtags \
     '-DCMAKE_BUILD_RPATH=$ORIGIN/lib;$ORIGIN/../lib' >/dev/null
 }
-# the staged directory DIR into .gpudeps/prebuilt.tar.xz (xz -9: its 64 MiB window spans the
-# binaries, which share their cubins: 12 MB, not 18, and an A/B mlxcel beside them adds ~1-2 MB, so
-# the prebuilt and the tracked tree fit a device call's 64 MiB)
+# the staged directory DIR into .gpudeps/prebuilt.tar.xz: xz -9 with a 512 MiB window, so that it
+# spans all the binaries, which share their cubins (13 MB with mlxcel-trace; 20 MB with xz -9's
+# 64 MiB window, which with the tracked tree overflowed a device call's 64 MiB)
 pack_tar() {
-  tar -C "$1" -cf - . | xz -9 -T1 >.gpudeps/prebuilt.tar.xz.tmp && mv .gpudeps/prebuilt.tar.xz.tmp .gpudeps/prebuilt.tar.xz
+  tar -C "$1" -cf - . | xz -9 -T1 --lzma2=preset=9,dict=512MiB >.gpudeps/prebuilt.tar.xz.tmp && mv .gpudeps/prebuilt.tar.xz.tmp .gpudeps/prebuilt.tar.xz
 }
 pack_ab_desc() { [ -f "$1/AB-REV" ] && echo "; A/B mlxcel-ab: $(cat "$1/AB-REV")"; }
 if [ "${1:-}" = --pack ]; then
@@ -521,15 +522,23 @@ fi
 
 if has trace; then   # the wait trace of replayed batch-1 steps (a build with -DMLXCEL_CUDA_TRACE=ON)
   if [ -x $B/mlxcel-trace ]; then
-    for name in ${GPU_CHECK_TRACE:-qwen3-0.6b llama3.1-8b}; do
-      echo "== wait trace, $name q4/g64 batch 1 ${GPU_CHECK_TRACE_ENV:-}"
+    names=${GPU_CHECK_TRACE:-qwen3-0.6b llama3.1-8b}
+    first=${names%% *}
+    for item in $names; do
+      name=${item%%:*}
+      fmt="--q-bits 4 --q-group-size 64"; fdesc=q4/g64
+      [ "$item" != "${item%:bf16}" ] && fmt="--dtype bf16" && fdesc=bf16
+      tag=${item/:/-}
+      echo "== wait trace, $name $fdesc batch 1 ${GPU_CHECK_TRACE_ENV:-}"
       # shellcheck disable=SC2086
-      env MLXCEL_DEVICE=gpu MLXCEL_CUDA_TRACE="$OUTD/trace-$name.bin" ${GPU_CHECK_TRACE_ENV:-} timeout 300 $B/mlxcel-trace bench \
-        --config bench/configs/$name.json --random --q-bits 4 --q-group-size 64 -p 0 -n 48 -r 1 >"$OUTD/trace-$name.log" 2>&1
-      python3 tools/cuda_trace.py "$OUTD/trace-$name.bin" --steps 8 >"$OUTD/trace-$name.txt" 2>&1
-      rm -f "$OUTD/trace-$name.bin"
-      { echo "trace $name: $(grep -E 'tg48' "$OUTD/trace-$name.log" | tail -1)"; sed "s/^/trace $name /" "$OUTD/trace-$name.txt" | grep -v -E '^trace [^ ]+ +[0-9]+ +[0-9.]+ +[0-9.]+ ' | head -8
-        grep -E '^ +[0-9]+ ' "$OUTD/trace-$name.txt" | sort -b -k2,2 -g -r | head -12 | sed "s/^/trace $name longest /"; } | tee -a "$SUMMARY"
+      env MLXCEL_DEVICE=gpu MLXCEL_CUDA_TRACE="$OUTD/trace-$tag.bin" ${GPU_CHECK_TRACE_ENV:-} timeout 300 $B/mlxcel-trace bench \
+        --config bench/configs/$name.json --random $fmt -p 0 -n 48 -r 1 >"$OUTD/trace-$tag.log" 2>&1
+      python3 tools/cuda_trace.py "$OUTD/trace-$tag.bin" --steps 8 >"$OUTD/trace-$tag.txt" 2>&1
+      # the first model's records come back too (xz; ~16 MB raw for Qwen3-0.6B q4), to be read again here
+      [ "$item" = "$first" ] && xz -T0 -3 -f "$OUTD/trace-$tag.bin"
+      rm -f "$OUTD/trace-$tag.bin"
+      { echo "trace $tag: $(grep -E 'tg48' "$OUTD/trace-$tag.log" | tail -1)"; sed "s/^/trace $tag /" "$OUTD/trace-$tag.txt" | grep -v -E '^trace [^ ]+ +[0-9]+ +[0-9.]+ +[0-9.]+ ' | head -8
+        grep -E '^ +[0-9]+ ' "$OUTD/trace-$tag.txt" | sort -b -k2,2 -g -r | head -12 | sed "s/^/trace $tag longest /"; } | tee -a "$SUMMARY"
     done
   else
     say "trace: no $B/mlxcel-trace (scripts/gpu_check.sh --pack-trace after --pack)"

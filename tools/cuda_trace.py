@@ -2,13 +2,19 @@
 """tools/cuda_trace.py: read the wait trace of a CUDA run (a build configured with
 -DMLXCEL_CUDA_TRACE=ON, run with MLXCEL_CUDA_TRACE=FILE) and print where a step's time goes.
 
-    python3 tools/cuda_trace.py FILE [--steps N] [--gap US] [--labels FILE]
+    python3 tools/cuda_trace.py FILE [--steps N] [--gap US] [--split US] [--labels FILE]
 
-Every block that waits for its predecessor (pdl_wait) recorded its grid (one a launch), the time
-it reached the wait (t0) and the time the wait let it go (t1). Per kernel (grid): `start`, its
+Every block that waits for its predecessor (pdl_wait) recorded its grid, the time
+it reached the wait (t0) and the time the wait let it go (t1). A grid id is one launch, except in a
+graph, whose replays launch each node with the same id: a grid's records are cut into launches
+where, in the order of t1, one comes more than --split us (default 100) after the one before.
+Per kernel (launch): `start`, its
 first block at the wait; `go`, its first block let go (the kernel before it done and its writes
 visible); `spread`, from the first block let go to the last; `lead`, go - start (how long it had
-been resident, copying weights or waiting, before it could go on). The kernels are ordered by
+been resident, copying weights or waiting, before it could go on); `load` (files of the second
+form, MXTRACE2), the mean over its blocks of the time an L2 load issued as the wait let go took to
+come back (what the kernel's first loads wait for, e.g. behind the weight copies a block issued
+before its wait). The kernels are ordered by
 `go`; a step is a run of kernels whose next one starts (its first block at the wait) more than
 --gap us (default 8) after the one before let its last block go, the host's part between replays.
 Per step: its kernels and its span (first go to the next step's first go). For the last --steps
@@ -30,27 +36,43 @@ def load(path):
 
 
 def read(path):
+    """the records as (grid, t0, t1, t2, sm, block); t2 = t1 in the first form, which has none"""
     with open(path, "rb") as f:
         head = f.read(16)
-        if len(head) < 16 or head[:8] != b"MXTRACE1":
-            sys.exit(f"{path}: not a trace file (no MXTRACE1 header)")
+        if len(head) < 16 or head[:8] not in (b"MXTRACE1", b"MXTRACE2"):
+            sys.exit(f"{path}: not a trace file (no MXTRACE1 or MXTRACE2 header)")
+        v2 = head[:8] == b"MXTRACE2"
+        size = 40 if v2 else 32
         (n,) = struct.unpack("<Q", head[8:])
-        data = f.read(32 * n)
-        if len(data) < 32 * n:
-            sys.exit(f"{path}: {n} records announced, {len(data) // 32} present")
-    return [struct.unpack_from("<QQQII", data, 32 * i) for i in range(n)]
+        data = f.read(size * n)
+        if len(data) < size * n:
+            sys.exit(f"{path}: {n} records announced, {len(data) // size} present")
+    if v2:
+        return [struct.unpack_from("<QQQQII", data, 40 * i) for i in range(n)]
+    return [(g, t0, t1, t1, sm, b) for g, t0, t1, sm, b in (struct.unpack_from("<QQQII", data, 32 * i) for i in range(n))]
 
 
-def kernels(recs):
+def launches(rs, split_ns):
+    """one grid's records (t0, t1, t2, block) cut into launches at gaps in t1 over split_ns"""
+    rs = sorted(rs, key=lambda r: r[1])
+    cur = [rs[0]]
+    for r in rs[1:]:
+        if r[1] - cur[-1][1] > split_ns:
+            yield cur
+            cur = []
+        cur.append(r)
+    yield cur
+
+
+def kernels(recs, split_ns):
     by = defaultdict(list)
-    for grid, t0, t1, sm, blk in recs:
-        by[grid].append((t0, t1, blk))
+    for grid, t0, t1, t2, sm, blk in recs:
+        by[grid].append((t0, t1, t2, blk))
     ks = []
     for grid, rs in by.items():
-        t0s = [r[0] for r in rs]
-        t1s = [r[1] for r in rs]
-        ks.append({"grid": grid, "start": min(t0s), "go": min(t1s), "last": max(t1s),
-                   "blocks": len({r[2] for r in rs})})
+        for run in launches(rs, split_ns):
+            ks.append({"grid": grid, "start": min(r[0] for r in run), "go": run[0][1], "last": run[-1][1],
+                       "load": sum(r[2] - r[1] for r in run) / len(run), "blocks": len({r[3] for r in run})})
     ks.sort(key=lambda k: k["go"])
     return ks
 
@@ -69,7 +91,7 @@ def steps_of(ks, gap_ns):
 
 def main(argv):
     args = argv[1:]
-    opts = {"--steps": "3", "--gap": "8", "--labels": ""}
+    opts = {"--steps": "3", "--gap": "8", "--split": "100", "--labels": ""}
     path = None
     i = 0
     while i < len(args):
@@ -84,17 +106,18 @@ def main(argv):
     if not path:
         sys.exit(__doc__)
     try:
-        nsteps, gap = int(opts["--steps"]), float(opts["--gap"]) * 1000
+        nsteps, gap, split = int(opts["--steps"]), float(opts["--gap"]) * 1000, float(opts["--split"]) * 1000
     except ValueError:
-        sys.exit(f"--steps takes a whole number and --gap a number of us (got {opts['--steps']!r}, {opts['--gap']!r})")
-    if nsteps < 1 or gap <= 0:
-        sys.exit("--steps and --gap must be positive")
+        sys.exit(f"--steps takes a whole number, --gap and --split a number of us "
+                 f"(got {opts['--steps']!r}, {opts['--gap']!r}, {opts['--split']!r})")
+    if nsteps < 1 or not gap > 0 or not split > 0:
+        sys.exit("--steps, --gap and --split must be positive")
     try:
         labels = [l.rstrip("\n") for l in open(opts["--labels"])] if opts["--labels"] else []
     except OSError as e:
         sys.exit(f"{opts['--labels']}: {e.strerror}")
     recs = load(path)
-    ks = kernels(recs)
+    ks = kernels(recs, split)
     if not ks:
         sys.exit(f"{path}: no records")
     steps = steps_of(ks, gap)
@@ -112,7 +135,7 @@ def main(argv):
           " us; first go to last kernel's last block let go " + ", ".join(f"{v:.1f}" for v in inside) + " us")
     rows = []
     for p in range(common):
-        nxt, lead, spread, blocks = [], [], [], set()
+        nxt, lead, spread, lds, blocks = [], [], [], [], set()
         for j in sel:
             s = steps[j]
             k = s[p]
@@ -120,15 +143,17 @@ def main(argv):
             nxt.append((after - k["go"]) / 1000)
             lead.append((k["go"] - k["start"]) / 1000)
             spread.append((k["last"] - k["go"]) / 1000)
+            lds.append(k["load"] / 1000)
             blocks.add(k["blocks"])
-        rows.append((p, sum(nxt) / len(nxt), sum(lead) / len(lead), sum(spread) / len(spread), sorted(blocks)))
-    print(f"{'#':>4} {'next':>8} {'lead':>8} {'spread':>8} {'blocks':>8}  label (us, averaged over those steps)")
-    for p, nx, ld, sp, bl in rows:
+        rows.append((p, sum(nxt) / len(nxt), sum(lead) / len(lead), sum(spread) / len(spread), sorted(blocks),
+                     sum(lds) / len(lds)))
+    print(f"{'#':>4} {'next':>8} {'lead':>8} {'spread':>8} {'blocks':>8} {'load':>8}  label (us, averaged over those steps)")
+    for p, nx, ld, sp, bl, lo in rows:
         lab = labels[p] if p < len(labels) else ""
-        print(f"{p:4d} {nx:8.2f} {ld:8.2f} {sp:8.2f} {'/'.join(map(str, bl)):>8}  {lab}")
+        print(f"{p:4d} {nx:8.2f} {ld:8.2f} {sp:8.2f} {'/'.join(map(str, bl)):>8} {lo:8.2f}  {lab}")
     # the same summed by block count (a proxy for the kind of kernel when there are no labels)
     by = defaultdict(lambda: [0, 0.0])
-    for p, nx, ld, sp, bl in rows:
+    for p, nx, ld, sp, bl, lo in rows:
         key = labels[p] if p < len(labels) else f"{'/'.join(map(str, bl))} blocks"
         by[key][0] += 1
         by[key][1] += nx

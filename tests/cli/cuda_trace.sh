@@ -42,6 +42,32 @@ expect_fail trace_truncated "announced" $PY "$T/short.bin"
 expect_fail trace_missing "none.bin: No such file" $PY "$T/none.bin"
 expect_fail trace_no_args "usage|cuda_trace" $PY
 expect_fail trace_bad_steps "whole number" $PY "$T/t.bin" --steps two
+# a graph's replays launch each node under the same grid id: the same steps 200 us apart, the three
+# grid ids of the first step reused by every step, read as the 12 launches they are; in the second
+# form (MXTRACE2: t2, when a load issued at t1 came back; 0.3 and 0.9 us: a mean of 0.60, the `load`)
+python3 - "$T/g.bin" <<'PY'
+import struct, sys
+recs = []
+for s in range(4):
+    base = 1_000_000 + s * 200_000
+    for grid, (start, go, last) in enumerate(((0, 1000, 1200), (500, 5000, 5500), (4000, 12000, 13000)), 101):
+        recs.append((grid, base + start, base + go, base + go + 300, 3, 0))
+        recs.append((grid, base + start + 100, base + last, base + last + 900, 7, 1))
+with open(sys.argv[1], "wb") as f:
+    f.write(b"MXTRACE2" + struct.pack("<Q", len(recs)))
+    for r in recs:
+        f.write(struct.pack("<QQQQII", *r))
+PY
+out=$($PY "$T/g.bin" --steps 2 2>&1)
+if echo "$out" | grep -q "^24 records, 12 kernels, 4 steps" && echo "$out" | grep -qE "^ +2 +189\.00 +8\.00 +1\.00 +2 +0\.60"; then
+  pass trace_graph_ids; else fail trace_graph_ids "$out"; fi
+# the first form has no t2: a load of 0
+$PY "$T/t.bin" 2>&1 | grep -qE "^ +0 +4\.00 +1\.00 +0\.20 +2 +0\.00" && pass trace_v1_no_load || fail trace_v1_no_load "$($PY "$T/t.bin" 2>&1)"
+head -c 60 "$T/g.bin" >"$T/short2.bin"
+expect_fail trace_truncated_v2 "24 records announced, 1 present" $PY "$T/short2.bin"
+# with a cut longer than a step, each grid's four launches read as one
+$PY "$T/g.bin" --split 300 2>&1 | grep -q "^24 records, 3 kernels" && pass trace_split || fail trace_split "$($PY "$T/g.bin" --split 300 2>&1)"
+expect_fail trace_bad_split "must be positive" $PY "$T/t.bin" --split 0
 expect_fail trace_zero_steps "must be positive" $PY "$T/t.bin" --steps 0
 expect_fail trace_missing_labels "nolabels: No such file" $PY "$T/t.bin" --labels "$T/nolabels"
 t_done
