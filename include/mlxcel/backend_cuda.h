@@ -218,6 +218,10 @@ int mx_backend_cuda_ring_act_launches(mx_backend *b);
 bool mx_backend_cuda_set_ring_epi(mx_backend *b, bool on);
 int mx_backend_cuda_ring_epi_launches(mx_backend *b);
 int mx_backend_cuda_ring_sc_launches(mx_backend *b);
+/* The most blocks of that first product (0, the default: one a multiprocessor, up to one a group of 32
+ * rows; MLXCEL_CUDA_EPI_BLOCKS at init): fewer leave multiprocessors free, on which the product after
+ * the norm (a gate/up pair) starts copying its weights before the first ends. Returns the previous. */
+int mx_backend_cuda_set_epi_blocks(mx_backend *b, int n);
 /* On by default (MLXCEL_CUDA_SUM_NORM=0 at init turns it off; Llama-8B, 128 sequences: 13,525
  * against 13,266 tok/s on the H200): a product split along k by the GEMM on packed q4 weights (one weight, no bias,
  * 17..128 rows of x), then an add of its output, then an rmsnorm of that sum: the rmsnorm reads

@@ -70,7 +70,8 @@ static void test_select(void) {
                                          {"MLXCEL_CUDA_MV_DENSE_SHORT", "2"}, {"MLXCEL_CUDA_FAST_REPLAY", "on"},
                                          {"MLXCEL_CUDA_TOPK_ONE", "2"}, {"MLXCEL_CUDA_RING_EPI", "on"},
                                          {"MLXCEL_CUDA_RING_EPI", "2"}, {"MLXCEL_CUDA_TRACE_MAX", "100"},
-                                         {"MLXCEL_CUDA_TRACE_MAX", "4m"}};
+                                         {"MLXCEL_CUDA_TRACE_MAX", "4m"}, {"MLXCEL_CUDA_EPI_BLOCKS", "161"},
+                                         {"MLXCEL_CUDA_EPI_BLOCKS", "-1"}, {"MLXCEL_CUDA_EPI_BLOCKS", "auto"}};
     unsetenv("MLXCEL_DEVICE");
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         setenv(bad[i][0], bad[i][1], 1);
@@ -89,10 +90,10 @@ static void test_select(void) {
     setenv("MLXCEL_CUDA_RING_PAIR", "0", 1); setenv("MLXCEL_CUDA_RING_ACT", "1", 1);
     setenv("MLXCEL_CUDA_ATTN_EARLY", "0", 1); setenv("MLXCEL_CUDA_ATTN_L2PF", "16", 1); setenv("MLXCEL_CUDA_MV_DENSE_SHORT", "1", 1);
     setenv("MLXCEL_CUDA_FAST_REPLAY", "1", 1); setenv("MLXCEL_CUDA_TOPK_ONE", "1", 1);
-    setenv("MLXCEL_CUDA_RING_EPI", "0", 1); setenv("MLXCEL_CUDA_TRACE_MAX", "2048", 1);
+    setenv("MLXCEL_CUDA_RING_EPI", "0", 1); setenv("MLXCEL_CUDA_TRACE_MAX", "2048", 1); setenv("MLXCEL_CUDA_EPI_BLOCKS", "64", 1);
     TCHECK(mx_backend_cuda_check_env() == MX_OK, "good switches refused: %s", mx_last_error());
     unsetenv("MLXCEL_CUDA_FAST_REPLAY"); unsetenv("MLXCEL_CUDA_TOPK_ONE");
-    unsetenv("MLXCEL_CUDA_RING_EPI"); unsetenv("MLXCEL_CUDA_TRACE_MAX");
+    unsetenv("MLXCEL_CUDA_RING_EPI"); unsetenv("MLXCEL_CUDA_TRACE_MAX"); unsetenv("MLXCEL_CUDA_EPI_BLOCKS");
     unsetenv("MLXCEL_CUDA_ATTN_PREP"); unsetenv("MLXCEL_CUDA_RING_PAIR"); unsetenv("MLXCEL_CUDA_RING_ACT");
     unsetenv("MLXCEL_CUDA_ATTN_EARLY"); unsetenv("MLXCEL_CUDA_ATTN_L2PF"); unsetenv("MLXCEL_CUDA_MV_DENSE_SHORT");
     unsetenv("MLXCEL_CUDA_FUSED"); unsetenv("MLXCEL_CUDA_FUSED_PF"); unsetenv("MLXCEL_CUDA_GEMM_SK");
@@ -1349,6 +1350,7 @@ static void check_ring_act(const ra_case *rc) {
  * 1e-5 of the off's, the reps bit for bit alike; the launches of both sides counted. */
 typedef struct {
     const char *name; int D, Ko, I, bits, gs; mx_dtype sdt; bool gamma, add_one, apart; int how, epi, sc;
+    int eb;   /* the first product's most blocks (MLXCEL_CUDA_EPI_BLOCKS; 0: one a multiprocessor) */
 } re_case;
 static void check_ring_epi(const re_case *rc) {
     const int D = rc->D, I = rc->I, QR = 2 * D, KR = D / 2, L = 5003;
@@ -1413,6 +1415,7 @@ static void check_ring_epi(const re_case *rc) {
     float *dat = gup(att, rc->Ko), *dz = gup(z, D), *res[2][3];
     for (int mode = 0; mode < 2; mode++) {
         const bool was = mx_backend_cuda_set_ring_epi(&G, mode == 1);
+        const int eb_was = mx_backend_cuda_set_epi_blocks(&G, rc->eb);
         for (int rep = 0; rep < 3; rep++) {
             float *dd = gnan(tot), *dm = gnan(D), *dxa = gnan(D);
             G.i->write(G.ctx, dd + off[H], h0, (size_t)D * 4);
@@ -1446,6 +1449,7 @@ static void check_ring_epi(const re_case *rc) {
             }
         }
         mx_backend_cuda_set_ring_epi(&G, was);
+        mx_backend_cuda_set_epi_blocks(&G, eb_was);
     }
     #undef RE_OPS
     for (int m = 0; m < 2; m++)
@@ -1455,13 +1459,17 @@ static void check_ring_epi(const re_case *rc) {
     for (int i = 0; i < 9; i++) tw_free(all[i]);
 }
 static const re_case g_re[] = {
-    {"cuda_ring_epi_qwen_layer", 1024, 2048, 3072, 4, 64, MX_DTYPE_BF16, true, false, false, 0, 2, 2},
-    {"cuda_ring_epi_llama_layer", 4096, 4096, 14336, 4, 64, MX_DTYPE_BF16, true, false, false, 0, 1, 1},   /* down: k_mv_i8 */
-    {"cuda_ring_epi_q8_g32_f16_add_one_apart", 2048, 1024, 2048, 8, 32, MX_DTYPE_F16, true, true, true, 0, 2, 2},
-    {"cuda_ring_epi_q4_g128_head", 1024, 2048, 3072, 4, 128, MX_DTYPE_BF16, true, false, false, 1, 1, 1},
-    {"cuda_ring_epi_head_no_gamma_apart", 2048, 2048, 3072, 4, 64, MX_DTYPE_BF16, false, false, true, 1, 1, 1},
-    {"cuda_ring_epi_not_product_between", 1024, 2048, 3072, 4, 64, MX_DTYPE_BF16, true, false, false, 2, 0, 0},
-    {"cuda_ring_epi_not_read_between", 1024, 2048, 3072, 4, 64, MX_DTYPE_BF16, true, false, true, 3, 0, 0},
+    {"cuda_ring_epi_qwen_layer", 1024, 2048, 3072, 4, 64, MX_DTYPE_BF16, true, false, false, 0, 2, 2, 0},
+    {"cuda_ring_epi_llama_layer", 4096, 4096, 14336, 4, 64, MX_DTYPE_BF16, true, false, false, 0, 1, 1, 0},   /* down: k_mv_i8 */
+    {"cuda_ring_epi_q8_g32_f16_add_one_apart", 2048, 1024, 2048, 8, 32, MX_DTYPE_F16, true, true, true, 0, 2, 2, 0},
+    {"cuda_ring_epi_q4_g128_head", 1024, 2048, 3072, 4, 128, MX_DTYPE_BF16, true, false, false, 1, 1, 1, 0},
+    {"cuda_ring_epi_head_no_gamma_apart", 2048, 2048, 3072, 4, 64, MX_DTYPE_BF16, false, false, true, 1, 1, 1, 0},
+    {"cuda_ring_epi_not_product_between", 1024, 2048, 3072, 4, 64, MX_DTYPE_BF16, true, false, false, 2, 0, 0, 0},
+    {"cuda_ring_epi_not_read_between", 1024, 2048, 3072, 4, 64, MX_DTYPE_BF16, true, false, true, 3, 0, 0, 0},
+    /* fewer blocks for the first product: Llama-8B's o, 128 groups of rows on 64 blocks; Qwen3-0.6B's
+     * o and down, 32 groups on 7 (4 or 5 a block) */
+    {"cuda_ring_epi_llama_64_blocks", 4096, 4096, 14336, 4, 64, MX_DTYPE_BF16, true, false, false, 0, 1, 1, 64},
+    {"cuda_ring_epi_qwen_7_blocks", 1024, 2048, 3072, 4, 64, MX_DTYPE_BF16, true, false, false, 0, 2, 2, 7},
 };
 
 static const ra_case g_ra[] = {

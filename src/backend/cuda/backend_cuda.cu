@@ -245,6 +245,10 @@ struct cu_ctx {
                                             * ring product that reads the norm's output (MLXCEL_CUDA_RING_EPI,
                                             * on by default since the twenty-third session: Qwen3-0.6B q4
                                             * batch 1 +3.0-4.4%, Llama-8B +0.2-1.2%, H100, NOTES.md) */
+    int epi_blocks;                        /* the most blocks of its first product, k_mv_ring<.., 4> (0: one a
+                                            * multiprocessor; MLXCEL_CUDA_EPI_BLOCKS): fewer leave
+                                            * multiprocessors free, where the product after it (a gate/up pair)
+                                            * starts copying its weights before this one ends */
     int n_ring_epi, n_ring_sc;             /* launches of the two sides (tests) */
     float *epi_part;                       /* the parts of the sum of squares, 2 x MR_PARTS (alternate uses) */
     int epi_flip;
@@ -346,7 +350,7 @@ static pdl_launch<KArgs...> PL(cu_ctx *c, void (*k)(KArgs...), dim3 g, dim3 b, s
  * the default; anything else is an error naming the variable and what it takes. */
 enum { GM_AUTO, GM_CUBLAS, GM_MMA, GM_WG, GM_NMODES };   /* MLXCEL_CUDA_GEMM, in k_gemm_modes' order */
 static const char *const k_gemm_modes[] = {"auto", "cublas", "mma", "wgmma"};
-struct cu_switches { int attn, attn_dec, attn_prep, gqa, gemm, gemm_rot, gemm_sk, gemm_pair, sum_norm, sum_qkv, att_gq, pdl, mv, profile, kv, graphs, fused, mv_ring, ring_norm, ring_bf, ring_pair, ring_act, ring_epi, attn_early, dense_short, fast_replay, topk_one; long dq_mb, fused_pf, mr_kb, mr_slot, mr_warps, attn_l2pf, trace_max; };   /* kv: checked here, read by kv_init */
+struct cu_switches { int attn, attn_dec, attn_prep, gqa, gemm, gemm_rot, gemm_sk, gemm_pair, sum_norm, sum_qkv, att_gq, pdl, mv, profile, kv, graphs, fused, mv_ring, ring_norm, ring_bf, ring_pair, ring_act, ring_epi, attn_early, dense_short, fast_replay, topk_one; long dq_mb, fused_pf, mr_kb, mr_slot, mr_warps, attn_l2pf, trace_max, epi_blocks; };   /* kv: checked here, read by kv_init */
 static mx_status env_choice(const char *name, const char *const *vals, int n, int def, int *out) {
     const char *e = getenv(name);
     *out = def;
@@ -371,6 +375,7 @@ static mx_status env_long(const char *name, long lo, long hi, long def, const ch
     *out = v;
     return MX_OK;
 }
+#define EPI_BLOCKS_MAX 160   /* MLXCEL_CUDA_EPI_BLOCKS's most: MR_PARTS (mv_ring.cuh, checked there) */
 static mx_status read_switches(cu_switches *sw) {
     static const char *const attn[] = {"mma", "tiled", "pertoken"}, *const attn_dec[] = {"vec", "lanes"},
                              *const onoff[] = {"0", "1"},
@@ -413,7 +418,8 @@ static mx_status read_switches(cu_switches *sw) {
         (st = env_long("MLXCEL_CUDA_MV_RING_WARPS", 1, 16, MR_WARPS, "warps", &sw->mr_warps)) ||
         (st = env_long("MLXCEL_CUDA_DQ_MB", 1, 65536, 256, "MiB", &sw->dq_mb)) ||
         (st = env_long("MLXCEL_CUDA_ATTN_L2PF", 0, 1024, 0, "MiB", &sw->attn_l2pf)) ||
-        (st = env_long("MLXCEL_CUDA_TRACE_MAX", 1024, 1L << 27, 4L << 20, "records", &sw->trace_max)))
+        (st = env_long("MLXCEL_CUDA_TRACE_MAX", 1024, 1L << 27, 4L << 20, "records", &sw->trace_max)) ||
+        (st = env_long("MLXCEL_CUDA_EPI_BLOCKS", 0, EPI_BLOCKS_MAX, 0, "blocks (0: one a multiprocessor)", &sw->epi_blocks)))
         return st;
     return MX_OK;
 }
@@ -690,12 +696,14 @@ __device__ __forceinline__ uint32_t ld_stream32(const uint32_t *p) {
 __constant__ int c_pdl_early;
 #ifdef MLXCEL_CUDA_TRACE
 /* The wait trace (a build with -DMLXCEL_CUDA_TRACE=ON, run with MLXCEL_CUDA_TRACE=FILE): thread 0
- * of every block that waits here records its grid (%gridid, one a launch, graph replays included),
- * its multiprocessor, the time it reached the wait and the time the wait let it go (%globaltimer,
- * ns), so that the order of a step's kernels, how early each started and when each could go on
- * (its predecessor done) can be read off a replayed step (tools/cuda_trace.py). */
-struct cu_trace_rec { unsigned long long grid, t0, t1; unsigned sm, blk; };
-static_assert(sizeof(cu_trace_rec) == 32, "the trace file's record: 32 bytes");
+ * of every block that waits here records its grid (%gridid: one a launch; a graph's replays reuse
+ * their nodes' ids), its multiprocessor, the time it reached the wait, the time the wait let it go
+ * (%globaltimer, ns) and the time a load from the L2 issued then came back (t2: what the kernel's
+ * first loads after the wait wait for, e.g. behind the weight copies the block issued before it),
+ * so that the order of a step's kernels, how early each started and when each could go on (its
+ * predecessor done) can be read off a replayed step (tools/cuda_trace.py). */
+struct cu_trace_rec { unsigned long long grid, t0, t1, t2; unsigned sm, blk; };
+static_assert(sizeof(cu_trace_rec) == 40, "the trace file's record: 40 bytes");
 __device__ cu_trace_rec *g_trace;   /* null: not tracing */
 __device__ unsigned g_trace_n, g_trace_cap;
 __device__ __forceinline__ unsigned long long trace_now() {
@@ -711,14 +719,18 @@ __device__ __forceinline__ void pdl_wait() {
 #endif
     asm volatile("griddepcontrol.wait;" ::: "memory");
 #ifdef MLXCEL_CUDA_TRACE
-    if (threadIdx.x == 0 && threadIdx.y == 0 && g_trace) {
-        const unsigned long long t1 = trace_now();
-        unsigned long long grid;
-        unsigned sm;
-        asm volatile("mov.u64 %0, %%gridid;" : "=l"(grid));
-        asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
-        const unsigned i = atomicAdd(&g_trace_n, 1u);
-        if (i < g_trace_cap) { cu_trace_rec r = {grid, t0, t1, sm, blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z)}; g_trace[i] = r; }
+    const unsigned long long t1 = trace_now();
+    if (threadIdx.x == 0 && threadIdx.y == 0) {
+        cu_trace_rec *const tr = (cu_trace_rec *)__ldcg((const unsigned long long *)&g_trace);   /* (an L2 round trip) */
+        if (tr) {
+            const unsigned long long t2 = trace_now();   /* (after the branch on the load: it has come back) */
+            unsigned long long grid;
+            unsigned sm;
+            asm volatile("mov.u64 %0, %%gridid;" : "=l"(grid));
+            asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+            const unsigned i = atomicAdd(&g_trace_n, 1u);
+            if (i < g_trace_cap) { cu_trace_rec r = {grid, t0, t1, t2, sm, blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z)}; tr[i] = r; }
+        }
     }
 #endif
 #endif
@@ -1754,6 +1766,7 @@ __device__ __forceinline__ void rope_rot(float x0, float x1, float cs, float sn,
  * shapes the vector kernels do not take (cols not a multiple of 32). */
 #include "backend/cuda/fused_decode.cuh"   /* the decode_layers kernel */
 #include "backend/cuda/mv_ring.cuh"        /* the batch-1 matvec on bulk-copied weights */
+static_assert(EPI_BLOCKS_MAX == MR_PARTS, "MLXCEL_CUDA_EPI_BLOCKS's range: the parts a consumer sums");
 
 template <typename ST>
 __global__ void k_mv_generic(cu_weight w, const float *__restrict__ x, float *__restrict__ y, int n) {
@@ -3531,6 +3544,7 @@ static bool mv_i8_ok(const cu_ctx *c, const cu_weight *w, const cu_weight *w0, i
  * scale from the parts nm->part (nm->np of them; eps and the norm's output nm->y, stored from
  * nm->a and nm->g). dry: 1 only whether it applies (nothing launched, no state changed), 2 also
  * the form's shared-memory limit raised (nothing launched). */
+static int epi_grid(const cu_ctx *c, int64_t rows);
 static bool mv_ring(cu_ctx *c, int nw, const cu_weight *const *w, const int8_t *xq, const float2 *xds, float *const *ys,
                     const mr_norm *nm, int pro = 1, int dry = 0, bool sc = false) {
     const int64_t K = w[0]->cols;
@@ -3559,7 +3573,7 @@ static bool mv_ring(cu_ctx *c, int nw, const cu_weight *const *w, const int8_t *
     set.slot_b = rs * (set.row_wb + 2 * set.row_sb);
     int64_t run;
     if (pair || epi) {   /* (the blocks take runs of whole groups of 32 rows of both weights: mr_pair_block) */
-        const int64_t ng = w[0]->rows / 32, nb = ng < c->prop.multiProcessorCount ? ng : c->prop.multiProcessorCount;
+        const int64_t ng = w[0]->rows / 32, nb = epi ? epi_grid(c, w[0]->rows) : ng < c->prop.multiProcessorCount ? ng : c->prop.multiProcessorCount;
         run = (ng + nb - 1) / nb * 32;
         set.blk0[0] = 0; set.blk0[1] = set.blk0[2] = (int)nb;
         if (epi && dry == 0 && nm->np != (int)nb) return false;   /* (the parts it leaves: epi_grid) */
@@ -3792,8 +3806,10 @@ static void pr_flush(cu_ctx *c) {
  * (pe_defer), then the add (pe_add) and the norm (pe_norm) wait with it, until a product of the
  * norm's output takes them (pe_take); any other op launches them as they were (pe_flush). */
 static int epi_grid(const cu_ctx *c, int64_t rows) {   /* the blocks of k_mv_ring<.., 4> (mv_ring's pair geometry) */
-    const int64_t ng = rows / 32;
-    return (int)(ng < c->prop.multiProcessorCount ? ng : c->prop.multiProcessorCount);
+    int64_t nb = rows / 32;
+    if (nb > c->prop.multiProcessorCount) nb = c->prop.multiProcessorCount;
+    if (c->epi_blocks > 0 && nb > c->epi_blocks) nb = c->epi_blocks;
+    return (int)nb;
 }
 /* the product (c_matmul's, through mv_i8, on x's int8 form xq / xds): deferred (true) */
 static bool pe_defer(cu_ctx *c, const cu_weight *w, const int8_t *xq, const float2 *xds, float *y) {
@@ -5301,8 +5317,8 @@ static void pdl_mode(cu_ctx *c, bool small) {
 }
 /* the switch written now and waited for (init, and tests changing it between kernels) */
 /* MLXCEL_CUDA_TRACE=FILE (MLXCEL_CUDA_TRACE_MAX records, 1,024 to 2^27, default 4M): the wait trace (pdl_wait)
- * into a buffer, written to FILE when the backend is freed: "MXTRACE1", the count (u64), then the
- * records (grid u64, t0 u64, t1 u64, sm u32, block u32). A build without -DMLXCEL_CUDA_TRACE=ON
+ * into a buffer, written to FILE when the backend is freed: "MXTRACE2", the count (u64), then the
+ * records (grid u64, t0 u64, t1 u64, t2 u64, sm u32, block u32). A build without -DMLXCEL_CUDA_TRACE=ON
  * says so and traces nothing. */
 static void trace_init(cu_ctx *c) {
     const char *path = getenv("MLXCEL_CUDA_TRACE");
@@ -5338,7 +5354,7 @@ static void trace_write(cu_ctx *c) {
     FILE *f = h ? fopen(c->trace_path, "wb") : NULL;
     if (f && cudaMemcpy(h, c->trace, (size_t)k * sizeof *h, cudaMemcpyDeviceToHost) == cudaSuccess) {
         const unsigned long long cnt = k;
-        fwrite("MXTRACE1", 1, 8, f);
+        fwrite("MXTRACE2", 1, 8, f);
         fwrite(&cnt, 8, 1, f);
         fwrite(h, sizeof *h, k, f);
         fprintf(stderr, "cuda trace: %u records (of %u) into %s\n", k, n, c->trace_path);
@@ -5433,6 +5449,7 @@ extern "C" mx_status mx_backend_cuda_init(mx_backend *out) {
         c->ring_pair = sw.ring_pair;
         c->ring_act = sw.ring_act;
         c->ring_epi = sw.ring_epi;
+        c->epi_blocks = (int)sw.epi_blocks;
         c->trace_cap = sw.trace_max;
     }
     if ((e = cudaStreamCreateWithFlags(&c->st, cudaStreamNonBlocking)) != cudaSuccess) {
@@ -5619,6 +5636,7 @@ extern "C" int mx_backend_cuda_ring_pair_launches(mx_backend *b) { return ((cons
 extern "C" bool mx_backend_cuda_set_ring_act(mx_backend *b, bool on) { return set_flag(&switch_ctx(b)->ring_act, on); }
 extern "C" int mx_backend_cuda_ring_act_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_ring_act; }
 extern "C" bool mx_backend_cuda_set_ring_epi(mx_backend *b, bool on) { return set_flag(&switch_ctx(b)->ring_epi, on); }
+extern "C" int mx_backend_cuda_set_epi_blocks(mx_backend *b, int n) { return set_mode(&switch_ctx(b)->epi_blocks, n, EPI_BLOCKS_MAX); }
 extern "C" int mx_backend_cuda_ring_epi_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_ring_epi; }
 extern "C" int mx_backend_cuda_ring_sc_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_ring_sc; }
 extern "C" void mx_backend_cuda_set_sum_norm(mx_backend *b, bool on) { switch_ctx(b)->sum_norm = on; }

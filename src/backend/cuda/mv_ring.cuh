@@ -128,7 +128,11 @@ __device__ __forceinline__ uint64_t mr_evict_first() {
 
 /* a ring kernel's start: lane 0 of each warp initializes the warp's S mbarriers and issues its
  * first items (issue(t), up to S of its nitem); then the wait on the previous kernel, unless the
- * kernel waited at entry (waited): x, outputs and the norm's inputs come after it */
+ * kernel waited at entry (waited): x, outputs and the norm's inputs come after it. (A block that
+ * starts after the kernel before has ended gets its first loads after the wait back only behind
+ * these copies: ~4 us for Llama-8B's gate/up pair at two 4.6 KB slots a warp, the wait trace's
+ * `load`; yet issuing fewer of them before the wait and the rest after x's loads was slower,
+ * twenty-fourth session, NOTES.md.) */
 template <typename F>
 __device__ __forceinline__ void mr_start(uint64_t *bar, int S, int nitem, int lane, bool waited, const F &issue) {
     if (lane == 0) {
