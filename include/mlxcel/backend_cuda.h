@@ -218,9 +218,11 @@ int mx_backend_cuda_ring_act_launches(mx_backend *b);
 bool mx_backend_cuda_set_ring_epi(mx_backend *b, bool on);
 int mx_backend_cuda_ring_epi_launches(mx_backend *b);
 int mx_backend_cuda_ring_sc_launches(mx_backend *b);
-/* The most blocks of that first product (0, the default: one a multiprocessor, up to one a group of 32
- * rows; MLXCEL_CUDA_EPI_BLOCKS at init): fewer leave multiprocessors free, on which the product after
- * the norm (a gate/up pair) starts copying its weights before the first ends. Returns the previous. */
+/* The most blocks of that first product (0, the default: three quarters of the multiprocessors, a
+ * multiple of 8; never more than one a multiprocessor or one a group of 32 rows; MLXCEL_CUDA_EPI_BLOCKS
+ * at init): fewer than one a multiprocessor leave some free, on which the product after the norm (a
+ * gate/up pair) starts copying its weights before the first ends (Llama-8B q4 decode ~1% faster on
+ * an H100 at 96 of 132). Returns the previous. */
 int mx_backend_cuda_set_epi_blocks(mx_backend *b, int n);
 /* On by default (MLXCEL_CUDA_SUM_NORM=0 at init turns it off; Llama-8B, 128 sequences: 13,525
  * against 13,266 tok/s on the H200): a product split along k by the GEMM on packed q4 weights (one weight, no bias,

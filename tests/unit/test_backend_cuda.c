@@ -1350,7 +1350,7 @@ static void check_ring_act(const ra_case *rc) {
  * 1e-5 of the off's, the reps bit for bit alike; the launches of both sides counted. */
 typedef struct {
     const char *name; int D, Ko, I, bits, gs; mx_dtype sdt; bool gamma, add_one, apart; int how, epi, sc;
-    int eb;   /* the first product's most blocks (MLXCEL_CUDA_EPI_BLOCKS; 0: one a multiprocessor) */
+    int eb;   /* the first product's most blocks (MLXCEL_CUDA_EPI_BLOCKS; 0: 3/4 of the multiprocessors) */
 } re_case;
 static void check_ring_epi(const re_case *rc) {
     const int D = rc->D, I = rc->I, QR = 2 * D, KR = D / 2, L = 5003;
@@ -1466,8 +1466,10 @@ static const re_case g_re[] = {
     {"cuda_ring_epi_head_no_gamma_apart", 2048, 2048, 3072, 4, 64, MX_DTYPE_BF16, false, false, true, 1, 1, 1, 0},
     {"cuda_ring_epi_not_product_between", 1024, 2048, 3072, 4, 64, MX_DTYPE_BF16, true, false, false, 2, 0, 0, 0},
     {"cuda_ring_epi_not_read_between", 1024, 2048, 3072, 4, 64, MX_DTYPE_BF16, true, false, true, 3, 0, 0, 0},
-    /* fewer blocks for the first product: Llama-8B's o, 128 groups of rows on 64 blocks; Qwen3-0.6B's
-     * o and down, 32 groups on 7 (4 or 5 a block) */
+    /* other block counts for the first product: Llama-8B's o, 128 groups of rows on one block a
+     * multiprocessor (160: the cap above their count) and on 64 blocks; Qwen3-0.6B's o and down, 32
+     * groups on 7 (4 or 5 a block) */
+    {"cuda_ring_epi_llama_all_sms", 4096, 4096, 14336, 4, 64, MX_DTYPE_BF16, true, false, false, 0, 1, 1, 160},
     {"cuda_ring_epi_llama_64_blocks", 4096, 4096, 14336, 4, 64, MX_DTYPE_BF16, true, false, false, 0, 1, 1, 64},
     {"cuda_ring_epi_qwen_7_blocks", 1024, 2048, 3072, 4, 64, MX_DTYPE_BF16, true, false, false, 0, 2, 2, 7},
 };

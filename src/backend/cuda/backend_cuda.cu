@@ -245,10 +245,11 @@ struct cu_ctx {
                                             * ring product that reads the norm's output (MLXCEL_CUDA_RING_EPI,
                                             * on by default since the twenty-third session: Qwen3-0.6B q4
                                             * batch 1 +3.0-4.4%, Llama-8B +0.2-1.2%, H100, NOTES.md) */
-    int epi_blocks;                        /* the most blocks of its first product, k_mv_ring<.., 4> (0: one a
-                                            * multiprocessor; MLXCEL_CUDA_EPI_BLOCKS): fewer leave
-                                            * multiprocessors free, where the product after it (a gate/up pair)
-                                            * starts copying its weights before this one ends */
+    int epi_blocks;                        /* the most blocks of its first product, k_mv_ring<.., 4>
+                                            * (MLXCEL_CUDA_EPI_BLOCKS; 0: three quarters of the multiprocessors,
+                                            * a multiple of 8, epi_grid): fewer than one a multiprocessor leave
+                                            * some free, where the product after it (a gate/up pair) starts
+                                            * copying its weights before this one ends */
     int n_ring_epi, n_ring_sc;             /* launches of the two sides (tests) */
     float *epi_part;                       /* the parts of the sum of squares, 2 x MR_PARTS (alternate uses) */
     int epi_flip;
@@ -419,7 +420,7 @@ static mx_status read_switches(cu_switches *sw) {
         (st = env_long("MLXCEL_CUDA_DQ_MB", 1, 65536, 256, "MiB", &sw->dq_mb)) ||
         (st = env_long("MLXCEL_CUDA_ATTN_L2PF", 0, 1024, 0, "MiB", &sw->attn_l2pf)) ||
         (st = env_long("MLXCEL_CUDA_TRACE_MAX", 1024, 1L << 27, 4L << 20, "records", &sw->trace_max)) ||
-        (st = env_long("MLXCEL_CUDA_EPI_BLOCKS", 0, EPI_BLOCKS_MAX, 0, "blocks (0: one a multiprocessor)", &sw->epi_blocks)))
+        (st = env_long("MLXCEL_CUDA_EPI_BLOCKS", 0, EPI_BLOCKS_MAX, 0, "blocks (0: 3/4 of the multiprocessors)", &sw->epi_blocks)))
         return st;
     return MX_OK;
 }
@@ -3805,10 +3806,20 @@ static void pr_flush(cu_ctx *c) {
  * own, and neither side has a counter or a block-wide reduction on its path. The product waits
  * (pe_defer), then the add (pe_add) and the norm (pe_norm) wait with it, until a product of the
  * norm's output takes them (pe_take); any other op launches them as they were (pe_flush). */
-static int epi_grid(const cu_ctx *c, int64_t rows) {   /* the blocks of k_mv_ring<.., 4> (mv_ring's pair geometry) */
+/* The blocks of k_mv_ring<.., 4> (mv_ring's pair geometry): a group of 32 rows a block at most, and
+ * at most MLXCEL_CUDA_EPI_BLOCKS, by default three quarters of the multiprocessors (a multiple of 8:
+ * 96 of 132), so that the gate/up pair after it finds a quarter of them free and starts copying its
+ * weights while this one runs. Llama-8B q4's o (128 groups) on 96 blocks: decode +0.8-1.5% in four
+ * rounds over two calls (H100: 460.4-461.0 tok/s against 454.2-456.8 on 128 blocks; the pair's
+ * `next` 25.4 us against 28.6, o's 6.5 against 4.8, the attention's 5.1 against 4.2, in the wait
+ * trace); 112 blocks 459.3-459.6; 64 blocks 449 (o and the attention slower by more than the pair
+ * gains), 32 436. Qwen3-0.6B's o and down (32 groups) are below it (16 blocks: -8%). Twenty-fourth
+ * session, NOTES.md. */
+static int epi_grid(const cu_ctx *c, int64_t rows) {
+    const int nsm = c->prop.multiProcessorCount, cap = c->epi_blocks > 0 ? c->epi_blocks : nsm * 3 / 4 / 8 * 8;
     int64_t nb = rows / 32;
-    if (nb > c->prop.multiProcessorCount) nb = c->prop.multiProcessorCount;
-    if (c->epi_blocks > 0 && nb > c->epi_blocks) nb = c->epi_blocks;
+    if (nb > nsm) nb = nsm;
+    if (cap > 0 && nb > cap) nb = cap;
     return (int)nb;
 }
 /* the product (c_matmul's, through mv_i8, on x's int8 form xq / xds): deferred (true) */
