@@ -16,7 +16,10 @@ form, MXTRACE2), the mean over its blocks of the time an L2 load issued as the w
 come back (what the kernel's first loads wait for, e.g. behind the weight copies a block issued
 before its wait). The kernels are ordered by
 `go`; a step is a run of kernels whose next one starts (its first block at the wait) more than
---gap us (default 8) after the one before let its last block go, the host's part between replays.
+--gap us after the one before let its last block go, the host's part between replays (without
+--gap: of 8, 50 and 200, the one whose most common step is the longest, seen 3 times at least, the
+smaller on a tie: long kernels that hold the next one's blocks off the multiprocessors until they end,
+as dense bf16 products do, leave gaps of tens of us inside a step).
 Per step: its kernels and its span (first go to the next step's first go). For the last --steps
 steps (default 3) of the most common length, per kernel position: `next`, the time from its go to
 the next kernel's go (the critical path, kernel by kernel), averaged, and the blocks; --labels
@@ -91,7 +94,7 @@ def steps_of(ks, gap_ns):
 
 def main(argv):
     args = argv[1:]
-    opts = {"--steps": "3", "--gap": "8", "--split": "100", "--labels": ""}
+    opts = {"--steps": "3", "--gap": "", "--split": "100", "--labels": ""}
     path = None
     i = 0
     while i < len(args):
@@ -106,11 +109,12 @@ def main(argv):
     if not path:
         sys.exit(__doc__)
     try:
-        nsteps, gap, split = int(opts["--steps"]), float(opts["--gap"]) * 1000, float(opts["--split"]) * 1000
+        nsteps, split = int(opts["--steps"]), float(opts["--split"]) * 1000
+        gaps = [float(opts["--gap"]) * 1000] if opts["--gap"] else [8000.0, 50000.0, 200000.0]
     except ValueError:
         sys.exit(f"--steps takes a whole number, --gap and --split a number of us "
                  f"(got {opts['--steps']!r}, {opts['--gap']!r}, {opts['--split']!r})")
-    if nsteps < 1 or not gap > 0 or not split > 0:
+    if nsteps < 1 or not all(g > 0 for g in gaps) or not split > 0:
         sys.exit("--steps, --gap and --split must be positive")
     try:
         labels = [l.rstrip("\n") for l in open(opts["--labels"])] if opts["--labels"] else []
@@ -120,7 +124,14 @@ def main(argv):
     ks = kernels(recs, split)
     if not ks:
         sys.exit(f"{path}: no records")
-    steps = steps_of(ks, gap)
+    best = None
+    for g in gaps:
+        st = steps_of(ks, g)
+        n, cnt = Counter(len(s) for s in st).most_common(1)[0]
+        key = (cnt >= 3 or len(gaps) == 1, n)
+        if best is None or key > best[0]:
+            best = (key, g, st)
+    _, gap, steps = best
     print(f"{len(recs)} records, {len(ks)} kernels, {len(steps)} steps (a new step where a kernel starts "
           f">{gap / 1000:g} us after the one before let its last block go)")
     lens = Counter(len(s) for s in steps)

@@ -67,6 +67,27 @@ head -c 60 "$T/g.bin" >"$T/short2.bin"
 expect_fail trace_truncated_v2 "24 records announced, 1 present" $PY "$T/short2.bin"
 # with a cut longer than a step, each grid's four launches read as one
 $PY "$T/g.bin" --split 300 2>&1 | grep -q "^24 records, 3 kernels" && pass trace_split || fail trace_split "$($PY "$T/g.bin" --split 300 2>&1)"
+# long kernels (dense bf16): the next one's blocks start 30 us after the one before let its last go,
+# steps 1 ms apart; without --gap the reader takes the gap whose steps are longest (here 50 us:
+# 4 steps of 3); --gap 8 cuts after every kernel
+python3 - "$T/l.bin" <<'PY'
+import struct, sys
+recs = []
+for s in range(4):
+    base = 1_000_000 + s * 1_000_000
+    for grid, (start, go, last) in enumerate(((0, 1000, 1500), (31500, 40000, 40500), (70500, 80000, 80500)), 201):
+        recs.append((grid, base + start, base + go, base + go + 400, 3, 0))
+        recs.append((grid, base + start + 100, base + last, base + last + 400, 7, 1))
+with open(sys.argv[1], "wb") as f:
+    f.write(b"MXTRACE2" + struct.pack("<Q", len(recs)))
+    for r in recs:
+        f.write(struct.pack("<QQQQII", *r))
+PY
+out=$($PY "$T/l.bin" 2>&1)
+echo "$out" | grep -q "^24 records, 12 kernels, 4 steps (a new step where a kernel starts >50 us" &&
+  echo "$out" | grep -q "the most common, 3, 4 steps" && pass trace_gap_auto || fail trace_gap_auto "$out"
+$PY "$T/l.bin" --gap 8 2>&1 | grep -q "^24 records, 12 kernels, 12 steps" && pass trace_gap_given ||
+  fail trace_gap_given "$($PY "$T/l.bin" --gap 8 2>&1)"
 expect_fail trace_bad_split "must be positive" $PY "$T/t.bin" --split 0
 expect_fail trace_zero_steps "must be positive" $PY "$T/t.bin" --steps 0
 expect_fail trace_missing_labels "nolabels: No such file" $PY "$T/t.bin" --labels "$T/nolabels"
