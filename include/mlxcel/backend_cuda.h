@@ -224,6 +224,12 @@ int mx_backend_cuda_ring_sc_launches(mx_backend *b);
  * gate/up pair) starts copying its weights before the first ends (Llama-8B q4 decode ~1% faster on
  * an H100 at 96 of 132). Returns the previous. */
 int mx_backend_cuda_set_epi_blocks(mx_backend *b, int n);
+/* A batch-1 q4/q8 gate/up pair on the ring as blocks of half the ring's warps with a small ring, two a
+ * multiprocessor, so that one fits beside a block of the product before it and starts copying its
+ * weights before that one ends (MLXCEL_CUDA_PAIR_HALF=1 at init; off by default: written in the
+ * twenty-fourth session, not yet run on a GPU). The same bits either way. Returns the previous. */
+bool mx_backend_cuda_set_pair_half(mx_backend *b, bool on);
+int mx_backend_cuda_pair_half_launches(mx_backend *b);
 /* On by default (MLXCEL_CUDA_SUM_NORM=0 at init turns it off; Llama-8B, 128 sequences: 13,525
  * against 13,266 tok/s on the H200): a product split along k by the GEMM on packed q4 weights (one weight, no bias,
  * 17..128 rows of x), then an add of its output, then an rmsnorm of that sum: the rmsnorm reads

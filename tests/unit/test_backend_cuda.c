@@ -71,7 +71,8 @@ static void test_select(void) {
                                          {"MLXCEL_CUDA_TOPK_ONE", "2"}, {"MLXCEL_CUDA_RING_EPI", "on"},
                                          {"MLXCEL_CUDA_RING_EPI", "2"}, {"MLXCEL_CUDA_TRACE_MAX", "100"},
                                          {"MLXCEL_CUDA_TRACE_MAX", "4m"}, {"MLXCEL_CUDA_EPI_BLOCKS", "161"},
-                                         {"MLXCEL_CUDA_EPI_BLOCKS", "-1"}, {"MLXCEL_CUDA_EPI_BLOCKS", "auto"}};
+                                         {"MLXCEL_CUDA_EPI_BLOCKS", "-1"}, {"MLXCEL_CUDA_EPI_BLOCKS", "auto"},
+                                         {"MLXCEL_CUDA_PAIR_HALF", "2"}, {"MLXCEL_CUDA_PAIR_HALF", "on"}};
     unsetenv("MLXCEL_DEVICE");
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         setenv(bad[i][0], bad[i][1], 1);
@@ -91,9 +92,10 @@ static void test_select(void) {
     setenv("MLXCEL_CUDA_ATTN_EARLY", "0", 1); setenv("MLXCEL_CUDA_ATTN_L2PF", "16", 1); setenv("MLXCEL_CUDA_MV_DENSE_SHORT", "1", 1);
     setenv("MLXCEL_CUDA_FAST_REPLAY", "1", 1); setenv("MLXCEL_CUDA_TOPK_ONE", "1", 1);
     setenv("MLXCEL_CUDA_RING_EPI", "0", 1); setenv("MLXCEL_CUDA_TRACE_MAX", "2048", 1); setenv("MLXCEL_CUDA_EPI_BLOCKS", "64", 1);
+    setenv("MLXCEL_CUDA_PAIR_HALF", "1", 1);
     TCHECK(mx_backend_cuda_check_env() == MX_OK, "good switches refused: %s", mx_last_error());
     unsetenv("MLXCEL_CUDA_FAST_REPLAY"); unsetenv("MLXCEL_CUDA_TOPK_ONE");
-    unsetenv("MLXCEL_CUDA_RING_EPI"); unsetenv("MLXCEL_CUDA_TRACE_MAX"); unsetenv("MLXCEL_CUDA_EPI_BLOCKS");
+    unsetenv("MLXCEL_CUDA_RING_EPI"); unsetenv("MLXCEL_CUDA_TRACE_MAX"); unsetenv("MLXCEL_CUDA_EPI_BLOCKS"); unsetenv("MLXCEL_CUDA_PAIR_HALF");
     unsetenv("MLXCEL_CUDA_ATTN_PREP"); unsetenv("MLXCEL_CUDA_RING_PAIR"); unsetenv("MLXCEL_CUDA_RING_ACT");
     unsetenv("MLXCEL_CUDA_ATTN_EARLY"); unsetenv("MLXCEL_CUDA_ATTN_L2PF"); unsetenv("MLXCEL_CUDA_MV_DENSE_SHORT");
     unsetenv("MLXCEL_CUDA_FUSED"); unsetenv("MLXCEL_CUDA_FUSED_PF"); unsetenv("MLXCEL_CUDA_GEMM_SK");
@@ -1417,15 +1419,20 @@ static void check_ring_epi(const re_case *rc) {
         const bool was = mx_backend_cuda_set_ring_epi(&G, mode == 1);
         const int eb_was = mx_backend_cuda_set_epi_blocks(&G, rc->eb);
         for (int rep = 0; rep < 3; rep++) {
+            /* (rep 2: the gate/up pair as blocks of half the warps, two a multiprocessor: the same bits) */
+            const bool half_was = mx_backend_cuda_set_pair_half(&G, rep == 2);
             float *dd = gnan(tot), *dm = gnan(D), *dxa = gnan(D);
             G.i->write(G.ctx, dd + off[H], h0, (size_t)D * 4);
             float *dx = rc->apart ? dxa : dm;
-            const int e0 = mx_backend_cuda_ring_epi_launches(&G), s0 = mx_backend_cuda_ring_sc_launches(&G);
+            const int e0 = mx_backend_cuda_ring_epi_launches(&G), s0 = mx_backend_cuda_ring_sc_launches(&G),
+                      h0 = mx_backend_cuda_pair_half_launches(&G);
             #define memcpy_x_(B, dst, src, n) (void)0
             RE_OPS(G, dd, dm, dx, dat, dz);
             #undef memcpy_x_
             const int ge = mx_backend_cuda_ring_epi_launches(&G) - e0, gs = mx_backend_cuda_ring_sc_launches(&G) - s0;
             const bool on = mode == 1 && sm90;
+            const int gh = mx_backend_cuda_pair_half_launches(&G) - h0;   /* (how 0 has one pair: gate/up) */
+            TCHECK(gh == (rep == 2 && sm90 && rc->how == 0 ? 1 : 0), "mode %d rep %d: %d pairs in half blocks", mode, rep, gh);
             TCHECK(ge == (on ? rc->epi : 0) && gs == (on ? rc->sc : 0), "mode %d rep %d: %d products with the add and %d on the scaled form, expected %d and %d",
                    mode, rep, ge, gs, on ? rc->epi : 0, on ? rc->sc : 0);
             res[mode][rep] = gdown(dd, tot);
@@ -1433,6 +1440,7 @@ static void check_ring_epi(const re_case *rc) {
             memcpy(res[mode][rep] + off[X], xh, (size_t)D * 4);
             free(xh);
             G.i->free(G.ctx, dd); G.i->free(G.ctx, dm); G.i->free(G.ctx, dxa);
+            mx_backend_cuda_set_pair_half(&G, half_was);
             TCHECK(mx_backend_cuda_status(&G) == MX_OK, "status: %s", mx_last_error());
             static const char *const nm[NB] = {"h", "x", "g", "u", "q", "k", "v", "head", "second product", "sum"};
             for (int i = 0; i < NB; i++) {

@@ -245,12 +245,17 @@ struct cu_ctx {
                                             * ring product that reads the norm's output (MLXCEL_CUDA_RING_EPI,
                                             * on by default since the twenty-third session: Qwen3-0.6B q4
                                             * batch 1 +3.0-4.4%, Llama-8B +0.2-1.2%, H100, NOTES.md) */
+    int pair_half;                         /* a batch-1 q4/q8 gate/up pair on the ring as blocks of half the
+                                            * warps and a small ring, two a multiprocessor, so that one fits
+                                            * beside a block of the product before it (MLXCEL_CUDA_PAIR_HALF,
+                                            * off; written in the twenty-fourth session, not run on a GPU) */
     int epi_blocks;                        /* the most blocks of its first product, k_mv_ring<.., 4>
                                             * (MLXCEL_CUDA_EPI_BLOCKS; 0: three quarters of the multiprocessors,
                                             * a multiple of 8, epi_grid): fewer than one a multiprocessor leave
                                             * some free, where the product after it (a gate/up pair) starts
                                             * copying its weights before this one ends */
     int n_ring_epi, n_ring_sc;             /* launches of the two sides (tests) */
+    int n_pair_half;                       /* launches of a pair in half blocks (tests) */
     float *epi_part;                       /* the parts of the sum of squares, 2 x MR_PARTS (alternate uses) */
     int epi_flip;
     bool pe_allow;                         /* c_matmul's product may wait (mv_i8) */
@@ -351,7 +356,7 @@ static pdl_launch<KArgs...> PL(cu_ctx *c, void (*k)(KArgs...), dim3 g, dim3 b, s
  * the default; anything else is an error naming the variable and what it takes. */
 enum { GM_AUTO, GM_CUBLAS, GM_MMA, GM_WG, GM_NMODES };   /* MLXCEL_CUDA_GEMM, in k_gemm_modes' order */
 static const char *const k_gemm_modes[] = {"auto", "cublas", "mma", "wgmma"};
-struct cu_switches { int attn, attn_dec, attn_prep, gqa, gemm, gemm_rot, gemm_sk, gemm_pair, sum_norm, sum_qkv, att_gq, pdl, mv, profile, kv, graphs, fused, mv_ring, ring_norm, ring_bf, ring_pair, ring_act, ring_epi, attn_early, dense_short, fast_replay, topk_one; long dq_mb, fused_pf, mr_kb, mr_slot, mr_warps, attn_l2pf, trace_max, epi_blocks; };   /* kv: checked here, read by kv_init */
+struct cu_switches { int attn, attn_dec, attn_prep, gqa, gemm, gemm_rot, gemm_sk, gemm_pair, sum_norm, sum_qkv, att_gq, pdl, mv, profile, kv, graphs, fused, mv_ring, ring_norm, ring_bf, ring_pair, ring_act, ring_epi, attn_early, dense_short, fast_replay, topk_one; long dq_mb, fused_pf, mr_kb, mr_slot, mr_warps, attn_l2pf, trace_max, epi_blocks; int pair_half; };   /* kv: checked here, read by kv_init */
 static mx_status env_choice(const char *name, const char *const *vals, int n, int def, int *out) {
     const char *e = getenv(name);
     *out = def;
@@ -377,6 +382,7 @@ static mx_status env_long(const char *name, long lo, long hi, long def, const ch
     return MX_OK;
 }
 #define EPI_BLOCKS_MAX 160   /* MLXCEL_CUDA_EPI_BLOCKS's most: MR_PARTS (mv_ring.cuh, checked there) */
+#define PAIR_HALF_KB 76      /* MLXCEL_CUDA_PAIR_HALF: a block's ring (two 4.6 KB slots a warp of 8) */
 static mx_status read_switches(cu_switches *sw) {
     static const char *const attn[] = {"mma", "tiled", "pertoken"}, *const attn_dec[] = {"vec", "lanes"},
                              *const onoff[] = {"0", "1"},
@@ -411,7 +417,8 @@ static mx_status read_switches(cu_switches *sw) {
         (st = env_choice("MLXCEL_CUDA_RING_EPI", onoff, 2, 1, &sw->ring_epi)) ||
         (st = env_choice("MLXCEL_CUDA_MV_DENSE_SHORT", onoff, 2, 0, &sw->dense_short)) ||
         (st = env_choice("MLXCEL_CUDA_FAST_REPLAY", onoff, 2, 1, &sw->fast_replay)) ||
-        (st = env_choice("MLXCEL_CUDA_TOPK_ONE", onoff, 2, 1, &sw->topk_one)))
+        (st = env_choice("MLXCEL_CUDA_TOPK_ONE", onoff, 2, 1, &sw->topk_one)) ||
+        (st = env_choice("MLXCEL_CUDA_PAIR_HALF", onoff, 2, 0, &sw->pair_half)))
         return st;
     if ((st = env_long("MLXCEL_CUDA_FUSED_PF", 0, 64, 0, "chunks", &sw->fused_pf)) ||
         (st = env_long("MLXCEL_CUDA_MV_RING_KB", 8, MR_RING_KB_MAX, MR_RING_KB, "KB", &sw->mr_kb)) ||
@@ -3566,15 +3573,21 @@ static bool mv_ring(cu_ctx *c, int nw, const cu_weight *const *w, const int8_t *
     if (set.row_wb % 16 || set.row_sb % 16) return false;
     for (int k = 0; k < nw; k++)
         if (((uintptr_t)w[k]->w | (uintptr_t)w[k]->scales | (uintptr_t)w[k]->biases) & 15) return false;
-    /* rows a slot: the most (4, 2, 1) whose codes fit the slot cap and leave two slots a warp */
-    const int nwarp = c->mr_warps, ring = c->mr_kb << 10;
+    /* rows a slot: the most (4, 2, 1) whose codes fit the slot cap and leave two slots a warp. A pair
+     * with MLXCEL_CUDA_PAIR_HALF: blocks of half the warps and a ring of PAIR_HALF_KB, two a
+     * multiprocessor (as many copies in flight as one block of all the warps), so that one fits beside
+     * a block of o's product (Llama-8B q4: 75 + 87 registers a thread at 512 and 256 threads, ~147 +
+     * ~74 KB) and starts copying its weights before that product ends. */
+    const bool half = pair && c->pair_half && c->mr_warps >= 2;
+    const int nwarp = half ? c->mr_warps / 2 : c->mr_warps, ring = half ? PAIR_HALF_KB << 10 : c->mr_kb << 10;
     auto slots_of = [&](int r) { return ring / (nwarp * (r * (set.row_wb + 2 * set.row_sb) + 8)); };   /* (+8: a slot's mbarrier) */
     int rs = 4;
     while (rs > 1 && (rs * set.row_wb > c->mr_slot || slots_of(rs) < 2)) rs /= 2;
     set.slot_b = rs * (set.row_wb + 2 * set.row_sb);
     int64_t run;
     if (pair || epi) {   /* (the blocks take runs of whole groups of 32 rows of both weights: mr_pair_block) */
-        const int64_t ng = w[0]->rows / 32, nb = epi ? epi_grid(c, w[0]->rows) : ng < c->prop.multiProcessorCount ? ng : c->prop.multiProcessorCount;
+        const int64_t ng = w[0]->rows / 32, nsm = (half ? 2 : 1) * (int64_t)c->prop.multiProcessorCount,
+                      nb = epi ? epi_grid(c, w[0]->rows) : ng < nsm ? ng : nsm;
         run = (ng + nb - 1) / nb * 32;
         set.blk0[0] = 0; set.blk0[1] = set.blk0[2] = (int)nb;
         if (epi && dry == 0 && nm->np != (int)nb) return false;   /* (the parts it leaves: epi_grid) */
@@ -3626,6 +3639,7 @@ static bool mv_ring(cu_ctx *c, int nw, const cu_weight *const *w, const int8_t *
     if (p == 3) c->n_ring_pair++;
     if (p == 4) c->n_ring_epi++;
     if (sc) c->n_ring_sc++;
+    if (half) c->n_pair_half++;
     return true;
 }
 
@@ -5461,6 +5475,7 @@ extern "C" mx_status mx_backend_cuda_init(mx_backend *out) {
         c->ring_act = sw.ring_act;
         c->ring_epi = sw.ring_epi;
         c->epi_blocks = (int)sw.epi_blocks;
+        c->pair_half = sw.pair_half;
         c->trace_cap = sw.trace_max;
     }
     if ((e = cudaStreamCreateWithFlags(&c->st, cudaStreamNonBlocking)) != cudaSuccess) {
@@ -5648,6 +5663,8 @@ extern "C" bool mx_backend_cuda_set_ring_act(mx_backend *b, bool on) { return se
 extern "C" int mx_backend_cuda_ring_act_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_ring_act; }
 extern "C" bool mx_backend_cuda_set_ring_epi(mx_backend *b, bool on) { return set_flag(&switch_ctx(b)->ring_epi, on); }
 extern "C" int mx_backend_cuda_set_epi_blocks(mx_backend *b, int n) { return set_mode(&switch_ctx(b)->epi_blocks, n, EPI_BLOCKS_MAX); }
+extern "C" bool mx_backend_cuda_set_pair_half(mx_backend *b, bool on) { return set_flag(&switch_ctx(b)->pair_half, on); }
+extern "C" int mx_backend_cuda_pair_half_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_pair_half; }
 extern "C" int mx_backend_cuda_ring_epi_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_ring_epi; }
 extern "C" int mx_backend_cuda_ring_sc_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_ring_sc; }
 extern "C" void mx_backend_cuda_set_sum_norm(mx_backend *b, bool on) { switch_ctx(b)->sum_norm = on; }
