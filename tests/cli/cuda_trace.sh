@@ -7,22 +7,28 @@ source "$(dirname "$0")/lib.sh"
 T=$(mktemp -d /tmp/mlxcel-trace-XXXXXX)
 trap 'rm -rf "$T"' EXIT
 PY="python3 $MLXCEL_ROOT/tools/cuda_trace.py"
-python3 - "$T/t.bin" <<'PY'
+# mk OUT FORM SPACING_NS GRIDS "start,go,last,t2a,t2b ..." (ns into a step; t2 after go and after last):
+# four steps SPACING apart, each kernel two blocks (block 0 let go at go, block 1 at last); GRIDS
+# "new" gives every launch its own grid id, "reuse" the first step's ids to every step (a graph)
+cat >"$T/mk.py" <<'PY'
 import struct, sys
-recs = []
-grid = 100
+out, form, spacing, grids = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+kern = [tuple(int(v) for v in k.split(",")) for k in sys.argv[5].split()]
+recs, grid = [], 100
 for s in range(4):
-    base = 1_000_000 + s * 100_000   # ns; a step every 100 us
-    # (start, go, last) of each kernel: go 1, 5, 12 us into the step
-    for start, go, last in ((0, 1000, 1200), (500, 5000, 5500), (4000, 12000, 13000)):
-        grid += 1
-        recs.append((grid, base + start, base + go, 3, 0))
-        recs.append((grid, base + start + 100, base + last, 7, 1))
-with open(sys.argv[1], "wb") as f:
-    f.write(b"MXTRACE1" + struct.pack("<Q", len(recs)))
-    for r in recs:
-        f.write(struct.pack("<QQQII", *r))
+    base = 1_000_000 + s * spacing
+    for i, (start, go, last, ta, tb) in enumerate(kern):
+        grid = grid + 1 if grids == "new" else 101 + i
+        recs.append((grid, base + start, base + go, base + go + ta, 3, 0))
+        recs.append((grid, base + start + 100, base + last, base + last + tb, 7, 1))
+with open(out, "wb") as f:
+    f.write(b"MXTRACE%d" % form + struct.pack("<Q", len(recs)))
+    for g, t0, t1, t2, sm, b in recs:
+        f.write(struct.pack("<QQQQII", g, t0, t1, t2, sm, b) if form == 2 else struct.pack("<QQQII", g, t0, t1, sm, b))
 PY
+MK="python3 $T/mk.py"
+# a step every 100 us; kernels go 1, 5, 12 us into it
+$MK "$T/t.bin" 1 100000 new "0,1000,1200,0,0 500,5000,5500,0,0 4000,12000,13000,0,0"
 out=$($PY "$T/t.bin" --steps 2 2>&1); rc=$?
 if [ $rc -eq 0 ] && echo "$out" | grep -q "^24 records, 12 kernels, 4 steps" && echo "$out" | grep -q "the most common, 3, 4 steps"; then
   pass trace_steps; else fail trace_steps "rc $rc: $out"; fi
@@ -45,19 +51,7 @@ expect_fail trace_bad_steps "whole number" $PY "$T/t.bin" --steps two
 # a graph's replays launch each node under the same grid id: the same steps 200 us apart, the three
 # grid ids of the first step reused by every step, read as the 12 launches they are; in the second
 # form (MXTRACE2: t2, when a load issued at t1 came back; 0.3 and 0.9 us: a mean of 0.60, the `load`)
-python3 - "$T/g.bin" <<'PY'
-import struct, sys
-recs = []
-for s in range(4):
-    base = 1_000_000 + s * 200_000
-    for grid, (start, go, last) in enumerate(((0, 1000, 1200), (500, 5000, 5500), (4000, 12000, 13000)), 101):
-        recs.append((grid, base + start, base + go, base + go + 300, 3, 0))
-        recs.append((grid, base + start + 100, base + last, base + last + 900, 7, 1))
-with open(sys.argv[1], "wb") as f:
-    f.write(b"MXTRACE2" + struct.pack("<Q", len(recs)))
-    for r in recs:
-        f.write(struct.pack("<QQQQII", *r))
-PY
+$MK "$T/g.bin" 2 200000 reuse "0,1000,1200,300,900 500,5000,5500,300,900 4000,12000,13000,300,900"
 out=$($PY "$T/g.bin" --steps 2 2>&1)
 if echo "$out" | grep -q "^24 records, 12 kernels, 4 steps" && echo "$out" | grep -qE "^ +2 +189\.00 +8\.00 +1\.00 +2 +0\.60"; then
   pass trace_graph_ids; else fail trace_graph_ids "$out"; fi
@@ -70,19 +64,7 @@ $PY "$T/g.bin" --split 300 2>&1 | grep -q "^24 records, 3 kernels" && pass trace
 # long kernels (dense bf16): the next one's blocks start 30 us after the one before let its last go,
 # steps 1 ms apart; without --gap the reader takes the gap whose steps are longest (here 50 us:
 # 4 steps of 3); --gap 8 cuts after every kernel
-python3 - "$T/l.bin" <<'PY'
-import struct, sys
-recs = []
-for s in range(4):
-    base = 1_000_000 + s * 1_000_000
-    for grid, (start, go, last) in enumerate(((0, 1000, 1500), (31500, 40000, 40500), (70500, 80000, 80500)), 201):
-        recs.append((grid, base + start, base + go, base + go + 400, 3, 0))
-        recs.append((grid, base + start + 100, base + last, base + last + 400, 7, 1))
-with open(sys.argv[1], "wb") as f:
-    f.write(b"MXTRACE2" + struct.pack("<Q", len(recs)))
-    for r in recs:
-        f.write(struct.pack("<QQQQII", *r))
-PY
+$MK "$T/l.bin" 2 1000000 reuse "0,1000,1500,400,400 31500,40000,40500,400,400 70500,80000,80500,400,400"
 out=$($PY "$T/l.bin" 2>&1)
 echo "$out" | grep -q "^24 records, 12 kernels, 4 steps (a new step where a kernel starts >50 us" &&
   echo "$out" | grep -q "the most common, 3, 4 steps" && pass trace_gap_auto || fail trace_gap_auto "$out"
