@@ -3552,6 +3552,12 @@ static bool mv_i8_ok(const cu_ctx *c, const cu_weight *w, const cu_weight *w0, i
  * scale from the parts nm->part (nm->np of them; eps and the norm's output nm->y, stored from
  * nm->a and nm->g). dry: 1 only whether it applies (nothing launched, no state changed), 2 also
  * the form's shared-memory limit raised (nothing launched). */
+/* the blocks of a ring launch that takes runs of whole groups of 32 rows (mr_pair_block): one a
+ * group, at most one a multiprocessor (two with MLXCEL_CUDA_PAIR_HALF's half blocks) */
+static int64_t group_grid(const cu_ctx *c, int64_t rows, bool half) {
+    const int64_t ng = rows / 32, nsm = (half ? 2 : 1) * (int64_t)c->prop.multiProcessorCount;
+    return ng < nsm ? ng : nsm;
+}
 static int epi_grid(const cu_ctx *c, int64_t rows);
 static bool mv_ring(cu_ctx *c, int nw, const cu_weight *const *w, const int8_t *xq, const float2 *xds, float *const *ys,
                     const mr_norm *nm, int pro = 1, int dry = 0, bool sc = false) {
@@ -3586,8 +3592,7 @@ static bool mv_ring(cu_ctx *c, int nw, const cu_weight *const *w, const int8_t *
     set.slot_b = rs * (set.row_wb + 2 * set.row_sb);
     int64_t run;
     if (pair || epi) {   /* (the blocks take runs of whole groups of 32 rows of both weights: mr_pair_block) */
-        const int64_t ng = w[0]->rows / 32, nsm = (half ? 2 : 1) * (int64_t)c->prop.multiProcessorCount,
-                      nb = epi ? epi_grid(c, w[0]->rows) : ng < nsm ? ng : nsm;
+        const int64_t ng = w[0]->rows / 32, nb = epi ? epi_grid(c, w[0]->rows) : group_grid(c, w[0]->rows, half);
         run = (ng + nb - 1) / nb * 32;
         set.blk0[0] = 0; set.blk0[1] = set.blk0[2] = (int)nb;
         if (epi && dry == 0 && nm->np != (int)nb) return false;   /* (the parts it leaves: epi_grid) */
@@ -3830,11 +3835,9 @@ static void pr_flush(cu_ctx *c) {
  * gains), 32 436. Qwen3-0.6B's o and down (32 groups) are below it (16 blocks: -8%). Twenty-fourth
  * session, NOTES.md. */
 static int epi_grid(const cu_ctx *c, int64_t rows) {
-    const int nsm = c->prop.multiProcessorCount, cap = c->epi_blocks > 0 ? c->epi_blocks : nsm * 3 / 4 / 8 * 8;
-    int64_t nb = rows / 32;
-    if (nb > nsm) nb = nsm;
-    if (cap > 0 && nb > cap) nb = cap;
-    return (int)nb;
+    const int cap = c->epi_blocks > 0 ? c->epi_blocks : c->prop.multiProcessorCount * 3 / 4 / 8 * 8;
+    const int64_t nb = group_grid(c, rows, false);
+    return (int)(cap > 0 && nb > cap ? cap : nb);
 }
 /* the product (c_matmul's, through mv_i8, on x's int8 form xq / xds): deferred (true) */
 static bool pe_defer(cu_ctx *c, const cu_weight *w, const int8_t *xq, const float2 *xds, float *y) {
@@ -5368,13 +5371,12 @@ static void trace_init(cu_ctx *c) {
 static void trace_write(cu_ctx *c) {
 #ifdef MLXCEL_CUDA_TRACE
     if (!c->trace) return;
-    unsigned n = 0, cap = 0;
+    unsigned n = 0;
     void *none = NULL;
     cudaDeviceSynchronize();
     cudaMemcpyFromSymbol(&n, g_trace_n, sizeof n);
-    cudaMemcpyFromSymbol(&cap, g_trace_cap, sizeof cap);
     cudaMemcpyToSymbol(g_trace, &none, sizeof none);
-    const unsigned k = n < cap ? n : cap;
+    const unsigned cap = (unsigned)c->trace_cap, k = n < cap ? n : cap;   /* (trace_init's) */
     cu_trace_rec *h = (cu_trace_rec *)malloc((size_t)k * sizeof *h + 1);
     FILE *f = h ? fopen(c->trace_path, "wb") : NULL;
     if (f && cudaMemcpy(h, c->trace, (size_t)k * sizeof *h, cudaMemcpyDeviceToHost) == cudaSuccess) {
