@@ -71,6 +71,8 @@ echo "$out" | grep -q "^24 records, 12 kernels, 4 steps (a new step where a kern
 $PY "$T/l.bin" --gap 8 2>&1 | grep -q "^24 records, 12 kernels, 12 steps" && pass trace_gap_given ||
   fail trace_gap_given "$($PY "$T/l.bin" --gap 8 2>&1)"
 expect_fail trace_bad_split "must be positive" $PY "$T/t.bin" --split 0
+expect_fail trace_bad_gap "a number of us" $PY "$T/t.bin" --gap 8us
+expect_fail trace_zero_gap "must be positive" $PY "$T/t.bin" --gap 0
 expect_fail trace_zero_steps "must be positive" $PY "$T/t.bin" --steps 0
 expect_fail trace_missing_labels "nolabels: No such file" $PY "$T/t.bin" --labels "$T/nolabels"
 t_done
