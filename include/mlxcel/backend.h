@@ -198,7 +198,25 @@ typedef struct mx_backend_i {
      * the ops' then fail that step's step_end, and the caller runs it op by op); a caller must
      * pass every host input of its step here. */
     mx_status (*step_replay)(void *ctx, uint64_t key, const mx_step_inputs *in);
+    /* Optional (all three or none; may be NULL): greedy decode steps chained on the device, so
+     * that the next step is launched before this step's token is read (mx_model_greedy_launch).
+     * top1_launch: the topk op with k = 1 for logits' n_rows rows (the same values, ids and lse,
+     *   ties lower id first), left in result slot `slot` (0 or 1) without waiting for it; MX_OK
+     *   when launched, anything else (no error message set): nothing was done.
+     * top1_wait: waits for slot's results and copies its n_rows values, ids and lse to the host.
+     * step_chain: step_replay for a decode step whose token ids (in->tokens is not read) are
+     *   the ids of the last top1_launch, row i the token of row i (in->rows[i] == i, n_rows ==
+     *   n_tokens <= MX_CHAIN_MAX); launched after that top-1 on the device, without the host
+     *   seeing the ids. An id outside the vocabulary (a row of NaNs) is fed as 0: the caller
+     *   must discard such a step. MX_OK when launched; anything else (no error message set): it
+     *   did nothing, and the caller waits for the ids and runs the step as usual. */
+    mx_status (*top1_launch)(void *ctx, const float *logits, int n_rows, int vocab, int slot);
+    mx_status (*top1_wait)(void *ctx, int slot, int n_rows, float *vals_host, int32_t *ids_host, float *lse_host);
+    mx_status (*step_chain)(void *ctx, uint64_t key, const mx_step_inputs *in);
 } mx_backend_i;
+
+/* Most tokens of a step that step_chain takes. */
+#define MX_CHAIN_MAX 32
 
 /* Most candidates the topk op returns per row. */
 #define MX_TOPK_MAX 64

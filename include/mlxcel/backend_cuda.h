@@ -76,6 +76,15 @@ int mx_backend_cuda_fast_replays(mx_backend *b);
  * of those that wrote into host memory. */
 bool mx_backend_cuda_set_topk_one(mx_backend *b, bool on);
 void mx_backend_cuda_topk_one_launches(mx_backend *b, int *launches, int *mapped);
+/* Greedy steps chained on the device (the top1_launch, top1_wait and step_chain ops; used by
+ * mx_model_greedy_launch): a step that step_replay would take is launched right after the last
+ * step's top-1, its tokens fed from the top-1's results by a small kernel that also writes its
+ * positions and KV slots into the pinned stages its graph copies, so that the host reads each
+ * token while the next step runs. On by default; MLXCEL_CUDA_CHAIN=0 at init (the ops then take
+ * nothing, and generation waits for each token as before). Returns the previous setting (setting
+ * it drops the recorded graphs); the count is of the steps chained. */
+bool mx_backend_cuda_set_chain(mx_backend *b, bool on);
+long mx_backend_cuda_chain_steps(mx_backend *b);
 /* How many steps ran as a graph launch so far (tests). */
 int mx_backend_cuda_graph_launches(mx_backend *b);
 /* The last graph captured: its nodes, and its edges by kind: edges3[0] ordinary, [1] programmatic

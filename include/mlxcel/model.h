@@ -84,4 +84,26 @@ mx_status mx_model_forward_topk(mx_model *m, const mx_batch *b, int k, float *va
  * the exact fallback when the candidates do not decide a draw. Valid until the next forward. */
 mx_status mx_model_read_logits(mx_model *m, int row, float *dst);
 
+/* Greedy decoding with the steps chained on the device (a backend with step_chain; CUDA): each
+ * step's top-1 (k = 1 of mx_model_forward_topk: the same value, id and lse) stays on the device,
+ * and the next step can be launched, taking its tokens from there, before the host reads them,
+ * so that the GPU does not wait for the host between steps.
+ * mx_model_greedy_launch: forward the decode batch b (n_decode == n_logits == n_tokens <=
+ *   MX_CHAIN_MAX, logit_rows[i] == i) and launch its top-1 without waiting. When `chained`, b's
+ *   tokens are not read: token i is the id of row i of the last launched step (the backend
+ *   chains it on the device when it can; else this waits for those ids and runs the step with
+ *   them). At most two launched steps may be waiting; MX_ERR_UNSUPPORTED when the backend or
+ *   the batch cannot take this (nothing done; use mx_model_forward_topk).
+ * mx_model_greedy_wait: the oldest launched step's n rows of top-1 results (vals, ids, lse).
+ *   An id the host rejects (an lse that is NaN) means the chained step after it ran with
+ *   another token: call mx_model_greedy_drain and run the rest without chaining.
+ * mx_model_greedy_drain: waits for the launched steps and drops their results (the KV cache
+ *   keeps what they wrote at their positions); a chained launch then has no step to take its
+ *   tokens from. Every other forward, and mx_model_read_logits, does it first. */
+mx_status mx_model_greedy_launch(mx_model *m, const mx_batch *b, bool chained);
+mx_status mx_model_greedy_wait(mx_model *m, float *vals, int32_t *ids, float *lse);
+void mx_model_greedy_drain(mx_model *m);
+/* Steps mx_model_greedy_launch chained on the device since the model was made (tests). */
+long mx_model_greedy_chained(const mx_model *m);
+
 #endif

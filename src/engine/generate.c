@@ -72,6 +72,23 @@ static mx_status run_chunked(mx_model *m, seq_state *s, const int32_t *ids, int 
     return MX_OK;
 }
 
+/* Greedy draws that a row's top-1 decides alone (no bias, penalties or log-probabilities): the
+ * device can pick each step's token itself (mx_model_greedy_launch). */
+static bool top1_decides(const mx_sampling *p) {
+    return p->temperature <= 0.0f && p->n_logit_bias == 0 && !(p->repeat_penalty != 1.0f && p->repeat_penalty > 0) &&
+           p->presence_penalty == 0 && p->frequency_penalty == 0 && p->n_logprobs <= 0;
+}
+
+/* Launch the greedy decode step at `pos` for token *id, or (id NULL) for the token the device
+ * picked in the last launched step. */
+static mx_status greedy_step(mx_model *m, seq_state *s, const int32_t *id, int pos) {
+    static const int32_t row0[1] = {0};
+    if (id) s->tok[0] = *id;
+    s->pos[0] = pos;
+    mx_batch b = {1, id ? s->tok : NULL, s->pos, s->seq, 1, s->max_blocks, s->table, 1, row0, 1};
+    return mx_model_greedy_launch(m, &b, id == NULL);
+}
+
 mx_status mx_generate(mx_model *m, const int32_t *prompt, int n_prompt, const mx_gen_opts *o,
                       mx_gen_cb cb, void *ud, int32_t **out, int *n_out, mx_gen_stats *stats) {
     const mx_model_config *c = mx_model_cfg(m);
@@ -101,10 +118,23 @@ mx_status mx_generate(mx_model *m, const int32_t *prompt, int n_prompt, const mx
     double t1 = mx_time_s();
     stats->prompt_tokens = n_prompt;
     stats->prompt_s = t1 - t0;
-    int n_hist = n_prompt, n_full = 0;
+    int n_hist = n_prompt, n_full = 0, kc = tk.k;
+    /* greedy: the device picks each token and the next step is launched before it is read
+     * (`inflight`: the step for the last drawn token is launched, its candidates come from the
+     * chain: k = 1) */
+    bool chain = top1_decides(&o->sampling), inflight = false;
     for (int i = 0; i < o->n_predict; i++) {
         bool need_full = false;
-        int32_t id = mx_sampler_sample_topk(smp, cand_v, cand_id, tk.k, cand_lse, hist, n_hist, NULL, NULL, &need_full);
+        int32_t id = mx_sampler_sample_topk(smp, cand_v, cand_id, kc, cand_lse, hist, n_hist, NULL, NULL, &need_full);
+        if (need_full && inflight) {
+            /* (a row of NaNs) the step launched after this one on the device may have had another
+             * token: drop it, run this step again, and go on without the chain */
+            mx_model_greedy_drain(m);
+            inflight = chain = false;
+            kc = tk.k;
+            if ((st = run_chunked(m, &s, hist + n_hist - 1, 1, n_hist - 1, 1, logits, false, true, &tk))) goto done;
+            id = mx_sampler_sample_topk(smp, cand_v, cand_id, kc, cand_lse, hist, n_hist, NULL, NULL, &need_full);
+        }
         if (need_full) {   /* the candidates do not decide it: the exact path on the full row */
             n_full++;
             if ((st = mx_model_read_logits(m, 0, logits))) goto done;
@@ -117,8 +147,24 @@ mx_status mx_generate(mx_model *m, const int32_t *prompt, int n_prompt, const mx
         if (cb && !cb(ud, id)) break;
         if (eos && !o->ignore_eos) { stats->hit_eos = true; break; }
         if (i + 1 == o->n_predict) break;
+        if (chain && !inflight) {   /* the step for this token, launched with it */
+            st = greedy_step(m, &s, &id, n_hist - 1);
+            if (st == MX_ERR_UNSUPPORTED) { mx_clear_error(); chain = false; st = MX_OK; }
+            else if (st) goto done;
+            else inflight = true;
+        }
+        if (chain) {
+            /* the step after it (unless no draw will need it), fed on the device, then this one's top-1 */
+            if (i + 2 < o->n_predict && (st = greedy_step(m, &s, NULL, n_hist))) goto done;
+            if ((st = mx_model_greedy_wait(m, cand_v, cand_id, &cand_lse))) goto done;
+            kc = 1;
+            inflight = i + 2 < o->n_predict;
+            continue;
+        }
         if ((st = run_chunked(m, &s, &id, 1, n_hist - 1, 1, logits, false, true, &tk))) goto done;
+        kc = tk.k;
     }
+    mx_model_greedy_drain(m);
     stats->decode_s = mx_time_s() - t1;
     MX_LOGD("generate: %d of %d draws read the full logit row", n_full, stats->gen_tokens);
     *n_out = n_hist - n_prompt;
@@ -126,6 +172,7 @@ mx_status mx_generate(mx_model *m, const int32_t *prompt, int n_prompt, const mx
     if (!*out) { st = mx_errorf(MX_ERR_NOMEM, "out of memory"); goto done; }
     memcpy(*out, hist + n_prompt, (size_t)*n_out * sizeof **out);
 done:
+    mx_model_greedy_drain(m);
     seq_free(&s);
     free(logits);
     free(hist);

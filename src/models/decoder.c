@@ -59,6 +59,15 @@ struct mx_model {
     mx_dlayer *dl;              /* [n_layers] for the backend's decode_layers, when ds_ok */
     mx_dstack ds;
     bool ds_ok;                 /* plain pre-norm layers: one decode token may go through decode_layers */
+    /* mx_model_greedy_*: launched steps whose top-1 results the caller has not taken, oldest
+     * first (their rows, backend result slots, and the results when already brought over) */
+    int gr_n, gr_rows[2], gr_slot[2], gr_next;
+    bool gr_have[2];
+    float gr_v[2][MX_CHAIN_MAX], gr_l[2][MX_CHAIN_MAX];
+    int32_t gr_id[2][MX_CHAIN_MAX];
+    int32_t gr_last[MX_CHAIN_MAX];  /* the ids of the last launched step, once taken */
+    int gr_last_n;
+    long gr_chained;            /* steps step_chain took */
 };
 
 const mx_model_config *mx_model_cfg(const mx_model *m) { return &m->cfg; }
@@ -83,6 +92,7 @@ static mx_status prep_v(mx_model *m, mx_vec *v) {
 
 static void free_buffers(mx_model *m) {
     const mx_backend_i *bi = m->be->i;
+    mx_model_greedy_drain(m);   /* (launched steps still use the buffers) */
     float **bufs[] = {&m->x, &m->h, &m->q, &m->k, &m->v, &m->att, &m->g, &m->u, &m->rows, &m->logits,
                       &m->moe_in, &m->moe_y, &m->moe_out, &m->router, &m->mla_a, &m->mla_s, &m->mla_o};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
@@ -795,19 +805,17 @@ static void forward_ops(mx_model *m, const mx_batch *b, const mx_attn_meta *pmet
     forward_head(m, b, false);
 }
 
-/* Validate the batch and run its ops, leaving b->n_logits rows of logits in m->logits. */
-static mx_status forward_run(mx_model *m, const mx_batch *b) {
-    const mx_backend_i *bi = m->be->i;
-    void *bc = m->be->ctx;
+/* Validate the batch (its token ids too, when it has them) and work out each token's KV slot
+ * (m->slot). */
+static mx_status batch_check(mx_model *m, const mx_batch *b) {
     const mx_model_config *c = &m->cfg;
     const int n = b->n_tokens;
-    m->n_last_logits = 0;
     if (!m->n_blocks) return mx_errorf(MX_ERR_INVALID_ARG, "model not prepared");
     if (n <= 0 || n > m->max_tokens) return mx_errorf(MX_ERR_RANGE, "batch of %d tokens (limit %d)", n, m->max_tokens);
     if (b->n_logits < 0 || b->n_logits > n) return mx_errorf(MX_ERR_RANGE, "bad logit row count");
     if (b->n_decode < 0 || b->n_decode > n) return mx_errorf(MX_ERR_RANGE, "bad decode row count");
     for (int i = 0; i < n; i++) {
-        int32_t t = b->tokens[i], p = b->pos[i], s = b->seq[i];
+        int32_t t = b->tokens ? b->tokens[i] : 0, p = b->pos[i], s = b->seq[i];
         if (t < 0 || t >= c->vocab_size) return mx_errorf(MX_ERR_RANGE, "token id %d is outside the vocabulary (%d)", t, c->vocab_size);
         if (s < 0 || s >= b->n_seqs) return mx_errorf(MX_ERR_RANGE, "bad sequence index %d", s);
         if (p < 0 || p / m->block_size >= b->max_blocks) return mx_errorf(MX_ERR_RANGE, "position %d outside the sequence's blocks", p);
@@ -817,15 +825,36 @@ static mx_status forward_run(mx_model *m, const mx_batch *b) {
     }
     for (int i = 0; i < b->n_logits; i++)
         if (b->logit_rows[i] < 0 || b->logit_rows[i] >= n) return mx_errorf(MX_ERR_RANGE, "bad logit row");
+    return MX_OK;
+}
+
+/* A decode-only batch is a repeated step: backends that can record it (CUDA graphs) replay it
+ * (MoE routes on the host; MLA gathers with host maps). Its key fixes the op sequence. */
+static bool is_step(const mx_model *m, const mx_batch *b) {
+    const mx_backend_i *bi = m->be->i;
+    return bi->step_begin && bi->step_end && b->n_decode == b->n_tokens && b->n_tokens <= 0xffff && !m->has_moe && !m->opts.mla;
+}
+static uint64_t step_key(const mx_batch *b) {
+    return (uint64_t)b->n_tokens | (uint64_t)(b->n_logits & 0xffff) << 16 | (uint64_t)(b->n_seqs & 0xffff) << 32 |
+           (uint64_t)(b->max_blocks & 0xffff) << 48;
+}
+
+/* Validate the batch and run its ops, leaving b->n_logits rows of logits in m->logits. */
+static mx_status forward_run(mx_model *m, const mx_batch *b) {
+    const mx_backend_i *bi = m->be->i;
+    void *bc = m->be->ctx;
+    const int n = b->n_tokens;
+    m->n_last_logits = 0;
+    mx_status st0 = batch_check(m, b);
+    if (st0) return st0;
+    if (!b->tokens) return mx_errorf(MX_ERR_INVALID_ARG, "a batch without token ids");
     mx_attn_meta meta = {n, b->pos, m->slot, b->seq, b->n_seqs, b->max_blocks, b->block_tables};
-    /* A decode-only batch is a repeated step: backends that can record it (CUDA graphs) replay it. */
-    bool step = bi->step_begin && bi->step_end && b->n_decode == n && n <= 0xffff && !m->has_moe && !m->opts.mla;   /* MoE routes on the host; MLA gathers with host maps */
+    bool step = is_step(m, b);
     /* Its host inputs: a backend that recorded the step may launch it again with these without
      * the ops being walked (and may keep them until step_end, to check that they are all). */
     const mx_step_inputs in = {&meta, b->tokens, n, b->logit_rows, b->n_logits};
     if (step) {
-        uint64_t key = (uint64_t)n | (uint64_t)(b->n_logits & 0xffff) << 16 |
-                       (uint64_t)(b->n_seqs & 0xffff) << 32 | (uint64_t)(b->max_blocks & 0xffff) << 48;
+        uint64_t key = step_key(b);
         if (bi->step_replay && bi->step_replay(bc, key, &in) == MX_OK) {
             m->n_last_logits = b->n_logits;
             return MX_OK;
@@ -844,6 +873,7 @@ static mx_status forward_run(mx_model *m, const mx_batch *b) {
 mx_status mx_model_forward(mx_model *m, const mx_batch *b, float *logits_host) {
     const mx_backend_i *bi = m->be->i;
     void *bc = m->be->ctx;
+    mx_model_greedy_drain(m);
     mx_status st = forward_run(m, b);
     if (st) return st;
     if (b->n_logits == 0) { bi->sync(bc); return MX_OK; }
@@ -856,6 +886,7 @@ mx_status mx_model_forward_topk(mx_model *m, const mx_batch *b, int k, float *va
     void *bc = m->be->ctx;
     const int V = m->cfg.vocab_size;
     if (k < 1 || k > MX_TOPK_MAX) return mx_errorf(MX_ERR_INVALID_ARG, "topk: k = %d is outside [1, %d]", k, MX_TOPK_MAX);
+    mx_model_greedy_drain(m);
     mx_status st = forward_run(m, b);
     if (st) return st;
     if (b->n_logits == 0) { bi->sync(bc); return MX_OK; }
@@ -874,9 +905,102 @@ mx_status mx_model_forward_topk(mx_model *m, const mx_batch *b, int k, float *va
 }
 
 mx_status mx_model_read_logits(mx_model *m, int row, float *dst) {
+    mx_model_greedy_drain(m);
     if (row < 0 || row >= m->n_last_logits)
         return mx_errorf(MX_ERR_RANGE, "logit row %d: the last forward produced %d rows", row, m->n_last_logits);
     const size_t V = (size_t)m->cfg.vocab_size;
     m->be->i->read(m->be->ctx, dst, m->logits + (size_t)row * V, V * sizeof(float));
     return MX_OK;
 }
+
+/* ------------------------------------------------------------------------------------------ */
+/* greedy decoding with the steps chained on the device                                         */
+
+/* the backend can chain steps (its top1_launch probe with no rows) and b is a step it can chain */
+static bool gr_able(mx_model *m, const mx_batch *b) {
+    const mx_backend_i *bi = m->be->i;
+    if (!bi->top1_launch || !bi->top1_wait || !bi->step_chain || !is_step(m, b)) return false;
+    const int n = b->n_tokens;
+    if (n < 1 || n > MX_CHAIN_MAX || b->n_logits != n || !b->logit_rows) return false;
+    for (int i = 0; i < n; i++) if (b->logit_rows[i] != i) return false;
+    return bi->top1_launch(m->be->ctx, NULL, 0, m->cfg.vocab_size, 0) == MX_OK;
+}
+
+/* bring launched step i's results over (waiting for them) */
+static mx_status gr_take(mx_model *m, int i) {
+    if (m->gr_have[i]) return MX_OK;
+    mx_status st = m->be->i->top1_wait(m->be->ctx, m->gr_slot[i], m->gr_rows[i], m->gr_v[i], m->gr_id[i], m->gr_l[i]);
+    if (st) return st;
+    m->gr_have[i] = true;
+    return MX_OK;
+}
+
+mx_status mx_model_greedy_launch(mx_model *m, const mx_batch *b, bool chained) {
+    const mx_backend_i *bi = m->be->i;
+    void *bc = m->be->ctx;
+    const int n = b->n_tokens;
+    if (!gr_able(m, b)) return mx_errorf(MX_ERR_UNSUPPORTED, "greedy chain: the backend or the batch does not take it");
+    if (m->gr_n == 2) return mx_errorf(MX_ERR_INVALID_ARG, "greedy chain: two launched steps are waiting to be read");
+    mx_batch bb = *b;
+    bool on_device = false;
+    if (chained) {
+        const int last = m->gr_n - 1;
+        if ((last >= 0 ? m->gr_rows[last] : m->gr_last_n) != n)
+            return mx_errorf(MX_ERR_INVALID_ARG, "greedy chain: no launched step of %d rows to take the tokens from", n);
+        if (last >= 0 && !m->gr_have[last]) {
+            bb.tokens = NULL;
+            mx_status st = batch_check(m, &bb);
+            if (st) return st;
+            mx_attn_meta meta = {n, bb.pos, m->slot, bb.seq, bb.n_seqs, bb.max_blocks, bb.block_tables};
+            const mx_step_inputs in = {&meta, NULL, n, bb.logit_rows, n};
+            on_device = bi->step_chain(bc, step_key(&bb), &in) == MX_OK;
+            /* not chained on the device: the ids come over, and the step runs with them */
+            if (!on_device && (st = gr_take(m, last))) return st;
+        }
+        bb.tokens = last >= 0 ? m->gr_id[last] : m->gr_last;
+    }
+    if (on_device) m->gr_chained++;
+    else {
+        m->n_last_logits = 0;
+        mx_status st = forward_run(m, &bb);
+        if (st) return st;
+    }
+    const int slot = m->gr_next;
+    mx_status st = bi->top1_launch(bc, m->logits, n, m->cfg.vocab_size, slot);
+    if (st) return st;
+    m->gr_next ^= 1;
+    m->n_last_logits = n;
+    m->gr_rows[m->gr_n] = n; m->gr_slot[m->gr_n] = slot; m->gr_have[m->gr_n] = false;
+    m->gr_n++;
+    return MX_OK;
+}
+
+mx_status mx_model_greedy_wait(mx_model *m, float *vals, int32_t *ids, float *lse) {
+    if (m->gr_n == 0) return mx_errorf(MX_ERR_INVALID_ARG, "greedy chain: no launched step to wait for");
+    mx_status st = gr_take(m, 0);
+    if (st) return st;
+    const int n = m->gr_rows[0];
+    memcpy(vals, m->gr_v[0], (size_t)n * sizeof *vals);
+    memcpy(ids, m->gr_id[0], (size_t)n * sizeof *ids);
+    memcpy(lse, m->gr_l[0], (size_t)n * sizeof *lse);
+    if (m->gr_n == 1) { memcpy(m->gr_last, m->gr_id[0], (size_t)n * sizeof *ids); m->gr_last_n = n; }
+    else {   /* the next one moves up */
+        m->gr_rows[0] = m->gr_rows[1]; m->gr_slot[0] = m->gr_slot[1]; m->gr_have[0] = m->gr_have[1];
+        memcpy(m->gr_v[0], m->gr_v[1], sizeof m->gr_v[0]);
+        memcpy(m->gr_id[0], m->gr_id[1], sizeof m->gr_id[0]);
+        memcpy(m->gr_l[0], m->gr_l[1], sizeof m->gr_l[0]);
+    }
+    m->gr_n--;
+    return MX_OK;
+}
+
+void mx_model_greedy_drain(mx_model *m) {
+    m->gr_last_n = 0;   /* (no step to chain from after another forward) */
+    if (!m->gr_n) return;
+    for (int i = 0; i < m->gr_n; i++)
+        if (gr_take(m, i)) mx_clear_error();   /* (a failure stays in the backend's status) */
+    m->gr_n = 0;
+    m->gr_last_n = 0;
+}
+
+long mx_model_greedy_chained(const mx_model *m) { return m->gr_chained; }

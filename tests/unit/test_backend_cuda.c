@@ -72,7 +72,8 @@ static void test_select(void) {
                                          {"MLXCEL_CUDA_RING_EPI", "2"}, {"MLXCEL_CUDA_TRACE_MAX", "100"},
                                          {"MLXCEL_CUDA_TRACE_MAX", "4m"}, {"MLXCEL_CUDA_EPI_BLOCKS", "161"},
                                          {"MLXCEL_CUDA_EPI_BLOCKS", "-1"}, {"MLXCEL_CUDA_EPI_BLOCKS", "auto"},
-                                         {"MLXCEL_CUDA_PAIR_HALF", "2"}, {"MLXCEL_CUDA_PAIR_HALF", "on"}};
+                                         {"MLXCEL_CUDA_PAIR_HALF", "2"}, {"MLXCEL_CUDA_PAIR_HALF", "on"},
+                                         {"MLXCEL_CUDA_CHAIN", "yes"}, {"MLXCEL_CUDA_CHAIN", "2"}};
     unsetenv("MLXCEL_DEVICE");
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         setenv(bad[i][0], bad[i][1], 1);
@@ -92,10 +93,11 @@ static void test_select(void) {
     setenv("MLXCEL_CUDA_ATTN_EARLY", "0", 1); setenv("MLXCEL_CUDA_ATTN_L2PF", "16", 1); setenv("MLXCEL_CUDA_MV_DENSE_SHORT", "1", 1);
     setenv("MLXCEL_CUDA_FAST_REPLAY", "1", 1); setenv("MLXCEL_CUDA_TOPK_ONE", "1", 1);
     setenv("MLXCEL_CUDA_RING_EPI", "0", 1); setenv("MLXCEL_CUDA_TRACE_MAX", "2048", 1); setenv("MLXCEL_CUDA_EPI_BLOCKS", "64", 1);
-    setenv("MLXCEL_CUDA_PAIR_HALF", "1", 1);
+    setenv("MLXCEL_CUDA_PAIR_HALF", "1", 1); setenv("MLXCEL_CUDA_CHAIN", "0", 1);
     TCHECK(mx_backend_cuda_check_env() == MX_OK, "good switches refused: %s", mx_last_error());
     unsetenv("MLXCEL_CUDA_FAST_REPLAY"); unsetenv("MLXCEL_CUDA_TOPK_ONE");
     unsetenv("MLXCEL_CUDA_RING_EPI"); unsetenv("MLXCEL_CUDA_TRACE_MAX"); unsetenv("MLXCEL_CUDA_EPI_BLOCKS"); unsetenv("MLXCEL_CUDA_PAIR_HALF");
+    unsetenv("MLXCEL_CUDA_CHAIN");
     unsetenv("MLXCEL_CUDA_ATTN_PREP"); unsetenv("MLXCEL_CUDA_RING_PAIR"); unsetenv("MLXCEL_CUDA_RING_ACT");
     unsetenv("MLXCEL_CUDA_ATTN_EARLY"); unsetenv("MLXCEL_CUDA_ATTN_L2PF"); unsetenv("MLXCEL_CUDA_MV_DENSE_SHORT");
     unsetenv("MLXCEL_CUDA_FUSED"); unsetenv("MLXCEL_CUDA_FUSED_PF"); unsetenv("MLXCEL_CUDA_GEMM_SK");

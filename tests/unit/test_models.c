@@ -359,6 +359,209 @@ static void decoder_step_replay(void) {
     mx_backend_cpu_set_precise(&g_cpu, false);
 }
 
+/* The decoder's and generate's use of the greedy chain (mx_model_greedy_*), on a CPU backend
+ * wrapped with the three ops: top1_launch reduces the row on the host into a slot, top1_wait
+ * hands it back (with a NaN lse once, when asked), step_chain records what it is offered and
+ * declines, so each chained step is run by the decoder with the ids brought over. Greedy
+ * generation gives the reference's ids, offers every step after the first to step_chain with no
+ * token ids and the next position and slot; a NaN lse makes it drop the chained step, run that
+ * step again and finish without the chain; sampling never chains; misuse is an error. (The CUDA
+ * backend's chaining on the device: greedy_chain_gpu, on the GPU.) */
+static struct {
+    int launches, probes, waits, chains, bad_inputs, nan_at;
+    float v[2]; int32_t id[2]; float l[2];
+    int32_t last_pos;
+} g_gc;
+static mx_status gc_launch(void *ctx, const float *logits, int n_rows, int vocab, int slot) {
+    (void)ctx;
+    if (n_rows == 0) { g_gc.probes++; return MX_OK; }
+    if (n_rows != 1 || slot < 0 || slot > 1) return MX_ERR_INVALID_ARG;
+    mx_topk_host(logits, vocab, 1, &g_gc.v[slot], &g_gc.id[slot], &g_gc.l[slot]);   /* (CPU buffers are host memory) */
+    g_gc.launches++;
+    return MX_OK;
+}
+static mx_status gc_wait(void *ctx, int slot, int n_rows, float *v, int32_t *id, float *l) {
+    (void)ctx;
+    if (n_rows != 1 || slot < 0 || slot > 1) return MX_ERR_INVALID_ARG;
+    g_gc.waits++;
+    *v = g_gc.v[slot]; *id = g_gc.id[slot]; *l = g_gc.waits == g_gc.nan_at ? NAN : g_gc.l[slot];
+    return MX_OK;
+}
+static mx_status gc_chain(void *ctx, uint64_t key, const mx_step_inputs *in) {
+    (void)ctx; (void)key;
+    g_gc.chains++;
+    if (in->tokens || in->n_tokens != 1 || in->n_rows != 1 || in->rows[0] != 0 ||
+        (g_gc.last_pos >= 0 && in->meta->pos[0] != g_gc.last_pos + 1) || in->meta->slot[0] != in->meta->pos[0])
+        g_gc.bad_inputs++;
+    g_gc.last_pos = in->meta->pos[0];
+    return MX_ERR_UNSUPPORTED;
+}
+static void greedy_chain(void) {
+    mx_backend_i wi = *g_cpu.i;
+    wi.step_begin = sr_begin; wi.step_end = sr_end;
+    wi.top1_launch = gc_launch; wi.top1_wait = gc_wait; wi.step_chain = gc_chain;
+    mx_backend w = {&wi, g_cpu.ctx};
+    mx_backend_cpu_set_precise(&g_cpu, true);
+    json_error_t je;
+    json_t *cfg = json_loads("{\"model_type\": \"llama\", " TINY "}", 0, &je);
+    TREQUIRE(cfg, "test json: %s", je.text);
+    mx_model *ref = NULL, *m = NULL;
+    mx_status st = mx_model_load_random(cfg, 0, 0, MX_DTYPE_F32, 5, &g_cpu, &ref);
+    if (st == MX_OK) st = mx_model_load_random(cfg, 0, 0, MX_DTYPE_F32, 5, &w, &m);
+    json_decref(cfg);
+    if (st == MX_OK) st = mx_gen_prepare(ref, 64, 0);
+    if (st == MX_OK) st = mx_gen_prepare(m, 64, 0);
+    if (st) { TCHECK(0, "load: %s", mx_last_error()); goto done; }
+    const int32_t prompt[3] = {3, 17, 42};
+    mx_gen_opts o = {0};
+    o.n_predict = 12;
+    o.ignore_eos = true;
+    mx_sampling_default(&o.sampling);
+    o.sampling.temperature = 0;
+    int32_t *want = NULL, *got = NULL;
+    int n_want = 0, n_got = 0;
+    mx_gen_stats gs;
+    TCHECK(mx_generate(ref, prompt, 3, &o, NULL, NULL, &want, &n_want, &gs) == MX_OK && n_want == 12, "reference: %s", mx_last_error());
+    for (int run = 0; run < 3 && want && !t_case_failed; run++) {   /* plain; a NaN lse at the 5th wait; sampling */
+        memset(&g_gc, 0, sizeof g_gc);
+        g_gc.last_pos = -1;
+        g_gc.nan_at = run == 1 ? 5 : 0;
+        mx_gen_opts oo = o;
+        if (run == 2) { oo.sampling.temperature = 0.7f; oo.sampling.seed = 9; }
+        got = NULL;
+        st = mx_generate(m, prompt, 3, &oo, NULL, NULL, &got, &n_got, &gs);
+        TCHECK(st == MX_OK && n_got == 12, "run %d: %s (%d tokens)", run, st ? mx_last_error() : "", n_got);
+        if (run < 2)
+            for (int i = 0; i < 12 && st == MX_OK; i++) TCHECK(got[i] == want[i], "run %d: token %d is %d, want %d", run, i, got[i], want[i]);
+        /* the 11 steps after the prompt: the first launched with its token, 10 offered to step_chain
+         * (each declined: the ids of the step before it waited for), the last waited for; with the
+         * NaN at the 5th wait: 5 offered and 6 launched, then the one in flight waited for and
+         * dropped, the 5th step run again, and 6 more without the chain */
+        const int want_chains = run == 0 ? 10 : run == 1 ? 5 : 0, want_launches = run == 0 ? 11 : run == 1 ? 6 : 0;
+        TCHECK(g_gc.chains == want_chains && g_gc.waits == want_launches && g_gc.launches == want_launches && g_gc.bad_inputs == 0,
+               "run %d: %d offered to step_chain (bad inputs %d), %d launches, %d waits; expected %d, %d, %d", run, g_gc.chains,
+               g_gc.bad_inputs, g_gc.launches, g_gc.waits, want_chains, want_launches, want_launches);
+        free(got);
+    }
+    TCHECK(mx_model_greedy_chained(m) == 0, "steps counted as chained on a backend that declined them");
+    {   /* by hand, after the same greedy run on both (equal caches): token 5 at position 15 and
+         * the step after it, chained, against forward_topk; then misuse */
+        int32_t *a = NULL, *c = NULL;
+        int na = 0, nc = 0;
+        TCHECK(mx_generate(ref, prompt, 3, &o, NULL, NULL, &a, &na, &gs) == MX_OK && mx_generate(m, prompt, 3, &o, NULL, NULL, &c, &nc, &gs) == MX_OK,
+               "generate: %s", mx_last_error());
+        free(a); free(c);
+        int32_t tok[2] = {5, 6}, pos[2] = {15, 16}, sq[2] = {0, 0}, rows[2] = {0, 1}, bt[4] = {0, 1, 2, 3};
+        float rv[2], rl[2], v, l;
+        int32_t ri[2], id;
+        mx_batch r0 = {1, tok, pos, sq, 1, 4, bt, 1, rows, 1};
+        TCHECK(mx_model_forward_topk(ref, &r0, 1, &rv[0], &ri[0], &rl[0]) == MX_OK, "forward: %s", mx_last_error());
+        mx_batch r1 = {1, ri, pos + 1, sq, 1, 4, bt, 1, rows, 1};
+        TCHECK(mx_model_forward_topk(ref, &r1, 1, &rv[1], &ri[1], &rl[1]) == MX_OK, "forward: %s", mx_last_error());
+        TCHECK(mx_model_greedy_wait(m, &v, &id, &l) == MX_ERR_INVALID_ARG, "a wait with nothing launched");
+        mx_batch b = {1, tok, pos, sq, 1, 4, bt, 1, rows, 1};
+        TCHECK(mx_model_greedy_launch(m, &b, true) == MX_ERR_INVALID_ARG, "a chained launch with nothing before it");
+        mx_batch b2 = {2, tok, pos, sq, 1, 4, bt, 1, rows + 1, 2};   /* its logit row 0 is token 1 */
+        TCHECK(mx_model_greedy_launch(m, &b2, false) == MX_ERR_UNSUPPORTED, "a batch whose logit row 0 is token 1");
+        mx_batch b3 = {1, tok, pos, sq, 1, 4, bt, 1, rows, 0};
+        TCHECK(mx_model_greedy_launch(m, &b3, false) == MX_ERR_UNSUPPORTED, "a prompt batch (not a decode step)");
+        TCHECK(mx_model_greedy_launch(m, &b, false) == MX_OK, "launch: %s", mx_last_error());
+        mx_batch bn = {1, NULL, pos + 1, sq, 1, 4, bt, 1, rows, 1};
+        TCHECK(mx_model_greedy_launch(m, &bn, true) == MX_OK, "chained launch: %s", mx_last_error());
+        TCHECK(mx_model_greedy_launch(m, &bn, true) == MX_ERR_INVALID_ARG, "a third launch with two waiting");
+        for (int i = 0; i < 2; i++) {
+            TCHECK(mx_model_greedy_wait(m, &v, &id, &l) == MX_OK, "wait %d: %s", i, mx_last_error());
+            TCHECK(id == ri[i] && !memcmp(&v, &rv[i], 4) && !memcmp(&l, &rl[i], 4), "step %d: id %d (%.9g, lse %.9g), forward_topk %d (%.9g, %.9g)",
+                   i, id, v, l, ri[i], rv[i], rl[i]);
+        }
+        TCHECK(mx_model_greedy_wait(m, &v, &id, &l) == MX_ERR_INVALID_ARG, "a wait after both were taken");
+        TCHECK(g_gc.chains >= 1, "the chained launch was not offered to step_chain");
+    }
+done:
+    mx_model_free(m);
+    mx_model_free(ref);
+    mx_backend_cpu_set_precise(&g_cpu, false);
+}
+
+#ifdef MLXCEL_HAVE_CUDA
+/* On the GPU: the CUDA backend chains greedy steps on the device (step_chain): the demo model's
+ * greedy generation gives the same ids with the chain as without it (MLXCEL_CUDA_CHAIN=0), with
+ * nearly every step chained; three sequences stepped by hand through mx_model_greedy_* give, bit
+ * for bit, forward_topk's top-1 values, ids and lse. */
+static void greedy_chain_gpu(void) {
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/models/fortune-6m-mlx-q4", t_root());
+    mx_model *m = NULL;
+    TREQUIRE(mx_model_load(dir, &g_be, &m) == MX_OK, "load: %s", mx_last_error());
+    int32_t *out[2] = {NULL, NULL};
+    int n[2] = {0, 0};
+    long chained[2] = {0, 0}, by_model = 0;
+    enum { NP = 120, S = 3, T = 16 };
+    if (mx_gen_prepare(m, 256, 0)) { TCHECK(0, "prepare: %s", mx_last_error()); goto done; }
+    const int32_t prompt[6] = {1, 40, 7, 91, 12, 5};
+    mx_gen_opts o = {0};
+    o.n_predict = NP;
+    o.ignore_eos = true;
+    mx_sampling_default(&o.sampling);
+    o.sampling.temperature = 0;
+    mx_gen_stats gs;
+    const bool was = mx_backend_cuda_set_chain(&g_be, false);
+    for (int r = 0; r < 2; r++) {
+        mx_backend_cuda_set_chain(&g_be, r == 1);
+        const long c0 = mx_backend_cuda_chain_steps(&g_be), m0 = mx_model_greedy_chained(m);
+        TCHECK(mx_generate(m, prompt, 6, &o, NULL, NULL, &out[r], &n[r], &gs) == MX_OK && n[r] == NP, "generate %d: %s", r, mx_last_error());
+        chained[r] = mx_backend_cuda_chain_steps(&g_be) - c0;
+        if (r == 1) by_model = mx_model_greedy_chained(m) - m0;
+    }
+    printf("# greedy generation of %d tokens: %ld steps chained on the device (off: %ld)\n", NP, chained[1], chained[0]);
+    TCHECK(chained[0] == 0 && chained[1] >= NP - 8 && by_model == chained[1], "steps chained: %ld off, %ld on (the model counted %ld)",
+           chained[0], chained[1], by_model);
+    for (int i = 0; i < NP && out[0] && out[1]; i++)
+        if (out[0][i] != out[1][i]) { TCHECK(0, "token %d: %d chained, %d not", i, out[1][i], out[0][i]); break; }
+    {   /* three sequences (blocks 4s..4s+3), a prompt of 5 tokens each, then T steps twice */
+        int32_t bt[S * 4], tok[S * 5], pos[S * 5], sq[S * 5], rows[S] = {0, 1, 2}, ids[2][T][S];
+        float v[2][T][S], l[2][T][S];
+        for (int i = 0; i < S * 4; i++) bt[i] = i;
+        long c0 = mx_backend_cuda_chain_steps(&g_be);
+        for (int r = 0; r < 2 && !t_case_failed; r++) {
+            for (int i = 0; i < S * 5; i++) { tok[i] = (i * 29 + 3) % 200; pos[i] = i % 5; sq[i] = i / 5; }
+            int32_t last[S] = {4, 9, 14};
+            mx_batch pb = {S * 5, tok, pos, sq, S, 4, bt, S, last, 0};
+            float pv[S], pl[S];
+            int32_t pi[S];
+            TCHECK(mx_model_forward_topk(m, &pb, 1, pv, pi, pl) == MX_OK, "prompt: %s", mx_last_error());
+            int32_t cur[S], dp[S], ds[S] = {0, 1, 2};
+            memcpy(cur, pi, sizeof cur);
+            for (int t = 0; t < T && !t_case_failed; t++) {
+                for (int s2 = 0; s2 < S; s2++) dp[s2] = 5 + t;
+                mx_batch b = {S, cur, dp, ds, S, 4, bt, S, rows, S};
+                if (r == 0) {
+                    TCHECK(mx_model_forward_topk(m, &b, 1, v[0][t], ids[0][t], l[0][t]) == MX_OK, "step %d: %s", t, mx_last_error());
+                    memcpy(cur, ids[0][t], sizeof cur);
+                    continue;
+                }
+                if (t == 0) TCHECK(mx_model_greedy_launch(m, &b, false) == MX_OK, "launch: %s", mx_last_error());
+                if (t + 1 < T) {
+                    for (int s2 = 0; s2 < S; s2++) dp[s2] = 6 + t;
+                    b.tokens = NULL;
+                    TCHECK(mx_model_greedy_launch(m, &b, true) == MX_OK, "chained launch %d: %s", t + 1, mx_last_error());
+                }
+                TCHECK(mx_model_greedy_wait(m, v[1][t], ids[1][t], l[1][t]) == MX_OK, "wait %d: %s", t, mx_last_error());
+            }
+        }
+        const long c = mx_backend_cuda_chain_steps(&g_be) - c0;
+        TCHECK(c >= T - 6, "%ld of %d steps of three sequences chained", c, T - 1);
+        TCHECK(!memcmp(ids[0], ids[1], sizeof ids[0]) && !memcmp(v[0], v[1], sizeof v[0]) && !memcmp(l[0], l[1], sizeof l[0]),
+               "three sequences: chained top-1 results differ from forward_topk's (step 0 ids %d %d %d / %d %d %d)", ids[1][0][0],
+               ids[1][0][1], ids[1][0][2], ids[0][0][0], ids[0][0][1], ids[0][0][2]);
+    }
+    mx_backend_cuda_set_chain(&g_be, was);
+done:
+    free(out[0]); free(out[1]);
+    mx_model_free(m);
+}
+#endif
+
 int main(void) {
     /* MLXCEL_DEVICE picks the backend (CPU by default on a machine without a GPU); on the GPU the
      * logits tolerance is GPU_TOL and a greedy mismatch is accepted only at a reference near-tie. */
@@ -412,6 +615,10 @@ int main(void) {
     RUN(bad_family_configs);
     RUN(random_quantized_families);
     RUN(decoder_step_replay);
+    RUN(greedy_chain);
+#ifdef MLXCEL_HAVE_CUDA
+    if (g_gpu) RUN(greedy_chain_gpu);
+#endif
     mx_backend_auto_free(&g_be);
     mx_backend_cpu_free(&g_cpu);
     TEST_EXIT();

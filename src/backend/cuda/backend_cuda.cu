@@ -139,6 +139,16 @@ struct cu_ctx {
                                               the twenty-second session: Qwen3-0.6B q4 batch 1
                                               +9-10%, NOTES.md; =0 walks every step) */
     int n_fast_replays;                    /* its launches (tests) */
+    struct {                               /* greedy steps chained on the device (top1_launch,
+                                              top1_wait, step_chain; MLXCEL_CUDA_CHAIN) */
+        int on;
+        void *h[2]; size_t cap[2];         /* the result slots: pinned, written by the top-1 */
+        cudaEvent_t ev[2];                 /* recorded after each slot's top-1 */
+        int last_slot, last_rows, vocab;   /* the last top1_launch (-1: none since a chained step) */
+        bool live;                         /* a chained step's writes into the stages may be in
+                                              flight: the host reads them only after a sync */
+        long steps;                        /* steps chained (tests) */
+    } ch;
     const mx_step_inputs *sr_in;           /* the inputs step_replay was given for the step being walked */
     uint64_t sr_key;                       /* (its key) */
     int mv_dense_short;                    /* one-row dense bf16 matvecs of up to 4,096 columns in
@@ -180,9 +190,12 @@ struct cu_ctx {
     cu_graph graphs[MX_GRAPHS], *gcur;
     cudaEvent_t g_done;
     struct {                               /* the time split of steps (mx_backend_cuda_step_timing) */
-        bool on, pending;                  /* timing; a step whose events are not read yet */
-        bool pend_graph;                   /* that step ran as a graph launch */
-        cudaEvent_t e0, e1;                /* around the step's GPU work */
+        bool on, pending[2];               /* timing; a step whose events are not read yet */
+        bool pend_graph[2];                /* that step ran as a graph launch */
+        cudaEvent_t e0[2], e1[2];          /* around the step's GPU work: two pairs, alternating
+                                              (a chained step is launched before the last one
+                                              ends, cur: the pair of the next step) */
+        int cur;
         double t_begin;                    /* host clock at step_begin */
         mx_cuda_step_split acc;
     } stt;
@@ -356,7 +369,7 @@ static pdl_launch<KArgs...> PL(cu_ctx *c, void (*k)(KArgs...), dim3 g, dim3 b, s
  * the default; anything else is an error naming the variable and what it takes. */
 enum { GM_AUTO, GM_CUBLAS, GM_MMA, GM_WG, GM_NMODES };   /* MLXCEL_CUDA_GEMM, in k_gemm_modes' order */
 static const char *const k_gemm_modes[] = {"auto", "cublas", "mma", "wgmma"};
-struct cu_switches { int attn, attn_dec, attn_prep, gqa, gemm, gemm_rot, gemm_sk, gemm_pair, sum_norm, sum_qkv, att_gq, pdl, mv, profile, kv, graphs, fused, mv_ring, ring_norm, ring_bf, ring_pair, ring_act, ring_epi, attn_early, dense_short, fast_replay, topk_one; long dq_mb, fused_pf, mr_kb, mr_slot, mr_warps, attn_l2pf, trace_max, epi_blocks; int pair_half; };   /* kv: checked here, read by kv_init */
+struct cu_switches { int attn, attn_dec, attn_prep, gqa, gemm, gemm_rot, gemm_sk, gemm_pair, sum_norm, sum_qkv, att_gq, pdl, mv, profile, kv, graphs, fused, mv_ring, ring_norm, ring_bf, ring_pair, ring_act, ring_epi, attn_early, dense_short, fast_replay, topk_one, chain; long dq_mb, fused_pf, mr_kb, mr_slot, mr_warps, attn_l2pf, trace_max, epi_blocks; int pair_half; };   /* kv: checked here, read by kv_init */
 static mx_status env_choice(const char *name, const char *const *vals, int n, int def, int *out) {
     const char *e = getenv(name);
     *out = def;
@@ -418,6 +431,7 @@ static mx_status read_switches(cu_switches *sw) {
         (st = env_choice("MLXCEL_CUDA_MV_DENSE_SHORT", onoff, 2, 0, &sw->dense_short)) ||
         (st = env_choice("MLXCEL_CUDA_FAST_REPLAY", onoff, 2, 1, &sw->fast_replay)) ||
         (st = env_choice("MLXCEL_CUDA_TOPK_ONE", onoff, 2, 1, &sw->topk_one)) ||
+        (st = env_choice("MLXCEL_CUDA_CHAIN", onoff, 2, 1, &sw->chain)) ||
         (st = env_choice("MLXCEL_CUDA_PAIR_HALF", onoff, 2, 0, &sw->pair_half)))
         return st;
     if ((st = env_long("MLXCEL_CUDA_FUSED_PF", 0, 64, 0, "chunks", &sw->fused_pf)) ||
@@ -3125,7 +3139,9 @@ static void launch_rmsnorm(cu_ctx *c, const float *x, const float *x2, float *xs
                            float add_one, float *y, int n, int d, int8_t *xq, float2 *xds, __nv_bfloat16 *xg,
                            const rn_part *pp = NULL);
 /* an op other than the ones that use them: launch the deferred ops, forget the int8 form */
-#define OP_ENTER(c) do { hq_flush(c); pend_flush(c); xq_forget(c); } while (0)
+/* a chained step's writes into the stages' pinned copies done before the host reads or writes them */
+#define CHAIN_SETTLE(c) do { if ((c)->ch.live) { cudaStreamSynchronize((c)->st); (c)->ch.live = false; } } while (0)
+#define OP_ENTER(c) do { CHAIN_SETTLE(c); hq_flush(c); pend_flush(c); xq_forget(c); } while (0)
 #define FLUSH_ALL(c) do { hq_flush(c); pend_flush(c); } while (0)
 
 static void *c_alloc(void *ctx, size_t bytes) {
@@ -5001,39 +5017,34 @@ static void c_topk(void *ctx, const float *logits, int n_rows, int vocab, int k,
  * larger results go to device memory and are copied (many small writes across the bus would be
  * slower than one copy) */
 #define TK_MAPPED 8192
-static void c_topk_run(cu_ctx *c, const float *logits, int n_rows, int vocab, int k, float *vals_host, int32_t *ids_host,
-                       float *lse_host) {
-    FLUSH_ALL(c);
-    if (n_rows <= 0 || vocab <= 0 || k < 1 || k > MX_TOPK_MAX) { cu_fail(c, MX_ERR_INVALID_ARG, "topk: bad arguments", cudaSuccess); return; }
-    if (c->gmode == G_CAPTURE || c->gmode == G_REPLAY) { c->gbroken = true; return; }
+/* the topk of logits' n_rows rows launched, its results (n_rows * k values, then ids, then n_rows
+ * lse) left in pinned host memory hdst (hcap bytes) once the stream gets there; false on failure */
+static bool topk_enqueue(cu_ctx *c, const float *logits, int n_rows, int vocab, int k, void *hdst, size_t hcap) {
+    if (n_rows <= 0 || vocab <= 0 || k < 1 || k > MX_TOPK_MAX) { cu_fail(c, MX_ERR_INVALID_ARG, "topk: bad arguments", cudaSuccess); return false; }
+    if (c->gmode == G_CAPTURE || c->gmode == G_REPLAY) { c->gbroken = true; return false; }
     size_t need = 0;
     if (mx_cuda_topk(c->st, logits, n_rows, vocab, k, NULL, NULL, NULL, NULL, 0, &need) < 0) {
         cu_fail(c, MX_ERR_INVALID_ARG, "topk: bad arguments", cudaSuccess);
-        return;
+        return false;
     }
     const size_t nv = (size_t)n_rows * k, out = (nv * 8 + (size_t)n_rows * 4 + 255) & ~(size_t)255;
+    const size_t res = nv * 8 + (size_t)n_rows * 4;
+    if (hcap < res) { cu_fail(c, MX_ERR_INTERNAL, "topk: staging too small", cudaSuccess); return false; }
     char *d = (char *)scratch(c, &c->tk, &c->tk_cap, out + need);
-    if (!d) return;
-    if (c->tkh_cap < out) {
-        if (c->tkh) cudaFreeHost(c->tkh);
-        c->tkh = NULL; c->tkh_cap = 0;
-        if (cudaMallocHost(&c->tkh, out) != cudaSuccess) { c->tkh = NULL; cu_fail(c, MX_ERR_NOMEM, "topk staging", cudaGetLastError()); return; }
-        c->tkh_cap = out;
-    }
+    if (!d) return false;
     /* the results: into device memory and copied, or (one launch, up to TK_MAPPED bytes) written
      * by the device straight into the pinned staging */
-    const size_t res = nv * 8 + (size_t)n_rows * 4;
     char *o = d;
     int rc;
     if (c->topk_one) {
         const size_t cb = (size_t)(n_rows < 256 ? 256 : n_rows) * sizeof(unsigned);
         const bool fresh = c->tkc_cap < cb;
         unsigned *cnt = (unsigned *)scratch(c, &c->tkc, &c->tkc_cap, cb);
-        if (!cnt) return;
+        if (!cnt) return false;
         if (fresh) CK(c, cudaMemsetAsync(cnt, 0, c->tkc_cap, c->st), "topk counters");   /* zero once: each launch leaves them so */
         char *hd = NULL;
         if (res <= TK_MAPPED) {
-            if (cudaHostGetDevicePointer((void **)&hd, c->tkh, 0) == cudaSuccess) o = hd;
+            if (cudaHostGetDevicePointer((void **)&hd, hdst, 0) == cudaSuccess) o = hd;
             else cudaGetLastError();   /* (not mapped: copied) */
         }
         rc = mx_cuda_topk_one(c->st, logits, n_rows, vocab, k, (float *)o, (int32_t *)(o + nv * 4), (float *)(o + nv * 8),
@@ -5044,8 +5055,28 @@ static void c_topk_run(cu_ctx *c, const float *logits, int n_rows, int vocab, in
         rc = mx_cuda_topk(c->st, logits, n_rows, vocab, k, (float *)o, (int32_t *)(o + nv * 4), (float *)(o + nv * 8), d + out,
                           need, &need);
     }
-    if (rc != 0) { cu_fail(c, MX_ERR_INTERNAL, "topk", rc > 0 ? (cudaError_t)rc : cudaSuccess); return; }
-    if (o == d) CK(c, cudaMemcpyAsync(c->tkh, d, res, cudaMemcpyDeviceToHost, c->st), "topk copy");
+    if (rc != 0) { cu_fail(c, MX_ERR_INTERNAL, "topk", rc > 0 ? (cudaError_t)rc : cudaSuccess); return false; }
+    if (o == d) CK(c, cudaMemcpyAsync(hdst, d, res, cudaMemcpyDeviceToHost, c->st), "topk copy");
+    return !c->err;
+}
+/* pinned host memory of at least `bytes` in *h (capacity *cap); false on failure */
+static bool pinned_at_least(cu_ctx *c, void **h, size_t *cap, size_t bytes, const char *what) {
+    if (*cap >= bytes) return true;
+    if (*h) { cudaStreamSynchronize(c->st); cudaFreeHost(*h); }
+    *h = NULL; *cap = 0;
+    if (cudaMallocHost(h, bytes) != cudaSuccess) { *h = NULL; cu_fail(c, MX_ERR_NOMEM, what, cudaGetLastError()); return false; }
+    *cap = bytes;
+    return true;
+}
+static void c_topk_run(cu_ctx *c, const float *logits, int n_rows, int vocab, int k, float *vals_host, int32_t *ids_host,
+                       float *lse_host) {
+    FLUSH_ALL(c);
+    if (c->gmode == G_CAPTURE || c->gmode == G_REPLAY) { c->gbroken = true; return; }
+    CHAIN_SETTLE(c);
+    const size_t nv = (size_t)n_rows * (k > 0 ? k : 0);
+    if (n_rows > 0 && k > 0 && k <= MX_TOPK_MAX && !pinned_at_least(c, &c->tkh, &c->tkh_cap, (nv * 8 + (size_t)n_rows * 4 + 255) & ~(size_t)255, "topk staging"))
+        return;
+    if (!topk_enqueue(c, logits, n_rows, vocab, k, c->tkh, c->tkh_cap)) return;
     CK(c, cudaStreamSynchronize(c->st), "topk sync");
     if (c->prof) prof_collect(c);
     if (c->err) return;
@@ -5314,12 +5345,15 @@ static mx_status c_step_end(void *ctx) {
     return mx_backend_cuda_step_end(&b);
 }
 static mx_status c_step_replay(void *ctx, uint64_t key, const mx_step_inputs *in);
+static mx_status c_top1_launch(void *ctx, const float *logits, int n_rows, int vocab, int slot);
+static mx_status c_top1_wait(void *ctx, int slot, int n_rows, float *vals_host, int32_t *ids_host, float *lse_host);
+static mx_status c_step_chain(void *ctx, uint64_t key, const mx_step_inputs *in);
 
 static const mx_backend_i g_cuda_i = {
     "cuda", c_alloc, c_free, c_write, c_read, c_sync, c_weight_prepare, c_vec_prepare, c_kv_init, c_kv_free,
     c_matmul, c_embed, c_rmsnorm, c_layernorm, c_rope, c_attention, c_act_mul, c_act, c_add, c_scale,
     c_gather_rows, c_softcap, NULL /* set_precision */, c_step_begin, c_step_end, c_matmul_multi, c_topk,
-    c_decode_layers, c_step_replay,
+    c_decode_layers, c_step_replay, c_top1_launch, c_top1_wait, c_step_chain,
 };
 
 /* ------------------------------------------------------------------------------------------ */
@@ -5449,6 +5483,8 @@ extern "C" mx_status mx_backend_cuda_init(mx_backend *out) {
         c->mv_dense_short = sw.dense_short;
         c->fast_replay = sw.fast_replay;
         c->topk_one = sw.topk_one;
+        c->ch.on = sw.chain;
+        c->ch.last_slot = -1;
         c->apf_layer = -1;
         c->attn_vec = sw.attn_dec == 0;
         c->gemm_mode = sw.gemm;
@@ -5694,6 +5730,8 @@ extern "C" bool mx_backend_cuda_set_mv_dense_short(mx_backend *b, bool on) { ret
 extern "C" bool mx_backend_cuda_set_fast_replay(mx_backend *b, bool on) { return set_flag(&switch_ctx(b)->fast_replay, on); }
 extern "C" int mx_backend_cuda_fast_replays(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_fast_replays; }
 extern "C" bool mx_backend_cuda_set_topk_one(mx_backend *b, bool on) { return set_flag(&switch_ctx(b)->topk_one, on); }
+extern "C" bool mx_backend_cuda_set_chain(mx_backend *b, bool on) { return set_flag(&switch_ctx(b)->ch.on, on); }
+extern "C" long mx_backend_cuda_chain_steps(mx_backend *b) { return ((const cu_ctx *)b->ctx)->ch.steps; }
 extern "C" void mx_backend_cuda_topk_one_launches(mx_backend *b, int *launches, int *mapped) {
     const cu_ctx *c = (const cu_ctx *)b->ctx;
     *launches = c->n_topk_one;
@@ -5788,48 +5826,59 @@ static double stt_now() {
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
-static void stt_collect(cu_ctx *c) {
-    if (!c->stt.pending) return;
-    c->stt.pending = false;
+static void stt_collect_one(cu_ctx *c, int i) {
+    if (!c->stt.pending[i]) return;
+    c->stt.pending[i] = false;
     float ms = 0.f;
-    if (cudaEventSynchronize(c->stt.e1) != cudaSuccess || cudaEventElapsedTime(&ms, c->stt.e0, c->stt.e1) != cudaSuccess) {
+    if (cudaEventSynchronize(c->stt.e1[i]) != cudaSuccess || cudaEventElapsedTime(&ms, c->stt.e0[i], c->stt.e1[i]) != cudaSuccess) {
         cudaGetLastError();
         return;   /* (not counted) */
     }
     mx_cuda_step_split *a = &c->stt.acc;
     a->steps++;
     a->gpu_s += 1e-3 * ms;
-    if (c->stt.pend_graph) { a->graph_steps++; a->graph_gpu_s += 1e-3 * ms; }
+    if (c->stt.pend_graph[i]) { a->graph_steps++; a->graph_gpu_s += 1e-3 * ms; }
 }
+static void stt_collect(cu_ctx *c) { stt_collect_one(c, c->stt.cur); stt_collect_one(c, c->stt.cur ^ 1); }
 /* e0: where the step's GPU work starts (step_begin; for a graph step again just before its launch,
  * when the host's walk is over) */
 static void stt_start(cu_ctx *c, bool graph) {
     if (!c->stt.on) return;
+    stt_collect_one(c, c->stt.cur);   /* (the pair's last step: two steps ago) */
     if (graph) {
         const double w = stt_now() - c->stt.t_begin;
         c->stt.acc.walk_s += w; c->stt.acc.graph_walk_s += w;
     }
-    if (cudaEventRecord(c->stt.e0, c->st) != cudaSuccess) cudaGetLastError();
+    if (cudaEventRecord(c->stt.e0[c->stt.cur], c->st) != cudaSuccess) cudaGetLastError();
 }
 /* e1: the end of the step's work (after its graph launch, or at step_end op by op) */
 static void stt_end(cu_ctx *c, bool graph) {
     if (!c->stt.on) return;
     if (!graph) c->stt.acc.walk_s += stt_now() - c->stt.t_begin;
-    if (cudaEventRecord(c->stt.e1, c->st) != cudaSuccess) { cudaGetLastError(); return; }
-    c->stt.pending = true; c->stt.pend_graph = graph;
+    const int i = c->stt.cur;
+    if (cudaEventRecord(c->stt.e1[i], c->st) != cudaSuccess) { cudaGetLastError(); return; }
+    c->stt.pending[i] = true; c->stt.pend_graph[i] = graph;
+    c->stt.cur ^= 1;
 }
 extern "C" mx_status mx_backend_cuda_step_timing(mx_backend *b, bool on) {
     cu_ctx *c = (cu_ctx *)b->ctx;
     if (c->gmode != G_EAGER) return mx_errorf(MX_ERR_INVALID_ARG, "cuda: step timing switched inside a step");
-    if (on && !c->stt.e0) {
-        if (cudaEventCreate(&c->stt.e0) != cudaSuccess || cudaEventCreate(&c->stt.e1) != cudaSuccess) {
+    if (on && !c->stt.e0[0]) {
+        bool ok = true;
+        for (int i = 0; i < 2; i++)
+            ok = ok && cudaEventCreate(&c->stt.e0[i]) == cudaSuccess && cudaEventCreate(&c->stt.e1[i]) == cudaSuccess;
+        if (!ok) {
             cudaGetLastError();
-            if (c->stt.e0) cudaEventDestroy(c->stt.e0);
-            c->stt.e0 = c->stt.e1 = NULL;
+            for (int i = 0; i < 2; i++) {
+                if (c->stt.e0[i]) cudaEventDestroy(c->stt.e0[i]);
+                if (c->stt.e1[i]) cudaEventDestroy(c->stt.e1[i]);
+                c->stt.e0[i] = c->stt.e1[i] = NULL;
+            }
             return mx_errorf(MX_ERR_NOMEM, "cuda: step timing: no events");
         }
     }
-    c->stt.on = on; c->stt.pending = false;
+    CHAIN_SETTLE(c);
+    c->stt.on = on; c->stt.pending[0] = c->stt.pending[1] = false;
     memset(&c->stt.acc, 0, sizeof c->stt.acc);
     return MX_OK;
 }
@@ -5961,6 +6010,17 @@ static void sr_note(cu_ctx *c, cu_graph *g, const mx_step_inputs *in) {
     }
 }
 
+/* whether the key's graph g may be launched from the inputs alone (step_replay, step_chain): its
+ * captured step and a replayed one were walked with such inputs (sr_note), of these sizes */
+static bool step_fast_ok(cu_ctx *c, cu_graph *g, const mx_step_inputs *in) {
+    if (g->bad || !g->exec || g->fast_no || g->fast_seen < 2) return false;
+    const unsigned fs = g->fast_stages;
+    const size_t mb = (fs & FS_META) ? meta_bytes(in->meta) : 0, ib = (size_t)in->n_tokens * 4, rb = (size_t)in->n_rows * 4;
+    return !(((fs & FS_META) && (mb != g->fast_len[0] || mb > c->meta.cap)) ||
+             ((fs & FS_IDS) && (in->n_tokens <= 0 || ib != g->fast_len[1] || ib > c->ids.cap)) ||
+             ((fs & FS_ROWS) && (in->n_rows <= 0 || rb != g->fast_len[2] || rb > c->rows.cap)));
+}
+
 /* step_replay (MLXCEL_CUDA_FAST_REPLAY=1): the key's graph launched with new host inputs, without
  * the walk of its ops (~400 host calls a step for Qwen3-0.6B, during which the GPU has nothing of
  * the step to run). Taken only for a key whose captured step and at least one replayed step were
@@ -5975,13 +6035,9 @@ static mx_status c_step_replay(void *ctx, uint64_t key, const mx_step_inputs *in
     for (int i = 0; i < MX_GRAPHS && !g; i++)
         if (c->graphs[i].used && c->graphs[i].key == key) g = &c->graphs[i];
     c->sr_in = in; c->sr_key = key;   /* the walk that follows compares them */
-    if (!c->fast_replay || !g || g->bad || !g->exec || g->fast_no || g->fast_seen < 2) return MX_ERR_UNSUPPORTED;
+    if (!c->fast_replay || !g || !step_fast_ok(c, g, in)) return MX_ERR_UNSUPPORTED;
     const unsigned fs = g->fast_stages;
-    const size_t mb = (fs & FS_META) ? meta_bytes(in->meta) : 0, ib = (size_t)in->n_tokens * 4, rb = (size_t)in->n_rows * 4;
-    if (((fs & FS_META) && (mb != g->fast_len[0] || mb > c->meta.cap)) ||
-        ((fs & FS_IDS) && (in->n_tokens <= 0 || ib != g->fast_len[1] || ib > c->ids.cap)) ||
-        ((fs & FS_ROWS) && (in->n_rows <= 0 || rb != g->fast_len[2] || rb > c->rows.cap)))
-        return MX_ERR_UNSUPPORTED;
+    const size_t ib = (size_t)in->n_tokens * 4, rb = (size_t)in->n_rows * 4;
     c->sr_in = NULL;
     OP_ENTER(c);   /* what an op before deferred runs before the step (as in step_begin) */
     if (c->stt.on) { stt_collect(c); c->stt.t_begin = stt_now(); }
@@ -5999,6 +6055,108 @@ static mx_status c_step_replay(void *ctx, uint64_t key, const mx_step_inputs *in
     graph_launch(c, g, true, "step (graph, step_replay)");
     c->n_fast_replays++;
     return MX_OK;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* greedy steps chained on the device (mx_model_greedy_launch)                                  */
+
+/* top1_launch: k = 1 into result slot `slot`, not waited for; n_rows 0: whether it takes them */
+static mx_status c_top1_launch(void *ctx, const float *logits, int n_rows, int vocab, int slot) {
+    cu_ctx *c = (cu_ctx *)ctx;
+    if (!c->ch.on || c->err || c->gmode != G_EAGER || slot < 0 || slot > 1 || n_rows < 0 || n_rows > MX_CHAIN_MAX) return MX_ERR_UNSUPPORTED;
+    if (n_rows == 0) return MX_OK;
+    FLUSH_ALL(c);
+    if (!pinned_at_least(c, &c->ch.h[slot], &c->ch.cap[slot], (size_t)MX_CHAIN_MAX * 12, "top-1 results")) return c->err;
+    if (!c->ch.ev[slot] && cudaEventCreateWithFlags(&c->ch.ev[slot], cudaEventDisableTiming) != cudaSuccess) {
+        c->ch.ev[slot] = NULL;
+        cu_fail(c, MX_ERR_INTERNAL, "event", cudaGetLastError());
+        return c->err;
+    }
+    if (!topk_enqueue(c, logits, n_rows, vocab, 1, c->ch.h[slot], c->ch.cap[slot])) return c->err ? c->err : MX_ERR_INTERNAL;
+    CK(c, cudaEventRecord(c->ch.ev[slot], c->st), "event");
+    if (c->prof) prof_mark(c, "top-1 (chain)");
+    c->ch.last_slot = slot; c->ch.last_rows = n_rows; c->ch.vocab = vocab;
+    return c->err;
+}
+static mx_status c_top1_wait(void *ctx, int slot, int n_rows, float *vals_host, int32_t *ids_host, float *lse_host) {
+    cu_ctx *c = (cu_ctx *)ctx;
+    if (slot < 0 || slot > 1 || !c->ch.ev[slot] || n_rows < 1 || n_rows > MX_CHAIN_MAX)
+        return mx_errorf(MX_ERR_INVALID_ARG, "cuda: top1_wait: no results in slot %d", slot);
+    CK(c, cudaEventSynchronize(c->ch.ev[slot]), "top-1 wait");
+    if (c->prof) prof_collect(c);
+    if (c->err) return c->err;
+    const char *h = (const char *)c->ch.h[slot];
+    memcpy(vals_host, h, (size_t)n_rows * 4);
+    memcpy(ids_host, h + (size_t)n_rows * 4, (size_t)n_rows * 4);
+    memcpy(lse_host, h + (size_t)n_rows * 8, (size_t)n_rows * 4);
+    return MX_OK;
+}
+
+/* a chained step's inputs: its tokens (the last top-1's ids, read from the pinned result slot)
+ * and positions and KV slots (from the host, by value) written into the stages' pinned copies,
+ * which the step's graph copies to the device first. An id outside the vocabulary (a NaN row) is
+ * fed as 0 (the caller drops that step). */
+struct chain_args { int n, vocab; int32_t pos[MX_CHAIN_MAX], slot[MX_CHAIN_MAX]; };
+__global__ void k_chain_feed(chain_args a, const int32_t *__restrict__ ids, int32_t *meta_h, int32_t *ids_h) {
+    const int i = threadIdx.x;
+    if (i < a.n) {
+        const int32_t t = ids[i];
+        ids_h[i] = t >= 0 && t < a.vocab ? t : 0;
+        meta_h[i] = a.pos[i];
+        meta_h[a.n + i] = a.slot[i];
+    }
+    __threadfence_system();   /* (before the graph's copies read them) */
+}
+
+/* step_chain: step_replay of a step whose tokens are the last top1_launch's ids */
+static mx_status c_step_chain(void *ctx, uint64_t key, const mx_step_inputs *in) {
+    cu_ctx *c = (cu_ctx *)ctx;
+    const int n = in ? in->n_tokens : 0;
+    if (!c->ch.on || c->err || c->gmode != G_EAGER || !c->graph_mode || (c->graph_mode == 2 && c->wbytes >= c->graph_auto_bytes) ||
+        c->ch.last_slot < 0 || n < 1 || n > MX_CHAIN_MAX || c->ch.last_rows != n || in->n_rows != n || !in->rows || !in->meta ||
+        in->meta->n_tokens != n || !in->meta->slot)
+        return MX_ERR_UNSUPPORTED;
+    for (int i = 0; i < n; i++) if (in->rows[i] != i) return MX_ERR_UNSUPPORTED;
+    cu_graph *g = NULL;
+    for (int i = 0; i < MX_GRAPHS && !g; i++)
+        if (c->graphs[i].used && c->graphs[i].key == key) g = &c->graphs[i];
+    const unsigned fs = g ? g->fast_stages : 0;
+    if (!c->fast_replay || !g || (fs & (FS_META | FS_IDS)) != (FS_META | FS_IDS) || !step_fast_ok(c, g, in)) return MX_ERR_UNSUPPORTED;
+    /* what the device does not write must be what the pinned copies hold: the sequence ids and
+     * block tables (after the positions and slots), the logit rows (the host wrote them last
+     * for a step of this key, and no write since; reading them while the device reads is safe) */
+    const mx_attn_meta *m = in->meta;
+    const int32_t *mh = (const int32_t *)c->meta.h;
+    if (c->meta.len != meta_bytes(m) || !ints_same(mh + 2 * n, m->seq, (size_t)n) ||
+        !ints_same(mh + 3 * n, m->block_tables, (size_t)m->n_seqs * m->max_blocks) ||
+        ((fs & FS_ROWS) && (c->rows.len != (size_t)n * 4 || memcmp(c->rows.h, in->rows, (size_t)n * 4))))
+        return MX_ERR_UNSUPPORTED;
+    int32_t *md = NULL, *idd = NULL, *res = NULL;
+    if (cudaHostGetDevicePointer((void **)&md, c->meta.h, 0) != cudaSuccess || cudaHostGetDevicePointer((void **)&idd, c->ids.h, 0) != cudaSuccess ||
+        cudaHostGetDevicePointer((void **)&res, c->ch.h[c->ch.last_slot], 0) != cudaSuccess) {
+        cudaGetLastError();
+        return MX_ERR_UNSUPPORTED;
+    }
+    c->sr_in = NULL;
+    FLUSH_ALL(c);
+    xq_forget(c);
+    if (c->stt.on) c->stt.t_begin = stt_now();
+    chain_args a;
+    a.n = n; a.vocab = c->ch.vocab;
+    for (int i = 0; i < n; i++) { a.pos[i] = m->pos[i]; a.slot[i] = m->slot[i]; }
+    k_chain_feed<<<1, 32, 0, c->st>>>(a, res + n, md, idd);   /* (the ids follow the n values) */
+    CK(c, cudaGetLastError(), "chain feed");
+    c->g_step++;
+    cu_stage *st[] = {&c->meta, &c->ids, &c->rows};
+    for (int i = 0; i < 3; i++)
+        if ((fs >> i) & 1) { st[i]->len = g->fast_len[i]; st[i]->stamp = c->g_step; }
+    g->last_use = c->g_step;
+    graph_launch(c, g, true, "step (graph, chained)");
+    c->ch.live = true;
+    c->ch.last_slot = -1;   /* (the next chained step takes the next top-1's ids) */
+    c->n_fast_replays++;
+    c->ch.steps++;
+    return c->err;
 }
 
 extern "C" mx_status mx_backend_cuda_step_end(mx_backend *b) {
@@ -6070,8 +6228,10 @@ extern "C" void mx_backend_cuda_free(mx_backend *b) {
         free(c->graphs[i].fp);
     }
     if (c->g_done) cudaEventDestroy(c->g_done);
-    if (c->stt.e0) cudaEventDestroy(c->stt.e0);
-    if (c->stt.e1) cudaEventDestroy(c->stt.e1);
+    for (int i = 0; i < 2; i++) {
+        if (c->stt.e0[i]) cudaEventDestroy(c->stt.e0[i]);
+        if (c->stt.e1[i]) cudaEventDestroy(c->stt.e1[i]);
+    }
     if (c->blas_ws) cudaFree(c->blas_ws);
     if (c->wscratch) cudaFree(c->wscratch);
     if (c->xscratch) cudaFree(c->xscratch);
@@ -6088,6 +6248,10 @@ extern "C" void mx_backend_cuda_free(mx_backend *b) {
     if (c->tk) cudaFree(c->tk);
     if (c->tkh) cudaFreeHost(c->tkh);
     if (c->tkc) cudaFree(c->tkc);
+    for (int i = 0; i < 2; i++) {
+        if (c->ch.h[i]) cudaFreeHost(c->ch.h[i]);
+        if (c->ch.ev[i]) cudaEventDestroy(c->ch.ev[i]);
+    }
     if (c->pdl_host) cudaFreeHost(c->pdl_host);
     for (size_t i = 0; i < c->n_owned; i++) cudaFree(c->owned[i]);
     for (size_t i = 0; i < c->n_owned_h; i++) free(c->owned_h[i]);
