@@ -406,6 +406,8 @@ static void greedy_chain(void) {
     json_t *cfg = json_loads("{\"model_type\": \"llama\", " TINY "}", 0, &je);
     TREQUIRE(cfg, "test json: %s", je.text);
     mx_model *ref = NULL, *m = NULL;
+    int32_t *want = NULL, *got = NULL;
+    int n_want = 0, n_got = 0;
     mx_status st = mx_model_load_random(cfg, 0, 0, MX_DTYPE_F32, 5, &g_cpu, &ref);
     if (st == MX_OK) st = mx_model_load_random(cfg, 0, 0, MX_DTYPE_F32, 5, &w, &m);
     json_decref(cfg);
@@ -418,8 +420,6 @@ static void greedy_chain(void) {
     o.ignore_eos = true;
     mx_sampling_default(&o.sampling);
     o.sampling.temperature = 0;
-    int32_t *want = NULL, *got = NULL;
-    int n_want = 0, n_got = 0;
     mx_gen_stats gs;
     TCHECK(mx_generate(ref, prompt, 3, &o, NULL, NULL, &want, &n_want, &gs) == MX_OK && n_want == 12, "reference: %s", mx_last_error());
     for (int run = 0; run < 3 && want && !t_case_failed; run++) {   /* plain; a NaN lse at the 5th wait; sampling */
@@ -478,6 +478,7 @@ static void greedy_chain(void) {
         TCHECK(g_gc.chains >= 1, "the chained launch was not offered to step_chain");
     }
 done:
+    free(want);
     mx_model_free(m);
     mx_model_free(ref);
     mx_backend_cpu_set_precise(&g_cpu, false);
@@ -505,7 +506,8 @@ static void greedy_chain_gpu(void) {
     mx_sampling_default(&o.sampling);
     o.sampling.temperature = 0;
     mx_gen_stats gs;
-    const bool was = mx_backend_cuda_set_chain(&g_be, false);
+    /* (chained steps are launched as step_replay's are: on here whatever the variant's switches) */
+    const bool was = mx_backend_cuda_set_chain(&g_be, false), was_fr = mx_backend_cuda_set_fast_replay(&g_be, true);
     for (int r = 0; r < 2; r++) {
         mx_backend_cuda_set_chain(&g_be, r == 1);
         const long c0 = mx_backend_cuda_chain_steps(&g_be), m0 = mx_model_greedy_chained(m);
@@ -556,6 +558,7 @@ static void greedy_chain_gpu(void) {
                ids[1][0][1], ids[1][0][2], ids[0][0][0], ids[0][0][1], ids[0][0][2]);
     }
     mx_backend_cuda_set_chain(&g_be, was);
+    mx_backend_cuda_set_fast_replay(&g_be, was_fr);
 done:
     free(out[0]); free(out[1]);
     mx_model_free(m);
