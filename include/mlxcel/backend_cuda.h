@@ -80,8 +80,9 @@ void mx_backend_cuda_topk_one_launches(mx_backend *b, int *launches, int *mapped
  * mx_model_greedy_launch): a step that step_replay would take is launched right after the last
  * step's top-1, its tokens fed from the top-1's results by a small kernel that also writes its
  * positions and KV slots into the pinned stages its graph copies, so that the host reads each
- * token while the next step runs. On by default; MLXCEL_CUDA_CHAIN=0 at init (the ops then take
- * nothing, and generation waits for each token as before). Returns the previous setting (setting
+ * token while the next step runs. Off by default until run on a GPU (written in the twenty-fifth
+ * session, when no GPU could be started after the first two calls); MLXCEL_CUDA_CHAIN=1 at init.
+ * Off, the ops take nothing, and generation waits for each token as before. Returns the previous setting (setting
  * it drops the recorded graphs); the count is of the steps chained. */
 bool mx_backend_cuda_set_chain(mx_backend *b, bool on);
 long mx_backend_cuda_chain_steps(mx_backend *b);
