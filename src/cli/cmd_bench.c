@@ -56,6 +56,7 @@ typedef struct result {
     bool has_split;       /* --split on the GPU: */
     double step_s;        /* wall time a step, all repetitions */
     long steps, replayed; /* steps timed, of them replayed as graphs */
+    long chained;         /* decode steps launched before the last one's tokens were read */
     double gpu_s, walk_s; /* a step: GPU work, host walk (of the replayed steps when there are any) */
 } result;
 
@@ -213,6 +214,7 @@ int cmd_bench(int argc, char **argv) {
         if (timing && mx_backend_cuda_step_timing(&be, true)) { rc = cli_fail("bench", NULL); goto done; }
 #endif
         double tg_wall = 0;
+        const long chained0 = mx_model_greedy_chained(m);
         for (int r = 0; r < reps; r++) {
             for (int s = 0; s < B; s++) tok[s] = RAND_TOK();
             double t0 = mx_time_s();
@@ -257,11 +259,12 @@ int cmd_bench(int argc, char **argv) {
             q->has_split = sp.steps > 0;
             q->step_s = tg_wall / ((double)reps * (double)n_gen);
             q->steps = sp.steps; q->replayed = sp.graph_steps;
+            q->chained = mx_model_greedy_chained(m) - chained0;
             if (sp.graph_steps > 0) { q->gpu_s = sp.graph_gpu_s / sp.graph_steps; q->walk_s = sp.graph_walk_s / sp.graph_steps; }
             else if (sp.steps > 0) { q->gpu_s = sp.gpu_s / sp.steps; q->walk_s = sp.walk_s / sp.steps; }
         }
 #else
-        (void)tg_wall;
+        (void)tg_wall; (void)chained0;
 #endif
         if (B > 1) snprintf(res[n_res].test, sizeof res[n_res].test, "tg%lld x%d%s", n_gen, B, at);
         else snprintf(res[n_res].test, sizeof res[n_res].test, "tg%lld%s", n_gen, at);
@@ -297,6 +300,7 @@ int cmd_bench(int argc, char **argv) {
                 json_object_set_new(r, "step_walk_us", json_real(1e6 * res[i].walk_s));
                 json_object_set_new(r, "steps_timed", json_integer(res[i].steps));
                 json_object_set_new(r, "steps_replayed", json_integer(res[i].replayed));
+                json_object_set_new(r, "steps_chained", json_integer(res[i].chained));
             }
             json_array_append_new(arr, r);
         }
@@ -327,8 +331,9 @@ int cmd_bench(int argc, char **argv) {
             const double us = 1e6, rest = q->step_s - q->gpu_s - q->walk_s;
             if (q->replayed > 0)
                 printf("split %s: %.1f us a step = GPU %.1f us (the graph, from its launch to its end) + host %.1f us before "
-                       "the launch (the walk of the ops) + %.1f us else (launch, top-1, read back, loop); %ld of %ld timed steps replayed\n",
-                       q->test, us * q->step_s, us * q->gpu_s, us * q->walk_s, us * rest, q->replayed, q->steps);
+                       "the launch (the walk of the ops) + %.1f us else (launch, top-1, read back, loop); %ld of %ld timed steps replayed, "
+                       "%ld chained on the device\n",
+                       q->test, us * q->step_s, us * q->gpu_s, us * q->walk_s, us * rest, q->replayed, q->steps, q->chained);
             else
                 printf("split %s: %.1f us a step, op by op: GPU %.1f us from the step's first op to its last (with the waits "
                        "for the host's launches), host %.1f us launching them; %ld steps timed\n",
