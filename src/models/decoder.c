@@ -961,7 +961,6 @@ mx_status mx_model_greedy_launch(mx_model *m, const mx_batch *b, bool chained) {
     }
     if (on_device) m->gr_chained++;
     else {
-        m->n_last_logits = 0;
         mx_status st = forward_run(m, &bb);
         if (st) return st;
     }

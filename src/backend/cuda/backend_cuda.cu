@@ -5901,6 +5901,14 @@ static void sr_upload(cu_ctx *c, const mx_step_inputs *in) {
     if (in->n_rows > 0 && in->rows) stage_up(c, &c->rows, in->rows, (size_t)in->n_rows * 4);
 }
 
+/* whether decode steps run as graphs (MLXCEL_CUDA_GRAPHS: 1; auto only below a size of weights) */
+static bool graphs_on(const cu_ctx *c) { return c->graph_mode && !(c->graph_mode == 2 && c->wbytes >= c->graph_auto_bytes); }
+/* the graph entry of a key (NULL: none) */
+static cu_graph *graph_of(cu_ctx *c, uint64_t key) {
+    for (int i = 0; i < MX_GRAPHS; i++)
+        if (c->graphs[i].used && c->graphs[i].key == key) return &c->graphs[i];
+    return NULL;
+}
 extern "C" mx_status mx_backend_cuda_step_begin(mx_backend *b, uint64_t key) {
     cu_ctx *c = (cu_ctx *)b->ctx;
     /* step_replay's inputs for this step, kept for step_end only when it walks a graph step */
@@ -5916,7 +5924,7 @@ extern "C" mx_status mx_backend_cuda_step_begin(mx_backend *b, uint64_t key) {
     /* auto (2): graphs only below a size of weights, the default while a replay still waited for
      * the host's walk of the ops; with FAST_REPLAY, replays are at least as fast as op by op for
      * every shape measured, so the default is 1 (NOTES.md, twenty-second session) */
-    if (!c->graph_mode || (c->graph_mode == 2 && c->wbytes >= c->graph_auto_bytes)) return MX_OK;
+    if (!graphs_on(c)) return MX_OK;
     cu_graph *g = NULL, *lru = NULL;   /* the key's entry; else a free one, else the least recently used */
     for (int i = 0; i < MX_GRAPHS && !g; i++) {
         cu_graph *e = &c->graphs[i];
@@ -6011,6 +6019,19 @@ static void sr_note(cu_ctx *c, cu_graph *g, const mx_step_inputs *in) {
     }
 }
 
+/* the key's graph g launched from the inputs alone (step_replay, step_chain), the stages it copies
+ * written for it */
+static void fast_launch(cu_ctx *c, cu_graph *g, const char *what) {
+    c->g_step++;
+    cu_stage *st[] = {&c->meta, &c->ids, &c->rows};
+    for (int i = 0; i < 3; i++)
+        if ((g->fast_stages >> i) & 1) { st[i]->len = g->fast_len[i]; st[i]->stamp = c->g_step; }
+    g->last_use = c->g_step;
+    xq_forget(c);   /* (as the walk's ops do) */
+    graph_launch(c, g, true, what);
+    c->n_fast_replays++;
+}
+
 /* whether the key's graph g may be launched from the inputs alone (step_replay, step_chain): its
  * captured step and a replayed one were walked with such inputs (sr_note), of these sizes */
 static bool step_fast_ok(cu_ctx *c, cu_graph *g, const mx_step_inputs *in) {
@@ -6030,11 +6051,9 @@ static bool step_fast_ok(cu_ctx *c, cu_graph *g, const mx_step_inputs *in) {
 static mx_status c_step_replay(void *ctx, uint64_t key, const mx_step_inputs *in) {
     cu_ctx *c = (cu_ctx *)ctx;
     c->sr_in = NULL;
-    if (!in || c->err || c->gmode != G_EAGER || !c->graph_mode || (c->graph_mode == 2 && c->wbytes >= c->graph_auto_bytes))
+    if (!in || c->err || c->gmode != G_EAGER || !graphs_on(c))
         return MX_ERR_UNSUPPORTED;   /* (after a failure: the walk, whose step_end reports it) */
-    cu_graph *g = NULL;
-    for (int i = 0; i < MX_GRAPHS && !g; i++)
-        if (c->graphs[i].used && c->graphs[i].key == key) g = &c->graphs[i];
+    cu_graph *g = graph_of(c, key);
     c->sr_in = in; c->sr_key = key;   /* the walk that follows compares them */
     if (!c->fast_replay || !g || !step_fast_ok(c, g, in)) return MX_ERR_UNSUPPORTED;
     const unsigned fs = g->fast_stages;
@@ -6045,16 +6064,10 @@ static mx_status c_step_replay(void *ctx, uint64_t key, const mx_step_inputs *in
     cu_stage *st[] = {&c->meta, &c->ids, &c->rows};
     for (int i = 0; i < 3; i++)   /* the last copy out of each (recorded after every graph launch and upload) */
         if (((fs >> i) & 1) && st[i]->ev) cudaEventSynchronize(st[i]->ev);
-    c->g_step++;
     if (fs & FS_META) meta_compose(in->meta, (int32_t *)c->meta.h);
     if (fs & FS_IDS) memcpy(c->ids.h, in->tokens, ib);
     if (fs & FS_ROWS) memcpy(c->rows.h, in->rows, rb);
-    for (int i = 0; i < 3; i++)
-        if ((fs >> i) & 1) { st[i]->len = g->fast_len[i]; st[i]->stamp = c->g_step; }
-    g->last_use = c->g_step;
-    xq_forget(c);   /* (as the walk's ops do) */
-    graph_launch(c, g, true, "step (graph, step_replay)");
-    c->n_fast_replays++;
+    fast_launch(c, g, "step (graph, step_replay)");
     return MX_OK;
 }
 
@@ -6113,14 +6126,12 @@ __global__ void k_chain_feed(chain_args a, const int32_t *__restrict__ ids, int3
 static mx_status c_step_chain(void *ctx, uint64_t key, const mx_step_inputs *in) {
     cu_ctx *c = (cu_ctx *)ctx;
     const int n = in ? in->n_tokens : 0;
-    if (!c->ch.on || c->err || c->gmode != G_EAGER || !c->graph_mode || (c->graph_mode == 2 && c->wbytes >= c->graph_auto_bytes) ||
+    if (!c->ch.on || c->err || c->gmode != G_EAGER || !graphs_on(c) ||
         c->ch.last_slot < 0 || n < 1 || n > MX_CHAIN_MAX || c->ch.last_rows != n || in->n_rows != n || !in->rows || !in->meta ||
         in->meta->n_tokens != n || !in->meta->slot)
         return MX_ERR_UNSUPPORTED;
     for (int i = 0; i < n; i++) if (in->rows[i] != i) return MX_ERR_UNSUPPORTED;
-    cu_graph *g = NULL;
-    for (int i = 0; i < MX_GRAPHS && !g; i++)
-        if (c->graphs[i].used && c->graphs[i].key == key) g = &c->graphs[i];
+    cu_graph *g = graph_of(c, key);
     const unsigned fs = g ? g->fast_stages : 0;
     if (!c->fast_replay || !g || (fs & (FS_META | FS_IDS)) != (FS_META | FS_IDS) || !step_fast_ok(c, g, in)) return MX_ERR_UNSUPPORTED;
     /* what the device does not write must be what the pinned copies hold: the sequence ids and
@@ -6140,22 +6151,15 @@ static mx_status c_step_chain(void *ctx, uint64_t key, const mx_step_inputs *in)
     }
     c->sr_in = NULL;
     FLUSH_ALL(c);
-    xq_forget(c);
     if (c->stt.on) c->stt.t_begin = stt_now();
     chain_args a;
     a.n = n; a.vocab = c->ch.vocab;
     for (int i = 0; i < n; i++) { a.pos[i] = m->pos[i]; a.slot[i] = m->slot[i]; }
     k_chain_feed<<<1, 32, 0, c->st>>>(a, res + n, md, idd);   /* (the ids follow the n values) */
     CK(c, cudaGetLastError(), "chain feed");
-    c->g_step++;
-    cu_stage *st[] = {&c->meta, &c->ids, &c->rows};
-    for (int i = 0; i < 3; i++)
-        if ((fs >> i) & 1) { st[i]->len = g->fast_len[i]; st[i]->stamp = c->g_step; }
-    g->last_use = c->g_step;
-    graph_launch(c, g, true, "step (graph, chained)");
+    fast_launch(c, g, "step (graph, chained)");
     c->ch.live = true;
     c->ch.last_slot = -1;   /* (the next chained step takes the next top-1's ids) */
-    c->n_fast_replays++;
     c->ch.steps++;
     return c->err;
 }
