@@ -59,6 +59,7 @@ typedef struct result {
     long steps, replayed; /* steps timed, of them replayed as graphs */
     long chained;         /* decode steps launched before the last one's tokens were read */
     double gpu_s, walk_s; /* a step: GPU work, host walk (of the replayed steps when there are any) */
+    double launch_s;      /* a replayed step: the host's time inside the graph launch call */
 } result;
 
 static void stats(const double *v, int n, double *mean, double *sd) {
@@ -261,7 +262,10 @@ int cmd_bench(int argc, char **argv) {
             q->step_s = tg_wall / ((double)reps * (double)n_gen);
             q->steps = sp.steps; q->replayed = sp.graph_steps;
             q->chained = mx_model_greedy_chained(m) - chained0;
-            if (sp.graph_steps > 0) { q->gpu_s = sp.graph_gpu_s / sp.graph_steps; q->walk_s = sp.graph_walk_s / sp.graph_steps; }
+            if (sp.graph_steps > 0) {
+                q->gpu_s = sp.graph_gpu_s / sp.graph_steps; q->walk_s = sp.graph_walk_s / sp.graph_steps;
+                q->launch_s = sp.graph_launch_s / sp.graph_steps;
+            }
             else if (sp.steps > 0) { q->gpu_s = sp.gpu_s / sp.steps; q->walk_s = sp.walk_s / sp.steps; }
         }
 #else
@@ -299,6 +303,7 @@ int cmd_bench(int argc, char **argv) {
                 json_object_set_new(r, "step_us", json_real(1e6 * res[i].step_s));
                 json_object_set_new(r, "step_gpu_us", json_real(1e6 * res[i].gpu_s));
                 json_object_set_new(r, "step_walk_us", json_real(1e6 * res[i].walk_s));
+                json_object_set_new(r, "step_launch_us", json_real(1e6 * res[i].launch_s));
                 json_object_set_new(r, "steps_timed", json_integer(res[i].steps));
                 json_object_set_new(r, "steps_replayed", json_integer(res[i].replayed));
                 json_object_set_new(r, "steps_chained", json_integer(res[i].chained));
@@ -333,8 +338,9 @@ int cmd_bench(int argc, char **argv) {
             if (q->replayed > 0)
                 printf("split %s: %.1f us a step = GPU %.1f us (the graph, from its launch to its end) + host %.1f us before "
                        "the launch (the walk of the ops) + %.1f us else (launch, top-1, read back, loop); %ld of %ld timed steps replayed, "
-                       "%ld chained on the device\n",
-                       q->test, us * q->step_s, us * q->gpu_s, us * q->walk_s, us * rest, q->replayed, q->steps, q->chained);
+                       "%ld chained on the device; %.1f us a step in the graph launch call\n",
+                       q->test, us * q->step_s, us * q->gpu_s, us * q->walk_s, us * rest, q->replayed, q->steps, q->chained,
+                       us * q->launch_s);
             else
                 printf("split %s: %.1f us a step, op by op: GPU %.1f us from the step's first op to its last (with the waits "
                        "for the host's launches), host %.1f us launching them; %ld steps timed\n",

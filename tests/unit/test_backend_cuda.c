@@ -2238,6 +2238,7 @@ static void test_graph_steps(void) {
            "GPU %.1f us, walk %.1f us a step\n", sp1.steps, sp1.graph_steps, 1e6 * sp1.graph_gpu_s / (sp1.graph_steps ? sp1.graph_steps : 1),
            1e6 * sp1.graph_walk_s / (sp1.graph_steps ? sp1.graph_steps : 1), sp2.steps, 1e6 * sp2.gpu_s / (sp2.steps ? sp2.steps : 1),
            1e6 * sp2.walk_s / (sp2.steps ? sp2.steps : 1));
+    TCHECK(sp1.graph_launch_s > 0 && sp1.graph_launch_s < 1.0 * steps, "the replays' launch calls: %g s", sp1.graph_launch_s);
     TCHECK(sp1.steps == steps - 1 && sp1.graph_steps == steps - 2, "timed %ld steps, %ld replayed; expected %d, %d", sp1.steps,
            sp1.graph_steps, steps - 1, steps - 2);
     TCHECK(sp1.graph_gpu_s > 0 && sp1.graph_walk_s > 0 && sp1.gpu_s > sp1.graph_gpu_s && sp1.walk_s > sp1.graph_walk_s &&

@@ -140,8 +140,8 @@ struct cu_ctx {
                                               +9-10%, NOTES.md; =0 walks every step) */
     int n_fast_replays;                    /* its launches (tests) */
     struct {                               /* greedy steps chained on the device (top1_launch,
-                                              top1_wait, step_chain; MLXCEL_CUDA_CHAIN, off by
-                                              default until run on a GPU: NOTES.md) */
+                                              top1_wait, step_chain; MLXCEL_CUDA_CHAIN, on by
+                                              default: NOTES.md) */
         int on;
         void *h[2]; size_t cap[2];         /* the result slots: pinned, written by the top-1 */
         cudaEvent_t ev[2];                 /* recorded after each slot's top-1 */
@@ -432,7 +432,7 @@ static mx_status read_switches(cu_switches *sw) {
         (st = env_choice("MLXCEL_CUDA_MV_DENSE_SHORT", onoff, 2, 0, &sw->dense_short)) ||
         (st = env_choice("MLXCEL_CUDA_FAST_REPLAY", onoff, 2, 1, &sw->fast_replay)) ||
         (st = env_choice("MLXCEL_CUDA_TOPK_ONE", onoff, 2, 1, &sw->topk_one)) ||
-        (st = env_choice("MLXCEL_CUDA_CHAIN", onoff, 2, 0, &sw->chain)) ||
+        (st = env_choice("MLXCEL_CUDA_CHAIN", onoff, 2, 1, &sw->chain)) ||
         (st = env_choice("MLXCEL_CUDA_PAIR_HALF", onoff, 2, 0, &sw->pair_half)))
         return st;
     if ((st = env_long("MLXCEL_CUDA_FUSED_PF", 0, 64, 0, "chunks", &sw->fused_pf)) ||
@@ -5968,7 +5968,9 @@ static void stage_forget(cu_ctx *c) {
  * their next writes wait for it to have read them */
 static void graph_launch(cu_ctx *c, cu_graph *g, bool timed, const char *what) {
     if (timed) stt_start(c, true);
+    const double t0 = c->stt.on && timed ? stt_now() : 0;
     CK(c, cudaGraphLaunch(g->exec, c->st), "graph launch");
+    if (c->stt.on && timed) c->stt.acc.graph_launch_s += stt_now() - t0;
     if (timed) stt_end(c, true);
     c->n_graph_launches++;
     if (c->prof) prof_mark(c, what);

@@ -11,7 +11,8 @@
  * block per row merges: the largest chunk threshold and the k-th largest chunk maximum bound the
  * row's k-th key from below, so only keys above them (usually ~k) are gathered to shared memory and
  * selected again; the k winners are ranked, and values are read back from the row (bit-exact). The
- * partial sums combine in double.
+ * partial sums combine in double. For k = 1 (greedy's top-1) neither phase selects: a chunk's
+ * candidate is its largest key, and the row's the largest of those.
  * mx_cuda_topk_one runs both in one launch (tk_one): the block that finishes a row's last chunk
  * (a counter a row) merges the row, reading the others' candidates through L2.
  *
@@ -160,7 +161,7 @@ __device__ __forceinline__ void tk_chunk_body(const float *logits, int vocab, in
         float a = i < vocab ? x[i] : -INFINITY;
         v[j] = a;
         unsigned long long key = i < vocab ? tk_key(a, i) : 0ull;
-        items[j * TK_THREADS + tid] = key;
+        if (k > 1) items[j * TK_THREADS + tid] = key;
         if (key > mk) mk = key;
         if (a != a) nan = 1; else m = fmaxf(m, a);
     }
@@ -175,6 +176,18 @@ __device__ __forceinline__ void tk_chunk_body(const float *logits, int vocab, in
     }
     s = tk_block_sum(s, red);
     nan = __syncthreads_or(nan);   /* also makes items[] visible */
+    if (k == 1) {   /* the chunk's one candidate is its largest key: no select */
+        if (tid == 0) {
+            const unsigned long long t = *top;
+            cand[(size_t)row * n_chunks + ch] = t;
+            tk_part P;
+            P.m = m; P.s = s; P.nan = nan; P.pad = 0;
+            P.thr = t ? t : 1ull;
+            P.top = t;
+            part[(size_t)row * n_chunks + ch] = P;
+        }
+        return;
+    }
     const unsigned long long T = tk_select<false>(items, TK_THREADS * EPT, (unsigned)k, S);
     if (tid == 0) *cnt = 0;
     __syncthreads();
@@ -257,6 +270,22 @@ __device__ __forceinline__ void tk_merge_body(const float *logits, int vocab, in
                 if (pm != -INFINITY) sum += (double)tk_ld<CG>(&pr[i].s) * exp((double)pm - (double)M);
             }
         for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        if (k == 1) {   /* the row's best is the best chunk maximum (the keys order values, then ids) */
+            unsigned long long b = 0ull;
+            for (int i = tid; i < n_chunks; i += 32) {
+                const unsigned long long t = tk_ld<CG>(&pr[i].top);
+                if (t > b) b = t;
+            }
+            for (int o = 16; o > 0; o >>= 1) {
+                const unsigned long long t = __shfl_xor_sync(0xffffffffu, b, o);
+                if (t > b) b = t;
+            }
+            if (tid == 0) {
+                const int id = b ? tk_id(b) : -1;
+                vals[row] = b ? logits[(size_t)row * vocab + id] : -INFINITY;
+                ids[row] = id;
+            }
+        }
         if (tid == 0) {
             float r;
             if (nan) r = NAN;
@@ -269,6 +298,7 @@ __device__ __forceinline__ void tk_merge_body(const float *logits, int vocab, in
         }
     }
     __syncthreads();
+    if (k == 1) return;   /* (block-uniform) */
     /* Lower bounds of the row's k-th largest key: the best chunk threshold (that chunk alone has
      * k keys above it), and the k-th largest chunk maximum (k chunks have a key above it). Keys
      * below cannot be among the row's k largest; usually only ~k or a few times k remain. */
