@@ -36,6 +36,9 @@ typedef struct mx_sampling {
     int n_logprobs;             /* top logprobs wanted (0: none) */
 } mx_sampling;
 void mx_sampling_default(mx_sampling *s);
+/* Whether a row's top-1 alone decides every draw with these parameters: greedy, with no logit
+ * bias, no penalties and no log-probabilities (then the device may pick the token itself). */
+bool mx_sampling_top1_decides(const mx_sampling *p);
 
 typedef struct mx_sampler mx_sampler;
 mx_sampler *mx_sampler_new(const mx_sampling *params, int vocab_size);

@@ -45,8 +45,9 @@ static void usage(FILE *f) {
         "      --bandwidth        tg tests: weight bytes read a step over its time, against the\n"
         "                         device copy rate measured in the same run (GPU)\n"
         "      --split            tg tests: the time split of a step (GPU work, the host's walk of\n"
-        "                         the ops before the step's launch, the rest) and the steps\n"
-        "                         chained on the device (MLXCEL_CUDA_CHAIN=1) (GPU)\n"
+        "                         the ops before the step's launch, the rest), the host's time in\n"
+        "                         the graph launch call, and the steps chained on the device\n"
+        "                         (MLXCEL_CUDA_CHAIN, on by default) (GPU)\n"
         "      --json             print results as JSON\n");
 }
 

@@ -72,13 +72,6 @@ static mx_status run_chunked(mx_model *m, seq_state *s, const int32_t *ids, int 
     return MX_OK;
 }
 
-/* Greedy draws that a row's top-1 decides alone (no bias, penalties or log-probabilities): the
- * device can pick each step's token itself (mx_model_greedy_launch). */
-static bool top1_decides(const mx_sampling *p) {
-    return p->temperature <= 0.0f && p->n_logit_bias == 0 && !(p->repeat_penalty != 1.0f && p->repeat_penalty > 0) &&
-           p->presence_penalty == 0 && p->frequency_penalty == 0 && p->n_logprobs <= 0;
-}
-
 /* Launch the greedy decode step at `pos` for token *id, or (id NULL) for the token the device
  * picked in the last launched step. */
 static mx_status greedy_step(mx_model *m, seq_state *s, const int32_t *id, int pos) {
@@ -122,7 +115,7 @@ mx_status mx_generate(mx_model *m, const int32_t *prompt, int n_prompt, const mx
     /* greedy: the device picks each token and the next step is launched before it is read
      * (`inflight`: the step for the last drawn token is launched, its candidates come from the
      * chain: k = 1) */
-    bool chain = top1_decides(&o->sampling), inflight = false;
+    bool chain = mx_sampling_top1_decides(&o->sampling), inflight = false;
     for (int i = 0; i < o->n_predict; i++) {
         bool need_full = false;
         int32_t id = mx_sampler_sample_topk(smp, cand_v, cand_id, kc, cand_lse, hist, n_hist, NULL, NULL, &need_full);

@@ -36,6 +36,14 @@ void mx_sampling_default(mx_sampling *s) {
     s->seed = 0xC0FFEEu;
 }
 
+/* a repeat penalty that changes logits (1 and <= 0 leave them) */
+static bool repeat_on(const mx_sampling *p) { return p->repeat_penalty != 1.0f && p->repeat_penalty > 0; }
+
+bool mx_sampling_top1_decides(const mx_sampling *p) {
+    return p->temperature <= 0.0f && p->n_logit_bias == 0 && !repeat_on(p) && p->presence_penalty == 0 &&
+           p->frequency_penalty == 0 && p->n_logprobs <= 0;
+}
+
 static uint64_t splitmix64(uint64_t *x) {
     uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
@@ -167,7 +175,7 @@ int32_t mx_sampler_sample(mx_sampler *s, float *logits, const int32_t *history, 
         if (id >= 0 && id < V) logits[id] += p->logit_bias[i].bias;
     }
     /* penalties over the window */
-    bool rep = p->repeat_penalty != 1.0f && p->repeat_penalty > 0;
+    bool rep = repeat_on(p);
     bool pf = p->presence_penalty != 0 || p->frequency_penalty != 0;
     if ((rep || pf) && n_history > 0) {
         int start = 0;
@@ -252,7 +260,7 @@ int32_t mx_sampler_sample_topk(mx_sampler *s, const float *vals, const int32_t *
     const int tk = greedy ? 1 : p->top_k;       /* candidates that must be the exact leaders */
     bool bias = false;
     for (int i = 0; i < p->n_logit_bias; i++) if (p->logit_bias[i].id >= 0 && p->logit_bias[i].id < V) bias = true;
-    bool rep = p->repeat_penalty != 1.0f && p->repeat_penalty > 0;
+    bool rep = repeat_on(p);
     bool pf = p->presence_penalty != 0 || p->frequency_penalty != 0;
     bool pen = (rep || pf) && n_history > 0;
     float mv[MX_TOPK_MAX];                      /* modified logits of the candidates */

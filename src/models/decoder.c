@@ -999,7 +999,6 @@ void mx_model_greedy_drain(mx_model *m) {
     for (int i = 0; i < m->gr_n; i++)
         if (gr_take(m, i)) mx_clear_error();   /* (a failure stays in the backend's status) */
     m->gr_n = 0;
-    m->gr_last_n = 0;
 }
 
 long mx_model_greedy_chained(const mx_model *m) { return m->gr_chained; }

@@ -284,6 +284,45 @@ static void no_fallback_common(void) {
     }
 }
 
+/* mx_sampling_top1_decides: greedy alone; each of bias, penalties, log-probabilities, a
+ * temperature makes it false; where it is true, the sampler decides from one candidate (k = 1)
+ * what it decides from the full row */
+static void top1_decides(void) {
+    mx_sampling p;
+    mx_sampling_default(&p);
+    TCHECK(!mx_sampling_top1_decides(&p), "the default sampling (temperature 0.8) decided by the top-1");
+    p.temperature = 0;
+    TCHECK(mx_sampling_top1_decides(&p), "greedy not decided by the top-1");
+    mx_logit_bias lb = {3, 1.f};
+    mx_sampling q = p; q.logit_bias = &lb; q.n_logit_bias = 1;
+    TCHECK(!mx_sampling_top1_decides(&q), "a logit bias");
+    q = p; q.repeat_penalty = 1.1f;
+    TCHECK(!mx_sampling_top1_decides(&q), "a repeat penalty");
+    q = p; q.repeat_penalty = 0;   /* (off) */
+    TCHECK(mx_sampling_top1_decides(&q), "a repeat penalty of 0 (off)");
+    q = p; q.presence_penalty = 0.5f;
+    TCHECK(!mx_sampling_top1_decides(&q), "a presence penalty");
+    q = p; q.frequency_penalty = 0.5f;
+    TCHECK(!mx_sampling_top1_decides(&q), "a frequency penalty");
+    q = p; q.n_logprobs = 2;
+    TCHECK(!mx_sampling_top1_decides(&q), "log-probabilities");
+    for (int t = 0; t < 200 && !t_case_failed; t++) {
+        const int V = 65 + rndi(3000);
+        float *row = malloc((size_t)V * sizeof *row);
+        make_row(row, V, rndi(6), false);
+        float cv, clse;
+        int32_t ci, hist[1] = {1};
+        mx_topk_host(row, V, 1, &cv, &ci, &clse);
+        mx_sampler *sm = mx_sampler_new(&p, V);
+        bool full = true;
+        const int32_t id = mx_sampler_sample_topk(sm, &cv, &ci, 1, clse, hist, 1, NULL, NULL, &full);
+        const int32_t ref = mx_sampler_sample(sm, row, hist, 1, NULL, NULL);
+        TCHECK(!full && id == ref, "V=%d: from the top-1 %d (need_full %d), from the row %d", V, id, full, ref);
+        mx_sampler_free(sm);
+        free(row);
+    }
+}
+
 /* need_full draws nothing: after a refused draw the next draws match a sampler that never saw it. */
 static void fallback_keeps_rng(void) {
     const int V = 1000;
@@ -370,6 +409,7 @@ int main(void) {
     RUN(no_fallback_common);
     RUN(typical_penalty_rate);
     RUN(fallback_keeps_rng);
+    RUN(top1_decides);
     RUN(model_forward_topk);
     TEST_EXIT();
 }
