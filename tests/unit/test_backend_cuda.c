@@ -69,7 +69,7 @@ static void test_select(void) {
                                          {"MLXCEL_CUDA_ATTN_L2PF", "16m"}, {"MLXCEL_CUDA_ATTN_L2PF", "-1"},
                                          {"MLXCEL_CUDA_MV_DENSE_SHORT", "2"}, {"MLXCEL_CUDA_FAST_REPLAY", "on"},
                                          {"MLXCEL_CUDA_TOPK_ONE", "2"}, {"MLXCEL_CUDA_RING_EPI", "on"},
-                                         {"MLXCEL_CUDA_RING_EPI", "2"}, {"MLXCEL_CUDA_TRACE_MAX", "100"},
+                                         {"MLXCEL_CUDA_RING_EPI", "2"}, {"MLXCEL_CUDA_ATT_O", "yes"}, {"MLXCEL_CUDA_TRACE_MAX", "100"},
                                          {"MLXCEL_CUDA_TRACE_MAX", "4m"}, {"MLXCEL_CUDA_EPI_BLOCKS", "161"},
                                          {"MLXCEL_CUDA_EPI_BLOCKS", "-1"}, {"MLXCEL_CUDA_EPI_BLOCKS", "auto"},
                                          {"MLXCEL_CUDA_PAIR_HALF", "2"}, {"MLXCEL_CUDA_PAIR_HALF", "on"},
@@ -93,11 +93,11 @@ static void test_select(void) {
     setenv("MLXCEL_CUDA_ATTN_EARLY", "0", 1); setenv("MLXCEL_CUDA_ATTN_L2PF", "16", 1); setenv("MLXCEL_CUDA_MV_DENSE_SHORT", "1", 1);
     setenv("MLXCEL_CUDA_FAST_REPLAY", "1", 1); setenv("MLXCEL_CUDA_TOPK_ONE", "1", 1);
     setenv("MLXCEL_CUDA_RING_EPI", "0", 1); setenv("MLXCEL_CUDA_TRACE_MAX", "2048", 1); setenv("MLXCEL_CUDA_EPI_BLOCKS", "64", 1);
-    setenv("MLXCEL_CUDA_PAIR_HALF", "1", 1); setenv("MLXCEL_CUDA_CHAIN", "0", 1);
+    setenv("MLXCEL_CUDA_PAIR_HALF", "1", 1); setenv("MLXCEL_CUDA_CHAIN", "0", 1); setenv("MLXCEL_CUDA_ATT_O", "0", 1);
     TCHECK(mx_backend_cuda_check_env() == MX_OK, "good switches refused: %s", mx_last_error());
     unsetenv("MLXCEL_CUDA_FAST_REPLAY"); unsetenv("MLXCEL_CUDA_TOPK_ONE");
     unsetenv("MLXCEL_CUDA_RING_EPI"); unsetenv("MLXCEL_CUDA_TRACE_MAX"); unsetenv("MLXCEL_CUDA_EPI_BLOCKS"); unsetenv("MLXCEL_CUDA_PAIR_HALF");
-    unsetenv("MLXCEL_CUDA_CHAIN");
+    unsetenv("MLXCEL_CUDA_CHAIN"); unsetenv("MLXCEL_CUDA_ATT_O");
     unsetenv("MLXCEL_CUDA_ATTN_PREP"); unsetenv("MLXCEL_CUDA_RING_PAIR"); unsetenv("MLXCEL_CUDA_RING_ACT");
     unsetenv("MLXCEL_CUDA_ATTN_EARLY"); unsetenv("MLXCEL_CUDA_ATTN_L2PF"); unsetenv("MLXCEL_CUDA_MV_DENSE_SHORT");
     unsetenv("MLXCEL_CUDA_FUSED"); unsetenv("MLXCEL_CUDA_FUSED_PF"); unsetenv("MLXCEL_CUDA_GEMM_SK");
@@ -1468,6 +1468,151 @@ static void check_ring_epi(const re_case *rc) {
     free(h0); free(att); free(z); free(cd); free(cm); free(cxa); free(gb1); free(gb2);
     for (int i = 0; i < 9; i++) tw_free(all[i]);
 }
+/* The o projection in the batch-1 attention's epilogue (MLXCEL_CUDA_ATT_O), as the decoder issues the
+ * ops of a layer: a prompt of 21 tokens, then decode tokens across two cache blocks, the last one
+ * outside the sequences (its attention output zeros); each decode step runs attention -> o of its
+ * output -> h = h + o -> x = rmsnorm(h) -> gate/up of x -> act_mul -> down -> h = h + down ->
+ * rmsnorm -> q/k/v (how 0). How 1: a product of another vector between the add and the norm (the
+ * attention and o then run as they are); how 2: the attention's output read before o (the attention
+ * runs before the read); how 3: o with a bias (not taken); how 4: o of q8 weights (not taken).
+ * Switch off and on: every output against the CPU within the int8 tolerance, against the switch
+ * off's within 3e-3 (o's parts are added in another order: a code may round the other way), the
+ * attention output bit for bit the switch off's; the launches with o counted (every decode step
+ * with how 0 on an sm_90 GPU, none otherwise). */
+typedef struct { const char *name; int nh, nkv, hd, H, I, gs; mx_dtype sdt; bool gamma, add_one; int how; } ao_case;
+static void check_att_o(const ao_case *a) {
+    enum { BS = 16, NB = 4, P0 = 21, STEPS = 14 };
+    unsetenv("MLXCEL_CUDA_KV");
+    const int H = a->H, I = a->I, qd = a->nh * a->hd, kvd = a->nkv * a->hd;
+    int32_t bt[NB] = {2, 0, 3, 1};
+    mx_attn_params p = {a->nh, a->nkv, a->hd, 1.f / sqrtf((float)a->hd), 0, 0.f, NULL};
+    tw wo, wg, wu, wd, wq, wk, wv, w2;
+    tw_make(&wo, H, qd, a->how == 4 ? 8 : 4, a->gs, a->sdt, a->how == 3);
+    tw_make(&wg, I, H, 4, 64, MX_DTYPE_BF16, false); tw_make(&wu, I, H, 4, 64, MX_DTYPE_BF16, false);
+    tw_make(&wd, H, I, 4, 64, MX_DTYPE_BF16, false);
+    tw_make(&wq, qd, H, 4, 64, MX_DTYPE_BF16, false); tw_make(&wk, kvd, H, 4, 64, MX_DTYPE_BF16, false);
+    tw_make(&wv, kvd, H, 4, 64, MX_DTYPE_BF16, false);
+    tw_make(&w2, 64, H, 4, 64, MX_DTYPE_BF16, false);
+    tw *all[] = {&wo, &wg, &wu, &wd, &wq, &wk, &wv, &w2};
+    for (int i = 0; i < 8; i++) TREQUIRE(G.i->weight_prepare(G.ctx, &all[i]->w) == MX_OK, "prepare: %s", mx_last_error());
+    mx_vec g1, g2; void *gb1, *gb2;
+    vec_make(&g1, &gb1, H, MX_DTYPE_BF16, a->add_one ? 0.f : 1.f);
+    vec_make(&g2, &gb2, H, MX_DTYPE_BF16, a->add_one ? 0.f : 1.f);
+    TREQUIRE(G.i->vec_prepare(G.ctx, &g1) == MX_OK && G.i->vec_prepare(G.ctx, &g2) == MX_OK, "vec prepare");
+    const mx_vec *gp1 = a->gamma ? &g1 : NULL, *gp2 = a->gamma ? &g2 : NULL;
+    const float a1 = a->add_one ? 1.f : 0.f, eps = 1e-6f;
+    const mx_weight *w_gu[2] = {&wg.w, &wu.w}, *w_qkv[3] = {&wq.w, &wk.w, &wv.w};
+    /* per step: the raw q, k, v (the prompt's n rows), and h before the step */
+    float *rq[1 + STEPS], *rk[1 + STEPS], *rv[1 + STEPS];
+    for (int st = 0; st <= STEPS; st++) {
+        const int n = st == 0 ? P0 : 1;
+        rq[st] = malloc((size_t)n * qd * 4); rk[st] = malloc((size_t)n * kvd * 4); rv[st] = malloc((size_t)n * kvd * 4);
+        fill(rq[st], (int64_t)n * qd, 2.f); fill(rk[st], (int64_t)n * kvd, 2.f); fill(rv[st], (int64_t)n * kvd, 1.f);
+    }
+    float *h0 = malloc((size_t)H * 4), *z = malloc((size_t)H * 4);
+    fill(h0, H, 3.f); fill(z, H, 1.f);
+    /* outputs of a decode step: the attention's, h, x, g, u, the second product, q, k, v */
+    enum { ATT, HH, X, GG, UU, O2, Q, K, V, NO };
+    const int64_t len[NO] = {qd, H, H, I, I, 64, qd, kvd, kvd};
+    int64_t off[NO + 1] = {0};
+    for (int i = 0; i < NO; i++) off[i + 1] = off[i] + len[i];
+    const int64_t tot = off[NO];
+    float *res[3][STEPS];   /* the CPU, the switch off, on */
+    mx_backend *bk[2] = {&C, &G};
+    const bool sm90 = gpu_sm90();
+    for (int mode = 0; mode < 3; mode++) {
+        mx_backend *B = bk[mode == 0 ? 0 : 1];
+        const bool was = mode ? mx_backend_cuda_set_att_o(&G, mode == 2) : false;
+        mx_kv_desc kd = {1, a->nkv, a->hd, BS, NB, MX_DTYPE_F32};   /* (the GPU's cache: bf16, MLXCEL_CUDA_KV unset) */
+        TREQUIRE(B->i->kv_init(B->ctx, &kd) == MX_OK, "kv_init: %s", mx_last_error());
+        const int n0 = mode ? mx_backend_cuda_att_o_launches(&G) : 0;
+        float *dd = mode ? gnan(tot) : calloc((size_t)tot, 4), *dm = mode ? gnan(H) : malloc((size_t)H * 4);
+        float *dz = mode ? gup(z, H) : z;
+        for (int st = 0; st <= STEPS; st++) {
+            const int n = st == 0 ? P0 : 1;
+            int32_t pos[P0], slot[P0], seq[P0];
+            for (int t = 0; t < n; t++) {
+                pos[t] = st == 0 ? t : P0 + st - 1;
+                seq[t] = st == STEPS ? 1 : 0;   /* the last token outside the sequences */
+                slot[t] = bt[pos[t] / BS] * BS + pos[t] % BS;
+            }
+            mx_attn_meta m = {n, pos, slot, seq, 1, NB, bt};
+            float *q, *k, *v, *att;
+            if (mode) { q = gup(rq[st], (int64_t)n * qd); k = gup(rk[st], (int64_t)n * kvd); v = gup(rv[st], (int64_t)n * kvd); att = gnan((int64_t)n * qd); }
+            else { q = rq[st]; k = rk[st]; v = rv[st]; att = malloc((size_t)n * qd * 4); }
+            if (st == 1) {   /* h: the decode steps' residual stream */
+                if (mode) G.i->write(G.ctx, dd + off[HH], h0, (size_t)H * 4); else memcpy(dd + off[HH], h0, (size_t)H * 4);
+            }
+            B->i->attention(B->ctx, 0, q, k, v, att, &p, &m);
+            if (st > 0) {
+                float *x = dd + off[X];
+                if (a->how == 2) { float *t = malloc((size_t)qd * 4); B->i->read(B->ctx, t, att, (size_t)qd * 4); free(t); }
+                B->i->matmul(B->ctx, &wo.w, att, dm, 1);
+                B->i->add(B->ctx, dd + off[HH], dm, dd + off[HH], H);
+                if (a->how == 1) B->i->matmul(B->ctx, &w2.w, dz, dd + off[O2], 1);
+                B->i->rmsnorm(B->ctx, dd + off[HH], gp1, eps, a1, x, 1, H);
+                float *y2[2] = {dd + off[GG], dd + off[UU]}, *y3[3] = {dd + off[Q], dd + off[K], dd + off[V]};
+                B->i->matmul_multi(B->ctx, 2, w_gu, x, y2, 1);
+                B->i->act_mul(B->ctx, MX_ACT_SILU, dd + off[GG], dd + off[UU], I, dd + off[GG], 1, I);
+                B->i->matmul(B->ctx, &wd.w, dd + off[GG], dm, 1);
+                B->i->add(B->ctx, dd + off[HH], dm, dd + off[HH], H);
+                B->i->rmsnorm(B->ctx, dd + off[HH], gp2, eps, a1, x, 1, H);
+                B->i->matmul_multi(B->ctx, 3, w_qkv, x, y3, 1);
+                if (a->how != 1) B->i->matmul(B->ctx, &w2.w, x, dd + off[O2], 1);
+                /* (the norm's output is overwritten by the second one: x holds that) */
+                res[mode][st - 1] = malloc((size_t)tot * 4);
+                if (mode) {
+                    float *hd = gdown(dd, tot), *ad = gdown(att, qd);
+                    memcpy(res[mode][st - 1], hd, (size_t)tot * 4);
+                    memcpy(res[mode][st - 1] + off[ATT], ad, (size_t)qd * 4);
+                    free(hd); free(ad);
+                } else {
+                    memcpy(res[0][st - 1], dd, (size_t)tot * 4);
+                    memcpy(res[0][st - 1] + off[ATT], att, (size_t)qd * 4);
+                }
+            }
+            if (mode) { G.i->free(G.ctx, q); G.i->free(G.ctx, k); G.i->free(G.ctx, v); G.i->free(G.ctx, att); }
+            else free(att);
+        }
+        if (mode) {
+            const int got = mx_backend_cuda_att_o_launches(&G) - n0, want = mode == 2 && sm90 && a->how == 0 ? STEPS : 0;
+            TCHECK(got == want, "mode %d: %d attentions with o in the epilogue (expected %d)", mode, got, want);
+            TCHECK(mx_backend_cuda_status(&G) == MX_OK, "status: %s", mx_last_error());
+            G.i->free(G.ctx, dd); G.i->free(G.ctx, dm); G.i->free(G.ctx, dz);
+            mx_backend_cuda_set_att_o(&G, was);
+        } else {
+            free(dd); free(dm);
+        }
+        B->i->kv_free(B->ctx);
+    }
+    static const char *const nm[NO] = {"attention", "h", "x", "g", "u", "second product", "q", "k", "v"};
+    int bad = 0;
+    for (int st = 0; st < STEPS; st++) {
+        for (int i = 0; i < NO && bad < 4; i++) {
+            const double e = relerr(res[2][st] + off[i], res[0][st] + off[i], len[i]);
+            if (e >= 1e-2) { TCHECK(0, "step %d: %s: rel err %.3g against the CPU", st + 1, nm[i], e); bad++; }
+            const double eo = relerr(res[2][st] + off[i], res[1][st] + off[i], len[i]);
+            if (eo >= 3e-3) { TCHECK(0, "step %d: %s: rel err %.3g against the switch off's", st + 1, nm[i], eo); bad++; }
+            if (i == ATT && memcmp(res[2][st], res[1][st], (size_t)len[i] * 4)) {
+                TCHECK(0, "step %d: the attention output differs from the switch off's", st + 1); bad++;
+            }
+        }
+        for (int mode = 0; mode < 3; mode++) free(res[mode][st]);
+    }
+    for (int st = 0; st <= STEPS; st++) { free(rq[st]); free(rk[st]); free(rv[st]); }
+    free(h0); free(z); free(gb1); free(gb2);
+    for (int i = 0; i < 8; i++) tw_free(all[i]);
+}
+static const ao_case g_ao[] = {
+    {"cuda_att_o_qwen_layer", 16, 8, 128, 1024, 3072, 64, MX_DTYPE_BF16, true, false, 0},
+    {"cuda_att_o_hd64_g32_f16_add_one", 8, 2, 64, 512, 1024, 32, MX_DTYPE_F16, true, true, 0},
+    {"cuda_att_o_no_gamma_gqa4", 16, 4, 128, 256, 512, 64, MX_DTYPE_BF16, false, false, 0},
+    {"cuda_att_o_product_between", 16, 8, 128, 1024, 3072, 64, MX_DTYPE_BF16, true, false, 1},
+    {"cuda_att_o_read_between", 16, 8, 128, 1024, 3072, 64, MX_DTYPE_BF16, true, false, 2},
+    {"cuda_att_o_bias_not_taken", 16, 8, 128, 1024, 3072, 64, MX_DTYPE_BF16, true, false, 3},
+    {"cuda_att_o_q8_not_taken", 16, 8, 128, 1024, 3072, 64, MX_DTYPE_BF16, true, false, 4},
+};
+
 static const re_case g_re[] = {
     {"cuda_ring_epi_qwen_layer", 1024, 2048, 3072, 4, 64, MX_DTYPE_BF16, true, false, false, 0, 2, 2, 0},
     {"cuda_ring_epi_llama_layer", 4096, 4096, 14336, 4, 64, MX_DTYPE_BF16, true, false, false, 0, 1, 1, 0},   /* down: k_mv_i8 */
@@ -2791,6 +2936,7 @@ int main(int argc, char **argv) {
     RUN(test_ring_bf_modes);
     for (size_t i = 0; i < sizeof g_ra / sizeof g_ra[0]; i++) RUN_NAMED(g_ra[i].name, check_ring_act, &g_ra[i]);
     for (size_t i = 0; i < sizeof g_re / sizeof g_re[0]; i++) RUN_NAMED(g_re[i].name, check_ring_epi, &g_re[i]);
+    for (size_t i = 0; i < sizeof g_ao / sizeof g_ao[0]; i++) RUN_NAMED(g_ao[i].name, check_att_o, &g_ao[i]);
     for (size_t i = 0; i < sizeof g_sn / sizeof g_sn[0]; i++) RUN_NAMED(g_sn[i].name, check_sum_norm, &g_sn[i]);
     for (size_t i = 0; i < sizeof g_sq / sizeof g_sq[0]; i++) RUN_NAMED(g_sq[i].name, check_sum_qkv, &g_sq[i]);
     for (size_t i = 0; i < sizeof g_ap / sizeof g_ap[0]; i++) RUN_NAMED(g_ap[i].name, check_attn_prep, &g_ap[i]);

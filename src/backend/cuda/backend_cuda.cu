@@ -279,7 +279,17 @@ struct cu_ctx {
         int stage; const float *ra, *rb; float *sum; int64_t count;                   /* the add: sum = ra + rb */
         const float *g; float eps, add_one; float *yn; int d;                          /* the norm of sum into yn */
         bool on;
+        bool att;                          /* the product is o's in the deferred attention's epilogue (at,
+                                            * MLXCEL_CUDA_ATT_O): xq, xds are the attention's int8 form */
     } pe;
+    int att_o;                             /* a batch-1 attention deferred until the o product of its output,
+                                            * which then runs in its epilogue with the add and the norm after
+                                            * it (MLXCEL_CUDA_ATT_O, k_attn_vec<.., OP>) */
+    struct cu_at *at;                      /* the deferred attention (at_defer) */
+    float *ao_part; size_t ao_part_cap;    /* its heads' parts of o */
+    unsigned ao_attr;                      /* OP forms whose shared-memory limit was raised */
+    int n_att_o;                           /* attentions with o in the epilogue (tests) */
+    bool at_hold;                          /* c_matmul's g_op: the deferred attention stays */
     void *tk; size_t tk_cap;               /* topk: device results + scratch */
     void *tkh; size_t tkh_cap;             /* topk: pinned host copy of the results */
     int topk_one;                          /* topk in one launch (tk_one) with PDL, its results written
@@ -370,7 +380,7 @@ static pdl_launch<KArgs...> PL(cu_ctx *c, void (*k)(KArgs...), dim3 g, dim3 b, s
  * the default; anything else is an error naming the variable and what it takes. */
 enum { GM_AUTO, GM_CUBLAS, GM_MMA, GM_WG, GM_NMODES };   /* MLXCEL_CUDA_GEMM, in k_gemm_modes' order */
 static const char *const k_gemm_modes[] = {"auto", "cublas", "mma", "wgmma"};
-struct cu_switches { int attn, attn_dec, attn_prep, gqa, gemm, gemm_rot, gemm_sk, gemm_pair, sum_norm, sum_qkv, att_gq, pdl, mv, profile, kv, graphs, fused, mv_ring, ring_norm, ring_bf, ring_pair, ring_act, ring_epi, attn_early, dense_short, fast_replay, topk_one, chain; long dq_mb, fused_pf, mr_kb, mr_slot, mr_warps, attn_l2pf, trace_max, epi_blocks; int pair_half; };   /* kv: checked here, read by kv_init */
+struct cu_switches { int att_o, attn, attn_dec, attn_prep, gqa, gemm, gemm_rot, gemm_sk, gemm_pair, sum_norm, sum_qkv, att_gq, pdl, mv, profile, kv, graphs, fused, mv_ring, ring_norm, ring_bf, ring_pair, ring_act, ring_epi, attn_early, dense_short, fast_replay, topk_one, chain; long dq_mb, fused_pf, mr_kb, mr_slot, mr_warps, attn_l2pf, trace_max, epi_blocks; int pair_half; };   /* kv: checked here, read by kv_init */
 static mx_status env_choice(const char *name, const char *const *vals, int n, int def, int *out) {
     const char *e = getenv(name);
     *out = def;
@@ -429,6 +439,7 @@ static mx_status read_switches(cu_switches *sw) {
         (st = env_choice("MLXCEL_CUDA_RING_PAIR", onoff, 2, 1, &sw->ring_pair)) ||
         (st = env_choice("MLXCEL_CUDA_RING_ACT", onoff, 2, 0, &sw->ring_act)) ||
         (st = env_choice("MLXCEL_CUDA_RING_EPI", onoff, 2, 1, &sw->ring_epi)) ||
+        (st = env_choice("MLXCEL_CUDA_ATT_O", onoff, 2, 1, &sw->att_o)) ||
         (st = env_choice("MLXCEL_CUDA_MV_DENSE_SHORT", onoff, 2, 0, &sw->dense_short)) ||
         (st = env_choice("MLXCEL_CUDA_FAST_REPLAY", onoff, 2, 1, &sw->fast_replay)) ||
         (st = env_choice("MLXCEL_CUDA_TOPK_ONE", onoff, 2, 1, &sw->topk_one)) ||
@@ -2124,7 +2135,7 @@ __device__ void att_zero(float *out, int8_t *xq, float2 *xds, size_t ob, int cou
 template <int W, int G>
 __device__ __forceinline__ void att_merge(const float (*sm)[G], const float (*sl)[G], const float *sacc, int stride, int D,
                                           const float *sinks, int h0, float *out, size_t ob, int8_t *xq, float2 *xds,
-                                          __nv_bfloat16 *xg) {
+                                          __nv_bfloat16 *xg, float *so = nullptr) {
 #pragma unroll
     for (int g = 0; g < G; g++) {
         float M = -INFINITY;
@@ -2143,6 +2154,7 @@ __device__ __forceinline__ void att_merge(const float (*sm)[G], const float (*sl
                 for (int j = 0; j < W; j++) a += sacc[(size_t)(j * G + g) * stride + d] * cj[j];
                 a = L > 0.f ? a / L : 0.f;
                 out[og + d] = a;
+                if (so) so[(size_t)g * D + d] = a;   /* (k_attn_vec<.., OP>: the block's output for its epilogue) */
                 if (xg) st_gq(xg, og + d, a);   /* the bf16 gq-order form for the o projection's GEMM */
             }
             if (xq) quant_group(a, xq, xds, og + d);
@@ -2343,6 +2355,35 @@ __device__ __forceinline__ void qk_finish(const qk_prep_args &a, bool isq, bool 
         rope_rot(x0, x1, r.cs, r.sn, x0, x1);
     }
 }
+/* The o projection in a one-token attention's epilogue (MLXCEL_CUDA_ATT_O, k_attn_vec<.., OP>; host
+ * at_take / ao_launch). Each block (one query head h0) copies its head's columns of o's q4 weight
+ * (rows x D codes, D / gs scales and biases a row) into shared memory with cp.async before the PDL
+ * wait (weights are never written), and after the attention multiplies them with the int8 form of
+ * its output (quant_group's, the o product's input form; the ring's arithmetic a group of 32:
+ * fmaf(s dx, codes . x, fmaf(b, dx sum(x), acc))), storing the head's part of o, part[h0][rows].
+ * The last block of the grid to finish (a counter, reset by it) adds the parts in head order (o's
+ * output y), then the residual (sum = a + y, the decoder's add) and leaves what the o ring's
+ * epilogue (k_mv_ring<.., 4>) leaves for the norm after the add: the int8 form of sum * (g +
+ * add_one) and its sum of squares (one part), read by the gate/up pair (k_mv_ring<.., SC>). So o
+ * is not a launch of its own. Only q4 weights without a bias whose slice fits shared memory
+ * (Qwen3-0.6B: 1,024 rows, 72 KB a head). */
+struct ao_args {
+    const uint8_t *W, *S, *B;     /* o's codes, scales, biases */
+    int rows, row_wb, row_sb;     /* o's rows; bytes a row of codes, of scales */
+    int gs_shift, f16;            /* log2 of the group size (32 or 64); scales and biases f16 (else bf16) */
+    int sofs;                     /* the slice's offset in the dynamic shared memory (after the block table) */
+    float *part;                  /* [n_heads][rows]: each head's product */
+    unsigned *cnt;                /* blocks done (zero between launches) */
+    const float *a, *g;           /* the residual added to o; the next norm's gamma (null: 1) */
+    float add_one;
+    float *y, *sum;               /* o's output; a + y */
+    int8_t *oq; float2 *ods;      /* the int8 form of sum * (g + add_one) */
+    float *ss;                    /* its sum of squares (one part) */
+};
+#define AO_SLICE_MAX (96 << 10)   /* the most bytes of a head's slice of o (codes, scales, biases) */
+#define AO_SMEM_MAX (AO_SLICE_MAX + ATT_SBT_MAX * 4 + 16)
+static size_t ao_slice_bytes(int rows, int D, int gsh) { return (size_t)rows * ((size_t)D / 2 + 2 * (size_t)((D >> gsh) * 2)); }
+
 /* The L2 prefetch across a one-token attention (MLXCEL_CUDA_ATTN_L2PF, host apf_args): extra
  * blocks of the attention's grid ask the L2 for the weights of the product that followed this
  * layer's attention in the previous step (the o projection), so that the HBM, idle while the
@@ -2438,12 +2479,12 @@ static bool apf_args(cu_ctx *c, int layer, l2pf_args *a) {
  * (bshift). On the H200, Qwen3-0.6B with 128 sequences of 128-256 positions: 27 us a layer at 55%
  * of the DRAM peak, against 58 us (26%) for k_attn, which reads 2-4 bytes a lane and reduces over
  * the warp for every key and head. */
-template <typename T, int D, int G, int W, int U, bool PREP = false, bool EARLY = false, bool PF = false>
+template <typename T, int D, int G, int W, int U, bool PREP = false, bool EARLY = false, bool PF = false, bool OP = false>
 __global__ void __launch_bounds__(W * 32)
 k_attn_vec(const float *q, T *kp, T *vp, float *out, const int32_t *pos, const int32_t *seq,
            const int32_t *bt, int n_seqs, int max_blocks, int bshift, int n_blocks, int n_heads, int n_kv, float scale,
            int window, float softcap, const float *sinks, int8_t *xq, float2 *xds, __nv_bfloat16 *xg, int sbt_n,
-           const qk_prep_args pa, const int32_t *slot, int64_t nslots, unsigned *cnt, const l2pf_args pf) {
+           const qk_prep_args pa, const int32_t *slot, int64_t nslots, unsigned *cnt, const l2pf_args pf, const ao_args ao) {
     /* PF (one token, with EARLY): blocks past the query heads prefetch the next product's weights */
     if constexpr (PF)
         if ((int)blockIdx.y * G >= n_heads) { l2pf_run(pf, (int)blockIdx.y - n_heads / G); return; }
@@ -2478,6 +2519,105 @@ k_attn_vec(const float *q, T *kp, T *vp, float *out, const int32_t *pos, const i
             btr = sbt;
         }
     };
+    /* OP: the head's columns of o's weight into shared memory (issued before the wait), and the
+     * epilogue (see ao_args) */
+    static_assert(!OP || (EARLY && G == 1 && (D == 64 || D == 128) && W * 32 >= D), "OP: one query head, EARLY, D 64 or 128");
+    constexpr int AO_CB = D / 2, AO_NP = AO_CB / 16, AO_PER = 8 / AO_NP;   /* q4: bytes a row, 16-byte pieces, rows a swizzle step */
+    __shared__ __align__(16) float ao_so[OP ? D : 1];
+    __shared__ __align__(16) int8_t ao_q[OP ? D : 1];
+    __shared__ float2 ao_ds[OP ? D / 32 : 1];
+    __shared__ float ao_sh[OP ? W : 1];
+    __shared__ bool ao_last;
+    const auto ao_fetch = [&]() {
+        if constexpr (OP) {
+            uint8_t *wsm = (uint8_t *)sbt + ao.sofs;
+            const int rows = ao.rows, sbb = (D >> ao.gs_shift) * 2, n4 = sbb >> 2;
+            /* piece pc of row r at piece pc ^ ((r / AO_PER) % AO_NP): a quarter warp's 16-byte loads of
+             * consecutive rows fall in distinct banks */
+            for (int j = threadIdx.x; j < rows * AO_NP; j += blockDim.x) {
+                const int r = j / AO_NP, pc = j % AO_NP;
+                cp_async16(wsm + (size_t)r * AO_CB + ((pc ^ ((r / AO_PER) & (AO_NP - 1))) << 4),
+                           ao.W + (size_t)r * ao.row_wb + (size_t)h0 * AO_CB + (pc << 4));
+            }
+            uint8_t *ssm = wsm + (size_t)rows * AO_CB, *bsm = ssm + (size_t)rows * sbb;
+            const size_t s0 = (size_t)((h0 * D) >> ao.gs_shift) * 2;
+            for (int j = threadIdx.x; j < rows * n4; j += blockDim.x) {
+                const int r = j / n4, pc = j % n4;
+                cp_async4z(ssm + (size_t)r * sbb + 4 * pc, ao.S + (size_t)r * ao.row_sb + s0 + 4 * pc, 4);
+                cp_async4z(bsm + (size_t)r * sbb + 4 * pc, ao.B + (size_t)r * ao.row_sb + s0 + 4 * pc, 4);
+            }
+            cp_async_commit();
+        }
+    };
+    const auto ao_end = [&]() {
+        if constexpr (OP) {
+            cp_async_wait<0>();
+            __syncthreads();   /* ao_so (att_merge's or zeros) and every thread's copies */
+            constexpr int NG = D / 32;
+            if (w < NG) quant_group(ao_so[32 * w + lane], ao_q, ao_ds, (size_t)(32 * w + lane));
+            __syncthreads();
+            uint32_t xe[NG][4], xo[NG][4];   /* x of each group in nibble order (k_mv_ring's) */
+            float2 dsg[NG];
+#pragma unroll
+            for (int g = 0; g < NG; g++) {
+                const uint4 xa = *(const uint4 *)(ao_q + 32 * g), xb = *(const uint4 *)(ao_q + 32 * g + 16);
+                const uint32_t v[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
+#pragma unroll
+                for (int h = 0; h < 4; h++) { xe[g][h] = __byte_perm(v[2 * h], v[2 * h + 1], 0x6420); xo[g][h] = __byte_perm(v[2 * h], v[2 * h + 1], 0x7531); }
+                dsg[g] = ao_ds[g];
+            }
+            const uint8_t *wsm = (const uint8_t *)sbt + ao.sofs;
+            const int rows = ao.rows, sbe = D >> ao.gs_shift;
+            const unsigned short *ssm = (const unsigned short *)(wsm + (size_t)rows * AO_CB), *bsm = ssm + (size_t)rows * sbe;
+            for (int r = threadIdx.x; r < rows; r += blockDim.x) {
+                float acc = 0.f;
+#pragma unroll
+                for (int g = 0; g < NG; g++) {
+                    const uint4 qv4 = *(const uint4 *)(wsm + (size_t)r * AO_CB + ((g ^ ((r / AO_PER) & (AO_NP - 1))) << 4));
+                    const uint32_t wd[4] = {qv4.x, qv4.y, qv4.z, qv4.w};
+                    int ia = 0;
+#pragma unroll
+                    for (int h = 0; h < 4; h++) {
+                        ia = dp4a_us(wd[h] & 0x0f0f0f0fu, xe[g][h], ia);
+                        ia = dp4a_us((wd[h] >> 4) & 0x0f0f0f0fu, xo[g][h], ia);
+                    }
+                    const int si = r * sbe + ((32 * g) >> ao.gs_shift);
+                    const float s = ao.f16 ? __half2float(__ushort_as_half(ssm[si])) : __bfloat162float(__ushort_as_bfloat16(ssm[si]));
+                    const float b = ao.f16 ? __half2float(__ushort_as_half(bsm[si])) : __bfloat162float(__ushort_as_bfloat16(bsm[si]));
+                    acc = fmaf(s * dsg[g].x, (float)ia, fmaf(b, dsg[g].y, acc));
+                }
+                ao.part[(size_t)h0 * rows + r] = acc;
+            }
+            __threadfence();
+            __syncthreads();
+            if (threadIdx.x == 0) {
+                ao_last = atomicAdd(ao.cnt, 1u) == gridDim.y - 1;
+                if (ao_last) *ao.cnt = 0;
+            }
+            __syncthreads();
+            if (!ao_last) return;
+            __threadfence();
+            /* the last block: o = the heads' parts in order, sum = a + o, and the next norm's inputs */
+            float ss = 0.f;
+            for (int r = threadIdx.x; r < rows; r += blockDim.x) {   /* (rows % 32 == 0: whole warps) */
+                float o = 0.f;
+                for (int hh = 0; hh < n_heads; hh++) o += __ldcg(ao.part + (size_t)hh * rows + r);
+                ao.y[r] = o;
+                const float hs = ao.a[r] + o;
+                ao.sum[r] = hs;
+                ss = fmaf(hs, hs, ss);
+                quant_group(hs * (ao.g ? ao.g[r] + ao.add_one : 1.f), ao.oq, ao.ods, (size_t)r);
+            }
+            ss = warp_sum(ss);
+            if (lane == 0) ao_sh[w] = ss;
+            __syncthreads();
+            if (threadIdx.x == 0) {
+                float t2 = 0.f;
+                for (int j = 0; j < W; j++) t2 += ao_sh[j];
+                *ao.ss = t2;
+            }
+        }
+    };
     uint4 ekr[EARLY ? U : 1], evr[EARLY ? U : 1];
     uint32_t eok = 0, epend = 0;
     constexpr int PH = D / 2;
@@ -2503,6 +2643,7 @@ k_attn_vec(const float *q, T *kp, T *vp, float *out, const int32_t *pos, const i
                 }
             }
         }
+        if constexpr (OP) ao_fetch();
         pdl_wait();
         pdl_release();
     } else {
@@ -2570,6 +2711,10 @@ k_attn_vec(const float *q, T *kp, T *vp, float *out, const int32_t *pos, const i
     if (seq[t] < 0 || seq[t] >= n_seqs || pos[t] < 0) {
         att_zero(out, xq, xds, ((size_t)t * n_heads + h0) * D, G * D);
         prep_end();
+        if constexpr (OP) {
+            for (int d = threadIdx.x; d < D; d += blockDim.x) ao_so[d] = 0.f;
+            ao_end();
+        }
         return;
     }
     float qv[G][VPL], acc[G][VPL];
@@ -2727,8 +2872,9 @@ k_attn_vec(const float *q, T *kp, T *vp, float *out, const int32_t *pos, const i
         if (lane == 0) { sm[w][g] = mg; sl[w][g] = lg; }
     }
     __syncthreads();
-    att_merge<W, G>(sm, sl, &sacc[0][0][0], D, D, sinks, h0, out, ((size_t)t * n_heads + h0) * D, xq, xds, xg);
+    att_merge<W, G>(sm, sl, &sacc[0][0][0], D, D, sinks, h0, out, ((size_t)t * n_heads + h0) * D, xq, xds, xg, OP ? ao_so : nullptr);
     prep_end();
+    ao_end();
 }
 
 template <typename T>
@@ -3068,7 +3214,15 @@ static uint64_t fbits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 
 /* In a graph step: record (warm-up, capture) or check (replay) this op's fingerprint. Returns
  * true when the op should go on (eager, warm-up, capture, or replay of an op with host inputs). */
+static void at_flush(cu_ctx *c);
+static bool at_pending(const cu_ctx *c);
+struct cu_weight;
+static bool at_take(cu_ctx *c, const cu_weight *w, const float *x, float *y, int n);
+static int at_heads(const cu_ctx *c);
 static bool g_op(cu_ctx *c, const uint64_t *v, size_t n) {
+    const bool hold = c->at_hold;   /* (MLXCEL_CUDA_ATT_O: only c_matmul may take a deferred attention) */
+    c->at_hold = false;
+    if (!hold && at_pending(c)) at_flush(c);
     if (c->gmode == G_EAGER) return true;
     uint64_t h = fnv(v, n * 8, 1469598103934665603ull);
     cu_graph *g = c->gcur;
@@ -3121,7 +3275,9 @@ static void pa_flush(cu_ctx *c);
 static void psum_launch(cu_ctx *c, const cu_ctx::cu_psum *p);
 static void pn_flush(cu_ctx *c);
 static void pe_flush(cu_ctx *c);
+static void at_flush(cu_ctx *c);
 static void pend_flush(cu_ctx *c) {
+    at_flush(c);   /* (a deferred attention: before anything reads its output or the cache) */
     pe_flush(c);   /* (first: it was deferred before anything else waited, and leaves an add and a norm) */
     pb_flush(c);   /* (first: it may take the norm) */
     pr_flush(c);
@@ -3724,8 +3880,13 @@ static bool pe_take(cu_ctx *c, int nw, const cu_weight *const *w, const float *x
 static void c_matmul(void *ctx, const mx_weight *wt, const float *x, float *y, int n) {
     cu_ctx *c = (cu_ctx *)ctx;
     pdl_mode(c, n <= MV_I8_MAX);   /* before GOP_PURE: also ahead of a replayed graph */
+    c->at_hold = true;   /* (g_op clears it) */
     GOP_PURE(c, 1, PU(wt), PU(x), PU(y), (uint64_t)n);
     const cu_weight *w = get_w(c, wt);
+    if (at_pending(c)) {   /* a deferred attention (MLXCEL_CUDA_ATT_O): o of its output takes it, else it runs now */
+        if (w && at_take(c, w, x, y, n)) { forget_overlap(c, y, w->rows); return; }
+        at_flush(c);
+    }
     c->last_bf16 = w && !w->bits && w->dtype == MX_DTYPE_BF16;
     if (w) apf_note(c, 1, &w, n);
     mr_norm nm;
@@ -3885,9 +4046,11 @@ static bool pe_norm(cu_ctx *c, const float *x, const float *gd, float eps, float
 static void add_run(cu_ctx *c, const float *a, const float *b, float *y, int64_t count);
 static void rms_run(cu_ctx *c, const float *x, const float *gd, float eps, float add_one, float *y, int n, int d);
 /* the waiting product launched as it is, then the add and the norm that waited with it */
+static void at_launch(cu_ctx *c, const ao_args *ao);
 static void pe_flush(cu_ctx *c) {
     if (!c->pe.on) return;
     c->pe.on = false;
+    if (c->pe.att) { c->pe.att = false; at_launch(c, NULL); }   /* (the attention whose output o reads) */
     const cu_weight *w = c->pe.w;
     float *y = c->pe.y;
     if (!mv_ring(c, 1, &w, c->pe.xq, c->pe.xds, &y, NULL)) mv_i8_regs(c, 1, &w, c->pe.xq, c->pe.xds, &y, 1);
@@ -3907,7 +4070,8 @@ static bool pe_take(cu_ctx *c, int nw, const cu_weight *const *w, const float *x
     float *part = c->epi_part + (c->epi_flip ? MR_PARTS : 0);
     const cu_weight *pw = c->pe.w;
     float *py = c->pe.y;
-    const int np = epi_grid(c, pw->rows);
+    const bool att = c->pe.att;
+    const int np = att ? 1 : epi_grid(c, pw->rows);
     mr_norm pn;
     memset(&pn, 0, sizeof pn);
     pn.a = c->pe.ra == py ? c->pe.rb : c->pe.ra; pn.sum = c->pe.sum; pn.g = c->pe.g; pn.add_one = c->pe.add_one;
@@ -3916,12 +4080,27 @@ static bool pe_take(cu_ctx *c, int nw, const cu_weight *const *w, const float *x
     mr_norm sc, scp;
     sc_norm(&scs, &sc);
     scp = sc; scp.oq = oq; scp.ods = ods;   /* (the pair's output form goes elsewhere; the dry run checks alignment) */
-    if (!mv_ring(c, 1, &pw, c->pe.xq, c->pe.xds, &py, &pn, 4, 2)) return false;
+    if (!att && !mv_ring(c, 1, &pw, c->pe.xq, c->pe.xds, &py, &pn, 4, 2)) return false;
     bool pair = nw == 2 && c->ring_pair && mv_ring(c, 2, w, oq, ods, ys, &scp, 3, 2, true);
     if (!mv_ring(c, nw, w, oq, ods, ys, &sc, 0, 2, true)) return false;   /* (also pr_flush's form for a pair) */
+    if (att) {   /* o in the attention's epilogue, which leaves what k_mv_ring<.., 4> would (one part) */
+        float *ap = (float *)scratch(c, (void **)&c->ao_part, &c->ao_part_cap, (size_t)at_heads(c) * pw->rows * sizeof(float));
+        if (!ap) return false;
+        ao_args ao;
+        memset(&ao, 0, sizeof ao);
+        ao.W = (const uint8_t *)pw->w; ao.S = (const uint8_t *)pw->scales; ao.B = (const uint8_t *)pw->biases;
+        ao.rows = (int)pw->rows; ao.row_wb = (int)(pw->cols / 2); ao.row_sb = (int)(pw->cols / pw->gs * 2);
+        ao.gs_shift = log2_exact(pw->gs); ao.f16 = pw->sdt == SDT_F16;
+        ao.part = ap; ao.cnt = c->att_cnt + ATT_CNT_MAX;
+        ao.a = pn.a; ao.g = pn.g; ao.add_one = pn.add_one; ao.y = py; ao.sum = pn.sum; ao.oq = oq; ao.ods = ods; ao.ss = part;
+        c->pe.on = c->pe.att = false;
+        c->epi_flip ^= 1;
+        at_launch(c, &ao);
+    } else {
     c->pe.on = false;
     c->epi_flip ^= 1;
     mv_ring(c, 1, &pw, c->pe.xq, c->pe.xds, &py, &pn, 4);
+    }
     xq_forget(c);   /* (the other buffer holds the sum's form before the scale; y, the sum and the norm's output changed) */
     if (pair) {
         c->pr.w[0] = w[0]; c->pr.w[1] = w[1]; c->pr.x = x; c->pr.y[0] = ys[0]; c->pr.y[1] = ys[1];
@@ -4673,16 +4852,37 @@ template <typename T, int D>
 static void launch_attn_vec_d(cu_ctx *c, dim3 grid, int G, bool wide, bool early, size_t shm, const float *q, T *kp, T *vp,
                               float *out, const dmeta &dm, const mx_attn_meta *meta, const mx_attn_params *p, const float *sk,
                               int8_t *xq, float2 *xds, __nv_bfloat16 *xg, int sbt_n, const qk_prep_args *pa, int64_t nslots,
-                              const l2pf_args *pf) {
+                              const l2pf_args *pf, const ao_args *ao) {
     constexpr int U = D * (int)sizeof(T) <= 256 ? 8 : 4, U4 = 4;   /* G = 4: 4 loads a chunk (registers) */
     qk_prep_args none;
     memset(&none, 0, sizeof none);
     l2pf_args nopf;
     memset(&nopf, 0, sizeof nopf);
+    ao_args noao;
+    memset(&noao, 0, sizeof noao);
 #define VEC_ARGS (q, kp, vp, out, dm.pos, dm.seq, dm.bt, meta->n_seqs, meta->max_blocks, bshift, c->kv.n_blocks, \
                   p->n_heads, p->n_kv_heads, p->scale, p->sliding_window, p->softcap, sk, xq, xds, xg, sbt_n, \
-                  pa ? *pa : none, dm.slot, nslots, c->att_cnt, pf ? *pf : nopf)
+                  pa ? *pa : none, dm.slot, nslots, c->att_cnt, pf ? *pf : nopf, ao ? *ao : noao)
     const int bshift = log2_exact(c->kv.block_size);
+    /* OP (MLXCEL_CUDA_ATT_O; ao_form checked the rest): the o projection in the epilogue, its slice after the table */
+    if constexpr (sizeof(T) == 2 && (D == 64 || D == 128)) {
+        if (ao) {
+            const void *fn = pa ? (const void *)k_attn_vec<T, D, 1, 16, 2, true, true, false, true>
+                                : (const void *)k_attn_vec<T, D, 1, 16, 2, false, true, false, true>;
+            const unsigned bit = 1u << ((D == 128 ? 2 : 0) + (pa ? 1 : 0));
+            if (!(c->ao_attr & bit)) {
+                if (cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, AO_SMEM_MAX) != cudaSuccess) {
+                    cudaGetLastError();
+                    cu_fail(c, MX_ERR_INTERNAL, "attention with the o projection: shared memory refused", cudaSuccess);
+                    return;
+                }
+                c->ao_attr |= bit;
+            }
+            if (pa) PL(c, (k_attn_vec<T, D, 1, 16, 2, true, true, false, true>), grid, 512, shm)VEC_ARGS;
+            else PL(c, (k_attn_vec<T, D, 1, 16, 2, false, true, false, true>), grid, 512, shm)VEC_ARGS;
+            return;
+        }
+    }
     const dim3 gpf(grid.x, grid.y + (pf ? (unsigned)pf->nblk : 0u));   /* (PF: the prefetch blocks after the heads) */
     if (wide && early && pf && pa) PL(c, (k_attn_vec<T, D, 1, 16, 2, true, true, true>), gpf, 512, shm)VEC_ARGS;
     else if (wide && early && pf) PL(c, (k_attn_vec<T, D, 1, 16, 2, false, true, true>), gpf, 512, shm)VEC_ARGS;
@@ -4704,16 +4904,16 @@ template <typename T>
 static bool launch_attn_vec(cu_ctx *c, int layer, const float *q, float *out, const mx_attn_params *p, const mx_attn_meta *meta,
                             const dmeta &dm, T *kp, T *vp, const float *sk, int8_t *xq, float2 *xds,
                             __nv_bfloat16 *xg, dim3 grid, int G, bool wide, int sbt_n, size_t shm,
-                            const qk_prep_args *pa, int64_t nslots) {
+                            const qk_prep_args *pa, int64_t nslots, const ao_args *ao) {
     const int hd = p->head_dim;
     if (!attn_vec_takes(c, hd, sizeof(T))) return false;
     /* one token: the early K/V loads (EARLY), only in the 16-warp form; with them, the L2
      * prefetch of the next product's weights (PF) where one was seen after this layer */
     const bool early = wide && c->attn_early && grid.x == 1;
     l2pf_args pfa;
-    const bool pf = early && G == 1 && apf_args(c, layer, &pfa);
+    const bool pf = !ao && early && G == 1 && apf_args(c, layer, &pfa);
 #define VEC_D(D) launch_attn_vec_d<T, D>(c, grid, G, wide, early, shm, q, kp, vp, out, dm, meta, p, sk, xq, xds, xg, sbt_n, pa, nslots, \
-                                         pf ? &pfa : NULL)
+                                         pf ? &pfa : NULL, ao)
     if (hd == 64) VEC_D(64);
     else if (hd == 128) VEC_D(128);
     else if constexpr (sizeof(T) == 2) VEC_D(256);
@@ -4721,14 +4921,16 @@ static bool launch_attn_vec(cu_ctx *c, int layer, const float *q, float *out, co
     if (pa) c->n_attn_prep++;
     if (early) c->n_attn_early++;
     if (pf) c->n_apf++;
-    LAUNCHED(c, pa ? "attention (vec) + q/k prep" : "attention (vec)");
+    if (ao) c->n_att_o++;
+    LAUNCHED(c, ao ? "attention (vec) + o" : pa ? "attention (vec) + q/k prep" : "attention (vec)");
     return true;
 }
 
 template <typename T>
 static bool launch_attn(cu_ctx *c, int layer, const float *q, const float *k, const float *v, float *out,
                         const mx_attn_params *p, const mx_attn_meta *meta, const dmeta &dm, T *kp, T *vp, int64_t nslots,
-                        const qk_prep_args *pa, const float *sk, int8_t *xq, float2 *xds, __nv_bfloat16 *xg) {
+                        const qk_prep_args *pa, const float *sk, int8_t *xq, float2 *xds, __nv_bfloat16 *xg,
+                        const ao_args *ao = NULL) {
     const int n = meta->n_tokens, kvdim = p->n_kv_heads * p->head_dim;
     /* few (token, head) blocks (decode): 16 warps a block share the positions, 8 each per step;
      * else 4 warps, 4 positions each */
@@ -4760,10 +4962,20 @@ static bool launch_attn(cu_ctx *c, int layer, const float *q, const float *k, co
     }
     grid.y = (unsigned)(p->n_heads / G);
     const int sbt_n = meta->max_blocks <= ATT_SBT_MAX ? meta->max_blocks : 0;
-    const size_t shm = (size_t)(sbt_n > 0 ? sbt_n : 1) * 4;
+    size_t shm = (size_t)(sbt_n > 0 ? sbt_n : 1) * 4;
+    ao_args aov;
+    if (ao) {   /* the slice after the table (ao_form: it fits) */
+        aov = *ao;
+        aov.sofs = (int)((shm + 15) & ~(size_t)15);
+        shm = (size_t)aov.sofs + ao_slice_bytes(aov.rows, p->head_dim, aov.gs_shift);
+    }
     if (launch_attn_vec<T>(c, layer, q, out, p, meta, dm, kp, vp, sk, xq, xds, xg, grid, G, wide, sbt_n, shm, prep_in ? pa : NULL,
-                           nslots))
+                           nslots, ao ? &aov : NULL))
         return true;
+    if (ao) {   /* (at_deferrable said k_attn_vec takes it: not expected) */
+        cu_fail(c, MX_ERR_INTERNAL, "attention with the o projection: no such form", cudaSuccess);
+        return false;
+    }
 #define ATT_ARGS (q, kp, vp, out, dm.pos, dm.seq, dm.bt, meta->n_seqs, meta->max_blocks, c->kv.block_size, c->kv.n_blocks, \
                   p->n_heads, p->n_kv_heads, p->head_dim, p->scale, p->sliding_window, p->softcap, sk, xq, xds, xg, sbt_n)
 #define ATT_NI(W, P, G) \
@@ -4777,6 +4989,77 @@ static bool launch_attn(cu_ctx *c, int layer, const float *q, const float *k, co
 #undef ATT_NI
 #undef ATT_ARGS
     LAUNCHED(c, "attention");
+    return true;
+}
+
+/* A batch-1 attention deferred (MLXCEL_CUDA_ATT_O): launch_attn's arguments, kept until the next op.
+ * An o product of its output takes it (at_take): the product, and the residual add and the rmsnorm
+ * after it, then wait as a ring product does (pe, with pe.att), and a gate/up pair (or any product)
+ * of the norm's output launches the attention with o in its epilogue (ao_args), which leaves what
+ * k_mv_ring<.., 4> leaves, and the pair on the scaled form after it (pe_take). Any other op
+ * launches the attention as it was first (at_flush; g_op and pend_flush), and a product that does
+ * not take it runs after it as before; the add and the norm after o wait as without the switch
+ * (pe_flush with pe.att: the attention, then o, the add and the norm as they are). */
+struct cu_at {
+    bool on;
+    int layer;
+    const float *q, *k, *v; float *out;
+    mx_attn_params p; mx_attn_meta meta; dmeta dm;
+    void *kp, *vp; int64_t nslots;
+    bool has_pa; qk_prep_args pa;
+    const float *sk; int8_t *xq; float2 *xds; __nv_bfloat16 *xg;
+    bool last_bf16;   /* (c->last_bf16 then: launch_attn's choice of the q/k preparation) */
+};
+/* the attention in c->at launched (with o in its epilogue: ao), and what follows it noted */
+static void at_launch(cu_ctx *c, const ao_args *ao) {
+    cu_at *a = c->at;
+    a->on = false;
+    const int n = a->meta.n_tokens;
+    const int64_t od = (int64_t)a->p.n_heads * a->p.head_dim;
+    int8_t *xq = ao ? NULL : a->xq;
+    float2 *xds = ao ? NULL : a->xds;
+    bool wrote_xg;
+    const bool lb = c->last_bf16;
+    c->last_bf16 = a->last_bf16;
+    if (c->kv.dtype == MX_DTYPE_F32)
+        wrote_xg = launch_attn<float>(c, a->layer, a->q, a->k, a->v, a->out, &a->p, &a->meta, a->dm, (float *)a->kp, (float *)a->vp,
+                                      a->nslots, a->has_pa ? &a->pa : NULL, a->sk, xq, xds, a->xg);
+    else
+        wrote_xg = launch_attn<__nv_bfloat16>(c, a->layer, a->q, a->k, a->v, a->out, &a->p, &a->meta, a->dm, (__nv_bfloat16 *)a->kp,
+                                              (__nv_bfloat16 *)a->vp, a->nslots, a->has_pa ? &a->pa : NULL, a->sk, xq, xds, a->xg, ao);
+    c->last_bf16 = lb;
+    if (xq) { c->xq_src = a->out; c->xq_count = od * n; }
+    if (a->xg && wrote_xg) { c->xg_src = a->out; c->xg_count = od * n; }
+    /* (MLXCEL_CUDA_ATTN_L2PF) the product after a one-token attention is noted for its layer */
+    c->apf_layer = n == 1 && c->apf_cap > 0 && a->layer < c->apf_nl ? a->layer : -1;
+}
+static void at_flush(cu_ctx *c) { if (c->at && c->at->on) at_launch(c, NULL); }
+static bool at_pending(const cu_ctx *c) { return c->at && c->at->on; }
+static int at_heads(const cu_ctx *c) { return c->at->p.n_heads; }
+/* whether the attention in c->at runs as k_attn_vec's one-token EARLY form (launch_attn's choice)
+ * with the int8 form of its output, a bf16 cache, and what o's epilogue needs */
+static bool at_deferrable(const cu_ctx *c, const cu_at *a) {
+    const int n = a->meta.n_tokens, D = a->p.head_dim;
+    if (!c->att_o || n != 1 || c->kv.dtype != MX_DTYPE_BF16 || !a->xq || (D != 64 && D != 128) || !c->att_cnt ||
+        !c->ring_epi || !c->epi_part || c->mv_f32 || !c->attn_early || c->apf_cap > 0 || c->pe.on)
+        return false;
+    const bool wide = (int64_t)n * a->p.n_heads < 4 * c->prop.multiProcessorCount && c->attn_gqa != 2;
+    return wide && attn_vec_takes(c, D, 2) && a->p.n_heads <= 4 * c->prop.multiProcessorCount;
+}
+/* o's weight (w, x the deferred attention's output into y): its product, and the add and norm after
+ * it, wait in the attention's epilogue (true); false: not taken (nothing done) */
+static bool at_take(cu_ctx *c, const cu_weight *w, const float *x, float *y, int n) {
+    const cu_at *a = c->at;
+    if (!a || !a->on || n != 1 || x != a->out || c->pe.on) return false;
+    const int D = a->p.head_dim, gsh = log2_exact(w->gs);
+    if (w->bits != 4 || w->bias || (w->sdt != SDT_BF16 && w->sdt != SDT_F16) || w->cols != (int64_t)a->p.n_heads * D ||
+        w->rows % 32 || w->rows <= 0 || w->rows > (1 << 20) || gsh < 5 || (D >> gsh) < 2 || (w->cols * 4 / 8) % 16 ||
+        (w->cols >> gsh) * 2 % 4 || ((uintptr_t)w->w & 15) || (((uintptr_t)w->scales | (uintptr_t)w->biases) & 3) ||
+        ao_slice_bytes((int)w->rows, D, gsh) > AO_SLICE_MAX)
+        return false;
+    c->pe.w = w; c->pe.xq = a->xq; c->pe.xds = a->xds; c->pe.y = y; c->pe.in2 = (const void *)a->xq == c->xq2;
+    c->pe.stage = 0; c->pe.on = true; c->pe.att = true;
+    c->at->on = false;   /* (its arguments stay: pe.att) */
     return true;
 }
 
@@ -4830,17 +5113,16 @@ static void c_attention(void *ctx, int layer, const float *q, const float *k, co
         c->pq.on = false;
         c->n_sum_qkv++;
     }
-    bool wrote_xg;
-    if (c->kv.dtype == MX_DTYPE_F32)
-        wrote_xg = launch_attn<float>(c, layer, q, k, v, out, p, meta, dm, (float *)c->kpool + per * layer,
-                                      (float *)c->vpool + per * layer, nslots, fuse ? &pa : NULL, sk, xq, xds, xg);
-    else
-        wrote_xg = launch_attn<__nv_bfloat16>(c, layer, q, k, v, out, p, meta, dm, (__nv_bfloat16 *)c->kpool + per * layer,
-                                              (__nv_bfloat16 *)c->vpool + per * layer, nslots, fuse ? &pa : NULL, sk, xq, xds, xg);
-    if (xq) { c->xq_src = out; c->xq_count = od * n; }
-    if (xg && wrote_xg) { c->xg_src = out; c->xg_count = od * n; }
-    /* (MLXCEL_CUDA_ATTN_L2PF) the product after a one-token attention is noted for its layer */
-    c->apf_layer = n == 1 && c->apf_cap > 0 && layer < c->apf_nl ? layer : -1;
+    cu_at *a = c->at;
+    a->layer = layer; a->q = q; a->k = k; a->v = v; a->out = out; a->p = *p; a->meta = *meta; a->dm = dm;
+    a->kp = (char *)c->kpool + per * layer * (c->kv.dtype == MX_DTYPE_F32 ? 4 : 2);
+    a->vp = (char *)c->vpool + per * layer * (c->kv.dtype == MX_DTYPE_F32 ? 4 : 2);
+    a->nslots = nslots; a->has_pa = fuse; if (fuse) a->pa = pa;
+    a->sk = sk; a->xq = xq; a->xds = xds; a->xg = xg; a->last_bf16 = c->last_bf16;
+    /* MLXCEL_CUDA_ATT_O: one token whose attention k_attn_vec's EARLY form would run, deferred until
+     * the next op (an o product of its output takes it: at_take) */
+    if (at_deferrable(c, a)) { a->on = true; return; }
+    at_launch(c, NULL);
 }
 
 
@@ -5468,11 +5750,12 @@ extern "C" mx_status mx_backend_cuda_init(mx_backend *out) {
     }
     cu_ctx *c = (cu_ctx *)calloc(1, sizeof *c);
     if (!c) return mx_errorf(MX_ERR_NOMEM, "cuda: context");
+    if (!(c->at = (cu_at *)calloc(1, sizeof *c->at))) { free(c); return mx_errorf(MX_ERR_NOMEM, "cuda: context"); }
     c->dev = dev; c->prop = prop;
     {
         cu_switches sw;
         const mx_status st = read_switches(&sw);
-        if (st != MX_OK) { free(c); return st; }
+        if (st != MX_OK) { free(c->at); free(c); return st; }
         const char *pe = getenv("MLXCEL_PRECISE");
         c->precise = pe && !strcmp(pe, "1");
         c->attn_tiled = sw.attn != 2;
@@ -5513,16 +5796,17 @@ extern "C" mx_status mx_backend_cuda_init(mx_backend *out) {
         c->ring_pair = sw.ring_pair;
         c->ring_act = sw.ring_act;
         c->ring_epi = sw.ring_epi;
+        c->att_o = sw.att_o;
         c->epi_blocks = (int)sw.epi_blocks;
         c->pair_half = sw.pair_half;
         c->trace_cap = sw.trace_max;
     }
     if ((e = cudaStreamCreateWithFlags(&c->st, cudaStreamNonBlocking)) != cudaSuccess) {
-        free(c);
+        free(c->at); free(c);
         return mx_errorf(MX_ERR_UNSUPPORTED, "cuda: stream: %s", cudaGetErrorString(e));
     }
     if (cublasCreate(&c->blas) != CUBLAS_STATUS_SUCCESS) {
-        cudaStreamDestroy(c->st); free(c);
+        cudaStreamDestroy(c->st); free(c->at); free(c);
         return mx_errorf(MX_ERR_UNSUPPORTED, "cuda: cuBLAS could not start");
     }
     cublasSetStream(c->blas, c->st);
@@ -5594,8 +5878,9 @@ extern "C" mx_status mx_backend_cuda_init(mx_backend *out) {
             c->strk_cnt = NULL;
         }
     }
-    if (cudaMalloc((void **)&c->att_cnt, ATT_CNT_MAX * sizeof(unsigned)) != cudaSuccess ||
-        cudaMemsetAsync(c->att_cnt, 0, ATT_CNT_MAX * sizeof(unsigned), c->st) != cudaSuccess) {   /* (without: k_qk_prep) */
+    /* (entry ATT_CNT_MAX: the counter of k_attn_vec<.., OP>) */
+    if (cudaMalloc((void **)&c->att_cnt, (ATT_CNT_MAX + 1) * sizeof(unsigned)) != cudaSuccess ||
+        cudaMemsetAsync(c->att_cnt, 0, (ATT_CNT_MAX + 1) * sizeof(unsigned), c->st) != cudaSuccess) {   /* (without: k_qk_prep) */
         cudaGetLastError();
         if (c->att_cnt) cudaFree(c->att_cnt);
         c->att_cnt = NULL;
@@ -5705,6 +5990,8 @@ extern "C" int mx_backend_cuda_set_epi_blocks(mx_backend *b, int n) { return set
 extern "C" bool mx_backend_cuda_set_pair_half(mx_backend *b, bool on) { return set_flag(&switch_ctx(b)->pair_half, on); }
 extern "C" int mx_backend_cuda_pair_half_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_pair_half; }
 extern "C" int mx_backend_cuda_ring_epi_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_ring_epi; }
+extern "C" bool mx_backend_cuda_set_att_o(mx_backend *b, bool on) { return set_flag(&switch_ctx(b)->att_o, on); }
+extern "C" int mx_backend_cuda_att_o_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_att_o; }
 extern "C" int mx_backend_cuda_ring_sc_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_ring_sc; }
 extern "C" void mx_backend_cuda_set_sum_norm(mx_backend *b, bool on) { switch_ctx(b)->sum_norm = on; }
 extern "C" void mx_backend_cuda_set_sum_qkv(mx_backend *b, bool on) { switch_ctx(b)->sum_qkv = on; }
@@ -6248,6 +6535,8 @@ extern "C" void mx_backend_cuda_free(mx_backend *b) {
     if (c->rn_count) cudaFree(c->rn_count);
     if (c->epi_part) cudaFree(c->epi_part);
     if (c->att_cnt) cudaFree(c->att_cnt);
+    if (c->ao_part) cudaFree(c->ao_part);
+    free(c->at);
     if (c->xq) cudaFree(c->xq);
     if (c->xq2) cudaFree(c->xq2);
     if (c->xg) cudaFree(c->xg);
