@@ -230,13 +230,13 @@ bool mx_backend_cuda_set_ring_epi(mx_backend *b, bool on);
 int mx_backend_cuda_ring_epi_launches(mx_backend *b);
 int mx_backend_cuda_ring_sc_launches(mx_backend *b);
 /* A batch-1 attention (one token, a bf16 cache, head size 64 or 128, the EARLY form) and the q4 o
- * product of its output in one launch (MLXCEL_CUDA_ATT_O; with MLXCEL_CUDA_RING_EPI): the attention
+ * product of its output in one launch (MLXCEL_CUDA_ATT_O; with MLXCEL_CUDA_RING_EPI; off by default): the attention
  * waits for the next op; an o product of its output (q4, no bias, a head's columns of it at most 96 KB:
  * Qwen3-0.6B's 72 KB) takes it, and with the residual add and the rmsnorm after it waits as the ring
  * product above does. The product that reads the norm's output then launches the attention, whose
  * blocks each multiply their head's output by their columns of o (in shared memory, copied before the
  * wait on the kernel before) and whose last block adds the heads' parts, the residual, and leaves the
- * norm's inputs as the ring product's epilogue does. On by default (MLXCEL_CUDA_ATT_O=0 at init: off).
+ * norm's inputs as the ring product's epilogue does. Off by default (MLXCEL_CUDA_ATT_O=1 at init: on).
  * o's output is the heads' parts added in head order (the ring's int8 arithmetic a group of 32, summed
  * in another order: within rounding of the product's). Returns the previous on/off; then the
  * attentions launched with o (tests). */

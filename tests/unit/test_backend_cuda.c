@@ -1475,7 +1475,8 @@ static void check_ring_epi(const re_case *rc) {
  * rmsnorm -> q/k/v (how 0). How 1: a product of another vector between the add and the norm (the
  * attention and o then run as they are); how 2: the attention's output read before o (the attention
  * runs before the read); how 3: o with a bias (not taken); how 4: o of q8 weights (not taken).
- * Switch off and on: every output against the CPU within the int8 tolerance, against the switch
+ * Switch off and on: every output against the CPU within 2e-2 (two layers of int8 products: the
+ * path without the switch is 1.1e-2 off on g), against the switch
  * off's within 3e-3 (o's parts are added in another order: a code may round the other way), the
  * attention output bit for bit the switch off's; the launches with o counted (every decode step
  * with how 0 on an sm_90 GPU, none otherwise). */
@@ -1590,7 +1591,7 @@ static void check_att_o(const ao_case *a) {
     for (int st = 0; st < STEPS; st++) {
         for (int i = 0; i < NO && bad < 4; i++) {
             const double e = relerr(res[2][st] + off[i], res[0][st] + off[i], len[i]);
-            if (e >= 1e-2) { TCHECK(0, "step %d: %s: rel err %.3g against the CPU", st + 1, nm[i], e); bad++; }
+            if (e >= 2e-2) { TCHECK(0, "step %d: %s: rel err %.3g against the CPU", st + 1, nm[i], e); bad++; }
             const double eo = relerr(res[2][st] + off[i], res[1][st] + off[i], len[i]);
             if (eo >= 3e-3) { TCHECK(0, "step %d: %s: rel err %.3g against the switch off's", st + 1, nm[i], eo); bad++; }
             if (i == ATT && memcmp(res[2][st], res[1][st], (size_t)len[i] * 4)) {
@@ -1606,7 +1607,7 @@ static void check_att_o(const ao_case *a) {
 static const ao_case g_ao[] = {
     {"cuda_att_o_qwen_layer", 16, 8, 128, 1024, 3072, 64, MX_DTYPE_BF16, true, false, 0},
     {"cuda_att_o_hd64_g32_f16_add_one", 8, 2, 64, 512, 1024, 32, MX_DTYPE_F16, true, true, 0},
-    {"cuda_att_o_no_gamma_gqa4", 16, 4, 128, 256, 512, 64, MX_DTYPE_BF16, false, false, 0},
+    {"cuda_att_o_no_gamma_gqa4", 16, 4, 128, 512, 1024, 64, MX_DTYPE_BF16, false, false, 0},   /* (512: the ring's scale rows, 16 bytes) */
     {"cuda_att_o_product_between", 16, 8, 128, 1024, 3072, 64, MX_DTYPE_BF16, true, false, 1},
     {"cuda_att_o_read_between", 16, 8, 128, 1024, 3072, 64, MX_DTYPE_BF16, true, false, 2},
     {"cuda_att_o_bias_not_taken", 16, 8, 128, 1024, 3072, 64, MX_DTYPE_BF16, true, false, 3},

@@ -439,7 +439,7 @@ static mx_status read_switches(cu_switches *sw) {
         (st = env_choice("MLXCEL_CUDA_RING_PAIR", onoff, 2, 1, &sw->ring_pair)) ||
         (st = env_choice("MLXCEL_CUDA_RING_ACT", onoff, 2, 0, &sw->ring_act)) ||
         (st = env_choice("MLXCEL_CUDA_RING_EPI", onoff, 2, 1, &sw->ring_epi)) ||
-        (st = env_choice("MLXCEL_CUDA_ATT_O", onoff, 2, 1, &sw->att_o)) ||
+        (st = env_choice("MLXCEL_CUDA_ATT_O", onoff, 2, 0, &sw->att_o)) ||
         (st = env_choice("MLXCEL_CUDA_MV_DENSE_SHORT", onoff, 2, 0, &sw->dense_short)) ||
         (st = env_choice("MLXCEL_CUDA_FAST_REPLAY", onoff, 2, 1, &sw->fast_replay)) ||
         (st = env_choice("MLXCEL_CUDA_TOPK_ONE", onoff, 2, 1, &sw->topk_one)) ||
@@ -2597,16 +2597,40 @@ k_attn_vec(const float *q, T *kp, T *vp, float *out, const int32_t *pos, const i
             __syncthreads();
             if (!ao_last) return;
             __threadfence();
-            /* the last block: o = the heads' parts in order, sum = a + o, and the next norm's inputs */
+            /* the last block: o = the heads' parts in order, sum = a + o, and the next norm's inputs;
+             * a thread's rows two at a time, their residuals, gammas and up to 16 heads' parts loaded
+             * before any is used (one round trip, not one a head) */
             float ss = 0.f;
-            for (int r = threadIdx.x; r < rows; r += blockDim.x) {   /* (rows % 32 == 0: whole warps) */
-                float o = 0.f;
-                for (int hh = 0; hh < n_heads; hh++) o += __ldcg(ao.part + (size_t)hh * rows + r);
-                ao.y[r] = o;
-                const float hs = ao.a[r] + o;
-                ao.sum[r] = hs;
-                ss = fmaf(hs, hs, ss);
-                quant_group(hs * (ao.g ? ao.g[r] + ao.add_one : 1.f), ao.oq, ao.ods, (size_t)r);
+            for (int r0 = threadIdx.x; r0 < rows; r0 += 2 * blockDim.x) {   /* (rows % 32 == 0: whole warps) */
+                const int r1 = r0 + blockDim.x;
+                const bool has1 = r1 < rows;   /* (uniform in the warp) */
+                const float a0 = ao.a[r0], a1v = has1 ? ao.a[r1] : 0.f;
+                const float g0 = ao.g ? ao.g[r0] + ao.add_one : 1.f, g1 = ao.g && has1 ? ao.g[r1] + ao.add_one : 1.f;
+                float o0 = 0.f, o1 = 0.f;
+                for (int hc = 0; hc < n_heads; hc += 16) {
+                    float p0[16], p1[16];
+#pragma unroll
+                    for (int j = 0; j < 16; j++) {
+                        const bool ok = hc + j < n_heads;
+                        p0[j] = ok ? __ldcg(ao.part + (size_t)(hc + j) * rows + r0) : 0.f;
+                        p1[j] = ok && has1 ? __ldcg(ao.part + (size_t)(hc + j) * rows + r1) : 0.f;
+                    }
+#pragma unroll
+                    for (int j = 0; j < 16; j++)
+                        if (hc + j < n_heads) { o0 += p0[j]; o1 += p1[j]; }
+                }
+                ao.y[r0] = o0;
+                const float hs0 = a0 + o0;
+                ao.sum[r0] = hs0;
+                ss = fmaf(hs0, hs0, ss);
+                quant_group(hs0 * g0, ao.oq, ao.ods, (size_t)r0);
+                if (has1) {
+                    ao.y[r1] = o1;
+                    const float hs1 = a1v + o1;
+                    ao.sum[r1] = hs1;
+                    ss = fmaf(hs1, hs1, ss);
+                    quant_group(hs1 * g1, ao.oq, ao.ods, (size_t)r1);
+                }
             }
             ss = warp_sum(ss);
             if (lane == 0) ao_sh[w] = ss;
