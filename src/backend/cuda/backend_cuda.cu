@@ -3240,7 +3240,6 @@ static uint64_t fbits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
  * true when the op should go on (eager, warm-up, capture, or replay of an op with host inputs). */
 static void at_flush(cu_ctx *c);
 static bool at_pending(const cu_ctx *c);
-struct cu_weight;
 static bool at_take(cu_ctx *c, const cu_weight *w, const float *x, float *y, int n);
 static int at_heads(const cu_ctx *c);
 static bool g_op(cu_ctx *c, const uint64_t *v, size_t n) {
@@ -4121,9 +4120,9 @@ static bool pe_take(cu_ctx *c, int nw, const cu_weight *const *w, const float *x
         c->epi_flip ^= 1;
         at_launch(c, &ao);
     } else {
-    c->pe.on = false;
-    c->epi_flip ^= 1;
-    mv_ring(c, 1, &pw, c->pe.xq, c->pe.xds, &py, &pn, 4);
+        c->pe.on = false;
+        c->epi_flip ^= 1;
+        mv_ring(c, 1, &pw, c->pe.xq, c->pe.xds, &py, &pn, 4);
     }
     xq_forget(c);   /* (the other buffer holds the sum's form before the scale; y, the sum and the norm's output changed) */
     if (pair) {
@@ -5068,7 +5067,7 @@ static bool at_deferrable(const cu_ctx *c, const cu_at *a) {
         !c->ring_epi || !c->epi_part || c->mv_f32 || !c->attn_early || c->apf_cap > 0 || c->pe.on)
         return false;
     const bool wide = (int64_t)n * a->p.n_heads < 4 * c->prop.multiProcessorCount && c->attn_gqa != 2;
-    return wide && attn_vec_takes(c, D, 2) && a->p.n_heads <= 4 * c->prop.multiProcessorCount;
+    return wide && attn_vec_takes(c, D, 2);
 }
 /* o's weight (w, x the deferred attention's output into y): its product, and the add and norm after
  * it, wait in the attention's epilogue (true); false: not taken (nothing done) */
