@@ -284,6 +284,10 @@ void mx_backend_cuda_set_pdl(mx_backend *b, bool on);
  * and the matvecs load their first weights before waiting for the previous kernel. On by default
  * (MLXCEL_CUDA_PDL=2); MLXCEL_CUDA_PDL=1 at init waits only. */
 void mx_backend_cuda_set_pdl_early(mx_backend *b, bool on);
+/* The early release (as set_pdl_early(on)) with every kernel releasing before its own wait (on;
+ * MLXCEL_CUDA_PDL=3 at init), so that the next kernel's blocks may become resident and start
+ * their loads of weights and cache while this one still waits; off: after its wait (=2). */
+void mx_backend_cuda_set_pdl_entry(mx_backend *b, bool on);
 
 /* Experimental, off by default (MLXCEL_CUDA_FUSED=1 at init turns it on): the decode_layers op, a
  * plain pre-norm decoder's layers and head for one decode token as one persistent kernel that

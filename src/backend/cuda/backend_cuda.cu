@@ -170,9 +170,10 @@ struct cu_ctx {
                                               (dequantize + cuBLAS), GM_MMA (k_gemm_gq up to
                                               GQ_NMAX rows); see gq_rows */
     bool pdl;                              /* programmatic dependent launch (MLXCEL_CUDA_PDL=0: off) */
-    bool pdl_early;                        /* MLXCEL_CUDA_PDL=2 (default): c_pdl_early in decode (see pdl_entry) */
+    int pdl_early;                         /* c_pdl_early in decode (see pdl_entry): MLXCEL_CUDA_PDL=2 (default)
+                                              1, =3 2 (every kernel releases at entry), else 0 */
     int pdl_dev;                           /* the value c_pdl_early has on the device (-1: unknown) */
-    int *pdl_host;                         /* pinned {0, 1}: the sources of its copies (graph-capturable) */
+    int *pdl_host;                         /* pinned {0, 1, 2}: the sources of its copies (graph-capturable) */
     size_t dq_bytes;                       /* bf16 weight slice for cuBLAS (MLXCEL_CUDA_DQ_MB; default 256:
                                               slices that stay in L2 made the GEMMs slower, NOTES.md) */
     bool prof_on;                          /* MLXCEL_CUDA_PROFILE=1 */
@@ -410,7 +411,7 @@ static mx_status env_long(const char *name, long lo, long hi, long def, const ch
 static mx_status read_switches(cu_switches *sw) {
     static const char *const attn[] = {"mma", "tiled", "pertoken"}, *const attn_dec[] = {"vec", "lanes"},
                              *const onoff[] = {"0", "1"},
-                             *const pdl[] = {"0", "1", "2"},
+                             *const pdl[] = {"0", "1", "2", "3"},
                              *const mv[] = {"i8", "f32"}, *const kv[] = {"bf16", "f32"},
                              *const graphs[] = {"0", "1", "auto"}, *const ring_bf[] = {"0", "norm", "1", "long"},
                              *const ring_norm[] = {"0", "bf16", "1"};
@@ -427,7 +428,7 @@ static mx_status read_switches(cu_switches *sw) {
         (st = env_choice("MLXCEL_CUDA_SUM_NORM", onoff, 2, 1, &sw->sum_norm)) ||
         (st = env_choice("MLXCEL_CUDA_SUM_QKV", onoff, 2, 1, &sw->sum_qkv)) ||
         (st = env_choice("MLXCEL_CUDA_ATT_GQ", onoff, 2, 1, &sw->att_gq)) ||
-        (st = env_choice("MLXCEL_CUDA_PDL", pdl, 3, 2, &sw->pdl)) ||
+        (st = env_choice("MLXCEL_CUDA_PDL", pdl, 4, 2, &sw->pdl)) ||
         (st = env_choice("MLXCEL_CUDA_MV", mv, 2, 0, &sw->mv)) ||
         (st = env_choice("MLXCEL_CUDA_PROFILE", onoff, 2, 0, &sw->profile)) ||
         (st = env_choice("MLXCEL_CUDA_KV", kv, 2, 0, &sw->kv)) ||
@@ -721,8 +722,9 @@ __device__ __forceinline__ uint32_t ld_stream32(const uint32_t *p) {
  * then be launched while the previous one in the stream finishes, and waits here, before
  * touching memory, until that one has completed and its writes are visible. Without PDL the wait
  * returns at once.
- * c_pdl_early (MLXCEL_CUDA_PDL=2, the default; =1 waits only): in decode (see pdl_mode) every
- * kernel also releases its dependents at entry, and the decode matvecs (k_mv_i8, k_mv_dense_sk)
+ * c_pdl_early (MLXCEL_CUDA_PDL=2, the default: 1; =1 waits only: 0; =3: 2): in decode (see pdl_mode)
+ * every kernel also releases its dependents (after its wait, or with 2 before it; the weight
+ * loaders below before it either way), and the decode matvecs (k_mv_i8, k_mv_dense_sk)
  * issue their first weight loads before the wait, so that weights stream in while the small
  * kernel before them runs. Weights are never written by kernels, so reading them before the wait
  * is safe; everything else (x, outputs) comes after it. Measured on the H200: Llama-8B q4 decode
@@ -774,9 +776,24 @@ __device__ __forceinline__ void pdl_release() {
     if (c_pdl_early) asm volatile("griddepcontrol.launch_dependents;" :::);
 #endif
 }
+/* the release of a kernel that waits first: before its wait with c_pdl_early 2 (MLXCEL_CUDA_PDL=3:
+ * its dependents may then become resident, and load what they load before their own wait, while
+ * this one still waits), else after it. The release only lets the next kernel's blocks be
+ * scheduled: that kernel's wait still returns only once this one has completed. */
+__device__ __forceinline__ void pdl_release_at_entry() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (c_pdl_early == 2) asm volatile("griddepcontrol.launch_dependents;" :::);
+#endif
+}
+__device__ __forceinline__ void pdl_release_after_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (c_pdl_early == 1) asm volatile("griddepcontrol.launch_dependents;" :::);
+#endif
+}
 __device__ __forceinline__ void pdl_entry() {
+    pdl_release_at_entry();
     pdl_wait();
-    pdl_release();
+    pdl_release_after_wait();
 }
 /* the entry of a kernel that may load weights before the wait (with c_pdl_early): returns
  * whether it has waited already; if not, it must pdl_wait() before reading anything else */
@@ -2650,6 +2667,7 @@ k_attn_vec(const float *q, T *kp, T *vp, float *out, const int32_t *pos, const i
     if constexpr (PREP)
         if (prole < 2) ppre = qk_begin(pa, prole == 0, t, pi, true, pos);
     if constexpr (EARLY) {
+        pdl_release_at_entry();
         if (!(seq[t] < 0 || seq[t] >= n_seqs || pos[t] < 0)) {
             att_span();
             const int64_t cur = slot[t];
@@ -2669,7 +2687,7 @@ k_attn_vec(const float *q, T *kp, T *vp, float *out, const int32_t *pos, const i
         }
         if constexpr (OP) ao_fetch();
         pdl_wait();
-        pdl_release();
+        pdl_release_after_wait();
     } else {
         pdl_entry();
     }
@@ -5677,7 +5695,7 @@ extern "C" mx_status mx_backend_cuda_check_env(void) {
  * release slowed them by 5%). Changed by a copy on the backend's stream only when the kind of
  * product changes, from pinned memory so that a step being captured into a graph can hold it. */
 static void pdl_mode(cu_ctx *c, bool small) {
-    const int want = c->pdl && c->pdl_early && small;
+    const int want = c->pdl && small ? c->pdl_early : 0;
     if (want == c->pdl_dev || !c->pdl_host) return;
     CK(c, cudaMemcpyToSymbolAsync(c_pdl_early, &c->pdl_host[want], sizeof(int), 0, cudaMemcpyHostToDevice, c->st),
        "PDL switch");
@@ -5802,7 +5820,7 @@ extern "C" mx_status mx_backend_cuda_init(mx_backend *out) {
         c->sum_qkv = sw.sum_qkv;
         c->att_gq = sw.att_gq;
         c->pdl = sw.pdl != 0;
-        c->pdl_early = sw.pdl == 2;
+        c->pdl_early = sw.pdl >= 2 ? sw.pdl - 1 : 0;
         c->pdl_dev = -1;
         c->dq_bytes = (size_t)sw.dq_mb << 20;
         c->mv_f32 = c->precise || sw.mv == 1;
@@ -5837,8 +5855,8 @@ extern "C" mx_status mx_backend_cuda_init(mx_backend *out) {
     if (cudaMalloc(&c->blas_ws, (size_t)32 << 20) == cudaSuccess) cublasSetWorkspace(c->blas, c->blas_ws, (size_t)32 << 20);
     else { cudaGetLastError(); c->blas_ws = NULL; }
     cudaEventCreateWithFlags(&c->g_done, cudaEventDisableTiming);
-    if (cudaHostAlloc((void **)&c->pdl_host, 2 * sizeof(int), cudaHostAllocDefault) == cudaSuccess) {
-        c->pdl_host[0] = 0; c->pdl_host[1] = 1;
+    if (cudaHostAlloc((void **)&c->pdl_host, 3 * sizeof(int), cudaHostAllocDefault) == cudaSuccess) {
+        c->pdl_host[0] = 0; c->pdl_host[1] = 1; c->pdl_host[2] = 2;
     } else { cudaGetLastError(); c->pdl_host = NULL; }   /* then c_pdl_early stays 0 */
     {   /* k_gemm_gq's stages take more than the default 48 KiB of shared memory */
         const void *gq[] = {(const void *)k_gemm_gq<64, __nv_bfloat16>, (const void *)k_gemm_gq<128, __nv_bfloat16>,
@@ -5949,7 +5967,13 @@ extern "C" void mx_backend_cuda_set_pdl(mx_backend *b, bool on) { switch_ctx(b)-
 extern "C" void mx_backend_cuda_set_pdl_early(mx_backend *b, bool on) {
     cu_ctx *c = switch_ctx(b);
     cudaStreamSynchronize(c->st);   /* no kernel in flight reads the switch while it changes */
-    c->pdl_early = on;
+    c->pdl_early = on ? 1 : 0;
+    set_pdl_early_symbol(c);
+}
+extern "C" void mx_backend_cuda_set_pdl_entry(mx_backend *b, bool on) {
+    cu_ctx *c = switch_ctx(b);
+    cudaStreamSynchronize(c->st);
+    c->pdl_early = on ? 2 : 1;
     set_pdl_early_symbol(c);
 }
 extern "C" mx_status mx_backend_cuda_set_gemm(mx_backend *b, const char *mode) {
