@@ -229,6 +229,12 @@ int mx_backend_cuda_ring_act_launches(mx_backend *b);
 bool mx_backend_cuda_set_ring_epi(mx_backend *b, bool on);
 int mx_backend_cuda_ring_epi_launches(mx_backend *b);
 int mx_backend_cuda_ring_sc_launches(mx_backend *b);
+/* With RING_EPI, a q4/q8 product the ring does not take (rows longer than 4096 columns, e.g.
+ * Llama-8B's down; rows a multiple of 32, at most 5,120) with the add and the norm's parts in the
+ * epilogue of the register matvec instead (a counter a group of 32 rows; MLXCEL_CUDA_I8_EPI=0 at
+ * init: off). Returns the previous on/off; then its launches (tests). */
+bool mx_backend_cuda_set_i8_epi(mx_backend *b, bool on);
+int mx_backend_cuda_i8_epi_launches(mx_backend *b);
 /* A batch-1 attention (one token, a bf16 cache, head size 64 or 128, the EARLY form) and the q4 o
  * product of its output in one launch (MLXCEL_CUDA_ATT_O; with MLXCEL_CUDA_RING_EPI; off by default): the attention
  * waits for the next op; an o product of its output (q4, no bias, a head's columns of it at most 96 KB:

@@ -1355,6 +1355,8 @@ static void check_ring_act(const ra_case *rc) {
 typedef struct {
     const char *name; int D, Ko, I, bits, gs; mx_dtype sdt; bool gamma, add_one, apart; int how, epi, sc;
     int eb;   /* the first product's most blocks (MLXCEL_CUDA_EPI_BLOCKS; 0: 3/4 of the multiprocessors) */
+    int i8;   /* MLXCEL_CUDA_I8_EPI on, and the launches of k_mv_i8<.., EPI> expected (down: more than
+               * 4,096 columns, which the ring does not take); -1 on, none expected; 0: the switch off */
 } re_case;
 static void check_ring_epi(const re_case *rc) {
     const int D = rc->D, I = rc->I, QR = 2 * D, KR = D / 2, L = 5003;
@@ -1420,6 +1422,7 @@ static void check_ring_epi(const re_case *rc) {
     for (int mode = 0; mode < 2; mode++) {
         const bool was = mx_backend_cuda_set_ring_epi(&G, mode == 1);
         const int eb_was = mx_backend_cuda_set_epi_blocks(&G, rc->eb);
+        const bool i8_was = mx_backend_cuda_set_i8_epi(&G, rc->i8 != 0);
         for (int rep = 0; rep < 3; rep++) {
             /* (rep 2: the gate/up pair as blocks of half the warps, two a multiprocessor: the same bits) */
             const bool half_was = mx_backend_cuda_set_pair_half(&G, rep == 2);
@@ -1427,7 +1430,7 @@ static void check_ring_epi(const re_case *rc) {
             G.i->write(G.ctx, dd + off[H], h0, (size_t)D * 4);
             float *dx = rc->apart ? dxa : dm;
             const int e0 = mx_backend_cuda_ring_epi_launches(&G), s0 = mx_backend_cuda_ring_sc_launches(&G),
-                      h0 = mx_backend_cuda_pair_half_launches(&G);
+                      h0 = mx_backend_cuda_pair_half_launches(&G), i0 = mx_backend_cuda_i8_epi_launches(&G);
             #define memcpy_x_(B, dst, src, n) (void)0
             RE_OPS(G, dd, dm, dx, dat, dz);
             #undef memcpy_x_
@@ -1437,6 +1440,9 @@ static void check_ring_epi(const re_case *rc) {
             TCHECK(gh == (rep == 2 && sm90 && rc->how == 0 ? 1 : 0), "mode %d rep %d: %d pairs in half blocks", mode, rep, gh);
             TCHECK(ge == (on ? rc->epi : 0) && gs == (on ? rc->sc : 0), "mode %d rep %d: %d products with the add and %d on the scaled form, expected %d and %d",
                    mode, rep, ge, gs, on ? rc->epi : 0, on ? rc->sc : 0);
+            const int gi = mx_backend_cuda_i8_epi_launches(&G) - i0;
+            const int wi = on && rc->i8 > 0 ? rc->i8 : 0;
+            TCHECK(gi == wi, "mode %d rep %d: %d register matvecs with the add, expected %d", mode, rep, gi, wi);
             res[mode][rep] = gdown(dd, tot);
             float *xh = gdown(dx, D);
             memcpy(res[mode][rep] + off[X], xh, (size_t)D * 4);
@@ -1460,6 +1466,7 @@ static void check_ring_epi(const re_case *rc) {
         }
         mx_backend_cuda_set_ring_epi(&G, was);
         mx_backend_cuda_set_epi_blocks(&G, eb_was);
+        mx_backend_cuda_set_i8_epi(&G, i8_was);
     }
     #undef RE_OPS
     for (int m = 0; m < 2; m++)
@@ -1619,19 +1626,26 @@ static const ao_case g_ao[] = {
 };
 
 static const re_case g_re[] = {
-    {"cuda_ring_epi_qwen_layer", 1024, 2048, 3072, 4, 64, MX_DTYPE_BF16, true, false, false, 0, 2, 2, 0},
-    {"cuda_ring_epi_llama_layer", 4096, 4096, 14336, 4, 64, MX_DTYPE_BF16, true, false, false, 0, 1, 1, 0},   /* down: k_mv_i8 */
-    {"cuda_ring_epi_q8_g32_f16_add_one_apart", 2048, 1024, 2048, 8, 32, MX_DTYPE_F16, true, true, true, 0, 2, 2, 0},
-    {"cuda_ring_epi_q4_g128_head", 1024, 2048, 3072, 4, 128, MX_DTYPE_BF16, true, false, false, 1, 1, 1, 0},
-    {"cuda_ring_epi_head_no_gamma_apart", 2048, 2048, 3072, 4, 64, MX_DTYPE_BF16, false, false, true, 1, 1, 1, 0},
-    {"cuda_ring_epi_not_product_between", 1024, 2048, 3072, 4, 64, MX_DTYPE_BF16, true, false, false, 2, 0, 0, 0},
-    {"cuda_ring_epi_not_read_between", 1024, 2048, 3072, 4, 64, MX_DTYPE_BF16, true, false, true, 3, 0, 0, 0},
+    {"cuda_ring_epi_qwen_layer", 1024, 2048, 3072, 4, 64, MX_DTYPE_BF16, true, false, false, 0, 2, 2, 0, -1},   /* (I8_EPI on: down on the ring) */
+    {"cuda_ring_epi_llama_layer", 4096, 4096, 14336, 4, 64, MX_DTYPE_BF16, true, false, false, 0, 1, 1, 0, 0},   /* down: k_mv_i8 */
+    {"cuda_ring_epi_q8_g32_f16_add_one_apart", 2048, 1024, 2048, 8, 32, MX_DTYPE_F16, true, true, true, 0, 2, 2, 0, 0},
+    {"cuda_ring_epi_q4_g128_head", 1024, 2048, 3072, 4, 128, MX_DTYPE_BF16, true, false, false, 1, 1, 1, 0, 0},
+    {"cuda_ring_epi_head_no_gamma_apart", 2048, 2048, 3072, 4, 64, MX_DTYPE_BF16, false, false, true, 1, 1, 1, 0, 0},
+    {"cuda_ring_epi_not_product_between", 1024, 2048, 3072, 4, 64, MX_DTYPE_BF16, true, false, false, 2, 0, 0, 0, 0},
+    {"cuda_ring_epi_not_read_between", 1024, 2048, 3072, 4, 64, MX_DTYPE_BF16, true, false, true, 3, 0, 0, 0, 0},
     /* other block counts for the first product: Llama-8B's o, 128 groups of rows on one block a
      * multiprocessor (160: the cap above their count) and on 64 blocks; Qwen3-0.6B's o and down, 32
      * groups on 7 (4 or 5 a block) */
-    {"cuda_ring_epi_llama_all_sms", 4096, 4096, 14336, 4, 64, MX_DTYPE_BF16, true, false, false, 0, 1, 1, 160},
-    {"cuda_ring_epi_llama_64_blocks", 4096, 4096, 14336, 4, 64, MX_DTYPE_BF16, true, false, false, 0, 1, 1, 64},
-    {"cuda_ring_epi_qwen_7_blocks", 1024, 2048, 3072, 4, 64, MX_DTYPE_BF16, true, false, false, 0, 2, 2, 7},
+    {"cuda_ring_epi_llama_all_sms", 4096, 4096, 14336, 4, 64, MX_DTYPE_BF16, true, false, false, 0, 1, 1, 160, 0},
+    {"cuda_ring_epi_llama_64_blocks", 4096, 4096, 14336, 4, 64, MX_DTYPE_BF16, true, false, false, 0, 1, 1, 64, 0},
+    {"cuda_ring_epi_qwen_7_blocks", 1024, 2048, 3072, 4, 64, MX_DTYPE_BF16, true, false, false, 0, 2, 2, 7, 0},
+    /* MLXCEL_CUDA_I8_EPI: the down products the ring does not take (more than 4,096 columns) with the
+     * add and the norm's parts on k_mv_i8<.., EPI>: Llama-8B's layer (o on the ring, down there, both
+     * products after them on the scaled form), q8 with f16 scales, add_one and the norm's output
+     * apart, no gamma with groups of 128 (cuda_ring_epi_llama_layer: the same with the switch off) */
+    {"cuda_i8_epi_llama_layer", 4096, 4096, 14336, 4, 64, MX_DTYPE_BF16, true, false, false, 0, 1, 2, 0, 1},
+    {"cuda_i8_epi_q8_g32_f16_add_one_apart", 1024, 1024, 4608, 8, 32, MX_DTYPE_F16, true, true, true, 0, 1, 2, 0, 1},
+    {"cuda_i8_epi_no_gamma_g128", 2048, 2048, 8192, 4, 128, MX_DTYPE_BF16, false, false, false, 0, 1, 2, 0, 1},
 };
 
 static const ra_case g_ra[] = {

@@ -270,6 +270,11 @@ struct cu_ctx {
                                             * some free, where the product after it (a gate/up pair) starts
                                             * copying its weights before this one ends */
     int n_ring_epi, n_ring_sc;             /* launches of the two sides (tests) */
+    int i8_epi;                            /* such a product the ring does not take (more than 4096 columns:
+                                            * Llama-8B's down) on k_mv_i8<.., EPI> with the add and the
+                                            * norm's parts in its epilogue (MLXCEL_CUDA_I8_EPI; i8e_launch) */
+    unsigned *i8e_cnt;                     /* its counters, one a group of 32 rows (MR_PARTS; zero between launches) */
+    int n_i8_epi;                          /* its launches (tests) */
     int n_pair_half;                       /* launches of a pair in half blocks (tests) */
     float *epi_part;                       /* the parts of the sum of squares, 2 x MR_PARTS (alternate uses) */
     int epi_flip;
@@ -282,6 +287,7 @@ struct cu_ctx {
         bool on;
         bool att;                          /* the product is o's in the deferred attention's epilogue (at,
                                             * MLXCEL_CUDA_ATT_O): xq, xds are the attention's int8 form */
+        bool i8;                           /* the product runs on k_mv_i8<.., EPI> (MLXCEL_CUDA_I8_EPI) */
     } pe;
     int att_o;                             /* a batch-1 attention deferred until the o product of its output,
                                             * which then runs in its epilogue with the add and the norm after
@@ -381,7 +387,7 @@ static pdl_launch<KArgs...> PL(cu_ctx *c, void (*k)(KArgs...), dim3 g, dim3 b, s
  * the default; anything else is an error naming the variable and what it takes. */
 enum { GM_AUTO, GM_CUBLAS, GM_MMA, GM_WG, GM_NMODES };   /* MLXCEL_CUDA_GEMM, in k_gemm_modes' order */
 static const char *const k_gemm_modes[] = {"auto", "cublas", "mma", "wgmma"};
-struct cu_switches { int att_o, attn, attn_dec, attn_prep, gqa, gemm, gemm_rot, gemm_sk, gemm_pair, sum_norm, sum_qkv, att_gq, pdl, mv, profile, kv, graphs, fused, mv_ring, ring_norm, ring_bf, ring_pair, ring_act, ring_epi, attn_early, dense_short, fast_replay, topk_one, chain; long dq_mb, fused_pf, mr_kb, mr_slot, mr_warps, attn_l2pf, trace_max, epi_blocks; int pair_half; };   /* kv: checked here, read by kv_init */
+struct cu_switches { int att_o, attn, attn_dec, attn_prep, gqa, gemm, gemm_rot, gemm_sk, gemm_pair, sum_norm, sum_qkv, att_gq, pdl, mv, profile, kv, graphs, fused, mv_ring, ring_norm, ring_bf, ring_pair, ring_act, ring_epi, i8_epi, attn_early, dense_short, fast_replay, topk_one, chain; long dq_mb, fused_pf, mr_kb, mr_slot, mr_warps, attn_l2pf, trace_max, epi_blocks; int pair_half; };   /* kv: checked here, read by kv_init */
 static mx_status env_choice(const char *name, const char *const *vals, int n, int def, int *out) {
     const char *e = getenv(name);
     *out = def;
@@ -440,6 +446,7 @@ static mx_status read_switches(cu_switches *sw) {
         (st = env_choice("MLXCEL_CUDA_RING_PAIR", onoff, 2, 1, &sw->ring_pair)) ||
         (st = env_choice("MLXCEL_CUDA_RING_ACT", onoff, 2, 0, &sw->ring_act)) ||
         (st = env_choice("MLXCEL_CUDA_RING_EPI", onoff, 2, 1, &sw->ring_epi)) ||
+        (st = env_choice("MLXCEL_CUDA_I8_EPI", onoff, 2, 1, &sw->i8_epi)) ||
         (st = env_choice("MLXCEL_CUDA_ATT_O", onoff, 2, 0, &sw->att_o)) ||
         (st = env_choice("MLXCEL_CUDA_MV_DENSE_SHORT", onoff, 2, 0, &sw->dense_short)) ||
         (st = env_choice("MLXCEL_CUDA_FAST_REPLAY", onoff, 2, 1, &sw->fast_replay)) ||
@@ -1105,9 +1112,27 @@ struct mv_set {           /* up to 4 weights of one format sharing x; blocks [bl
     int rows[4], blk0[5], nw;
 };
 
-template <int BITS, typename ST, int R, int NB>
+/* k_mv_i8<.., EPI> (MLXCEL_CUDA_I8_EPI, host pe_defer / i8e_launch): a batch-1 product of one
+ * weight whose rows are a multiple of 32 with the residual add and the next rmsnorm's inputs in its
+ * epilogue, as k_mv_ring<.., 4> leaves them, for the products the ring does not take (Llama-8B's
+ * down, 14,336 columns): the grid and the rows of a block as without it (MV_WARPS rows, one a
+ * warp, so the blocks still fit beside the kernel before and load their first weights early);
+ * the blocks of a group of 32 rows count themselves in cnt[group] (the last resets it), and the
+ * last one's first warp adds the residual to the group's 32 outputs (sum = a + y), stores the
+ * int8 form of sum * (g + add_one) (quant_group's) and the group's sum of squares, part[group]. */
+struct i8e_args {
+    const float *a;               /* the residual added to y */
+    float *sum;                   /* a + y (may be a itself) */
+    const float *g;               /* the next norm's gamma (null: 1), plus add_one */
+    float add_one;
+    int8_t *oq; float2 *ods;      /* the int8 form of sum * (g + add_one) */
+    float *part;                  /* each group's sum of squares of the sum */
+    unsigned *cnt;                /* blocks of each group done (zero between launches) */
+};
+template <int BITS, typename ST, int R, int NB, bool EPI = false>
 __global__ void __launch_bounds__(MV_WARPS * 32)
-k_mv_i8(const mv_set set, const int8_t *__restrict__ xq, const float2 *__restrict__ xds, int cols, int gs_shift, int n) {
+k_mv_i8(const mv_set set, const int8_t *__restrict__ xq, const float2 *__restrict__ xds, int cols, int gs_shift, int n,
+        const i8e_args e) {
     bool waited = pdl_entry_weights_first();
     constexpr int U = 4, V = BITS / 4;   /* x-groups per lane per batch; uint4 per x-group */
     int k = 0;
@@ -1188,6 +1213,31 @@ k_mv_i8(const mv_set set, const int8_t *__restrict__ xq, const float2 *__restric
     if (!waited) pdl_wait();   /* (no k steps: cols 0) before any write */
     const float *bias = set.bias[k];
     float *y = set.y[k];
+    if constexpr (EPI) {   /* (R 1, NB 1, one weight, rows a multiple of 32: every warp has a row) */
+        static_assert(R == 1 && NB == 1 && 32 % MV_WARPS == 0, "EPI: a row a warp, whole groups of blocks");
+        __shared__ float eo[MV_WARPS];
+        __shared__ bool elast;
+        const int wid = (int)(threadIdx.x >> 5), rb = r0 - wid, gi = rb >> 5, i = (gi << 5) + lane;
+        const float v = warp_sum(acc[0][0]) + (bias ? bias[r0] : 0.f);
+        /* warp 0: the group's residual and gamma, loaded now (their round trip overlaps the count's) */
+        float ea = 0.f, eg = 1.f;
+        if (wid == 0) { ea = e.a[i]; eg = e.g ? e.g[i] + e.add_one : 1.f; }
+        if (lane == 0) { y[r0] = v; eo[wid] = v; __threadfence(); }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            elast = atomicAdd(e.cnt + gi, 1u) == 32 / MV_WARPS - 1;
+            if (elast) e.cnt[gi] = 0;
+        }
+        __syncthreads();
+        if (!elast || wid) return;
+        __threadfence();
+        const float h = ea + (i >= rb && i < rb + MV_WARPS ? eo[i - rb] : __ldcg(y + i));
+        e.sum[i] = h;
+        const float ss = warp_sum(h * h);
+        quant_group(h * eg, e.oq, e.ods, (size_t)i);
+        if (lane == 0) e.part[gi] = ss;
+        return;
+    }
 #pragma unroll
     for (int r = 0; r < R; r++)
 #pragma unroll
@@ -3746,11 +3796,11 @@ static bool mv_i8_ok(const cu_ctx *c, const cu_weight *w, const cu_weight *w0, i
 
 #define I8_CASES(BITS, ST) \
     switch (n <= 1 ? 0 : n <= 2 ? 1 : n <= 4 ? 2 : n <= 8 ? 3 : 4) { \
-    case 0: PL(c, k_mv_i8<BITS, ST, 1, 1>, blk, MV_WARPS * 32, 0)(set, xq, xds, cols, gsh, n); break; \
-    case 1: PL(c, k_mv_i8<BITS, ST, 2, 2>, blk, MV_WARPS * 32, 0)(set, xq, xds, cols, gsh, n); break; \
-    case 2: PL(c, k_mv_i8<BITS, ST, 2, 4>, blk, MV_WARPS * 32, 0)(set, xq, xds, cols, gsh, n); break; \
-    case 3: PL(c, k_mv_i8<BITS, ST, 2, 8>, blk, MV_WARPS * 32, 0)(set, xq, xds, cols, gsh, n); break; \
-    default: PL(c, k_mv_i8<BITS, ST, 2, 16>, blk, MV_WARPS * 32, 0)(set, xq, xds, cols, gsh, n); break; }
+    case 0: PL(c, k_mv_i8<BITS, ST, 1, 1>, blk, MV_WARPS * 32, 0)(set, xq, xds, cols, gsh, n, noe); break; \
+    case 1: PL(c, k_mv_i8<BITS, ST, 2, 2>, blk, MV_WARPS * 32, 0)(set, xq, xds, cols, gsh, n, noe); break; \
+    case 2: PL(c, k_mv_i8<BITS, ST, 2, 4>, blk, MV_WARPS * 32, 0)(set, xq, xds, cols, gsh, n, noe); break; \
+    case 3: PL(c, k_mv_i8<BITS, ST, 2, 8>, blk, MV_WARPS * 32, 0)(set, xq, xds, cols, gsh, n, noe); break; \
+    default: PL(c, k_mv_i8<BITS, ST, 2, 16>, blk, MV_WARPS * 32, 0)(set, xq, xds, cols, gsh, n, noe); break; }
 
 /* The batch-1 form on bulk-copied weights (k_mv_ring, mv_ring.cuh): false (nothing launched)
  * where it does not apply (switched off, a device before sm_90, rows longer than 4096 columns,
@@ -3898,6 +3948,8 @@ static void mv_i8_regs(cu_ctx *c, int nw, const cu_weight *const *w, const int8_
         blk += nblk(w[k]->rows, MV_WARPS * R);
     }
     set.blk0[nw] = (int)blk; set.nw = nw;
+    i8e_args noe;
+    memset(&noe, 0, sizeof noe);
     if (w[0]->sdt == SDT_BF16) { if (w[0]->bits == 4) { I8_CASES(4, __nv_bfloat16) } else { I8_CASES(8, __nv_bfloat16) } }
     else { if (w[0]->bits == 4) { I8_CASES(4, __half) } else { I8_CASES(8, __half) } }
     LAUNCHED(c, "matvec (int8 activations)");
@@ -4060,14 +4112,39 @@ static int epi_grid(const cu_ctx *c, int64_t rows) {
 }
 /* the product (c_matmul's, through mv_i8, on x's int8 form xq / xds): deferred (true) */
 static bool pe_defer(cu_ctx *c, const cu_weight *w, const int8_t *xq, const float2 *xds, float *y) {
-    if (!c->ring_epi || !c->pe_allow || !c->epi_part || c->pe.on || c->mv_f32 || epi_grid(c, w->rows) > MR_PARTS) return false;
+    if (!c->ring_epi || !c->pe_allow || !c->epi_part || c->pe.on || c->mv_f32) return false;
     mr_norm nm;
     memset(&nm, 0, sizeof nm);
     nm.oq = (int8_t *)xq; nm.ods = (float2 *)xds; nm.part = c->epi_part;   /* (the dry run: any aligned pointers) */
-    if (!mv_ring(c, 1, &w, xq, xds, &y, &nm, 4, 1)) return false;
+    bool i8 = false;
+    if (epi_grid(c, w->rows) > MR_PARTS || !mv_ring(c, 1, &w, xq, xds, &y, &nm, 4, 1)) {
+        /* k_mv_i8<.., EPI>: a group of 32 rows a part */
+        if (!c->i8_epi || !c->i8e_cnt || w->rows % 32 || w->rows / 32 > MR_PARTS || !mv_i8_ok(c, w, w, 1)) return false;
+        i8 = true;
+    }
     c->pe.w = w; c->pe.xq = xq; c->pe.xds = xds; c->pe.y = y; c->pe.in2 = (const void *)xq == c->xq2;
-    c->pe.stage = 0; c->pe.on = true;
+    c->pe.stage = 0; c->pe.on = true; c->pe.att = false; c->pe.i8 = i8;
     return true;
+}
+/* the waiting product on k_mv_i8<.., EPI> with the add and the norm's inputs pn (a k_mv_ring<.., 4>'s,
+ * a part a group of 32 rows) */
+static void i8e_launch(cu_ctx *c, const cu_weight *w, const int8_t *xq, const float2 *xds, float *y, const mr_norm *pn) {
+    const int cols = (int)w->cols, gsh = log2_exact(w->gs), n = 1;
+    const unsigned blk = nblk(w->rows, MV_WARPS);
+    mv_set set;
+    memset(&set, 0, sizeof set);
+    set.W[0] = (const uint32_t *)w->w; set.S[0] = w->scales; set.B[0] = w->biases;
+    set.bias[0] = w->bias; set.y[0] = y; set.rows[0] = (int)w->rows; set.blk0[1] = (int)blk; set.nw = 1;
+    const i8e_args e = {pn->a, pn->sum, pn->g, pn->add_one, pn->oq, pn->ods, pn->part, c->i8e_cnt};
+    if (w->sdt == SDT_BF16) {
+        if (w->bits == 4) PL(c, k_mv_i8<4, __nv_bfloat16, 1, 1, true>, blk, MV_WARPS * 32, 0)(set, xq, xds, cols, gsh, n, e);
+        else PL(c, k_mv_i8<8, __nv_bfloat16, 1, 1, true>, blk, MV_WARPS * 32, 0)(set, xq, xds, cols, gsh, n, e);
+    } else {
+        if (w->bits == 4) PL(c, k_mv_i8<4, __half, 1, 1, true>, blk, MV_WARPS * 32, 0)(set, xq, xds, cols, gsh, n, e);
+        else PL(c, k_mv_i8<8, __half, 1, 1, true>, blk, MV_WARPS * 32, 0)(set, xq, xds, cols, gsh, n, e);
+    }
+    c->n_i8_epi++;
+    LAUNCHED(c, "matvec (int8 activations) + add + norm parts");
 }
 static bool apart(const float *a, const float *b, int64_t n) { return !(a < b + n && b < a + n); }
 /* y = a + b of the waiting product's output and another buffer (the residual), y that one or apart */
@@ -4112,7 +4189,8 @@ static bool pe_take(cu_ctx *c, int nw, const cu_weight *const *w, const float *x
     const cu_weight *pw = c->pe.w;
     float *py = c->pe.y;
     const bool att = c->pe.att;
-    const int np = att ? 1 : epi_grid(c, pw->rows);
+    const bool i8 = c->pe.i8;
+    const int np = att ? 1 : i8 ? (int)(pw->rows / 32) : epi_grid(c, pw->rows);
     mr_norm pn;
     memset(&pn, 0, sizeof pn);
     pn.a = c->pe.ra == py ? c->pe.rb : c->pe.ra; pn.sum = c->pe.sum; pn.g = c->pe.g; pn.add_one = c->pe.add_one;
@@ -4121,7 +4199,7 @@ static bool pe_take(cu_ctx *c, int nw, const cu_weight *const *w, const float *x
     mr_norm sc, scp;
     sc_norm(&scs, &sc);
     scp = sc; scp.oq = oq; scp.ods = ods;   /* (the pair's output form goes elsewhere; the dry run checks alignment) */
-    if (!att && !mv_ring(c, 1, &pw, c->pe.xq, c->pe.xds, &py, &pn, 4, 2)) return false;
+    if (!att && !i8 && !mv_ring(c, 1, &pw, c->pe.xq, c->pe.xds, &py, &pn, 4, 2)) return false;
     bool pair = nw == 2 && c->ring_pair && mv_ring(c, 2, w, oq, ods, ys, &scp, 3, 2, true);
     if (!mv_ring(c, nw, w, oq, ods, ys, &sc, 0, 2, true)) return false;   /* (also pr_flush's form for a pair) */
     if (att) {   /* o in the attention's epilogue, which leaves what k_mv_ring<.., 4> would (one part) */
@@ -4140,7 +4218,8 @@ static bool pe_take(cu_ctx *c, int nw, const cu_weight *const *w, const float *x
     } else {
         c->pe.on = false;
         c->epi_flip ^= 1;
-        mv_ring(c, 1, &pw, c->pe.xq, c->pe.xds, &py, &pn, 4);
+        if (i8) i8e_launch(c, pw, c->pe.xq, c->pe.xds, py, &pn);
+        else mv_ring(c, 1, &pw, c->pe.xq, c->pe.xds, &py, &pn, 4);
     }
     xq_forget(c);   /* (the other buffer holds the sum's form before the scale; y, the sum and the norm's output changed) */
     if (pair) {
@@ -5099,7 +5178,7 @@ static bool at_take(cu_ctx *c, const cu_weight *w, const float *x, float *y, int
         ao_slice_bytes((int)w->rows, D, gsh) > AO_SLICE_MAX)
         return false;
     c->pe.w = w; c->pe.xq = a->xq; c->pe.xds = a->xds; c->pe.y = y; c->pe.in2 = (const void *)a->xq == c->xq2;
-    c->pe.stage = 0; c->pe.on = true; c->pe.att = true;
+    c->pe.stage = 0; c->pe.on = true; c->pe.att = true; c->pe.i8 = false;
     c->at->on = false;   /* (its arguments stay: pe.att) */
     return true;
 }
@@ -5837,6 +5916,7 @@ extern "C" mx_status mx_backend_cuda_init(mx_backend *out) {
         c->ring_pair = sw.ring_pair;
         c->ring_act = sw.ring_act;
         c->ring_epi = sw.ring_epi;
+        c->i8_epi = sw.i8_epi;
         c->att_o = sw.att_o;
         c->epi_blocks = (int)sw.epi_blocks;
         c->pair_half = sw.pair_half;
@@ -5935,6 +6015,12 @@ extern "C" mx_status mx_backend_cuda_init(mx_backend *out) {
     if (cudaMalloc((void **)&c->epi_part, 2 * MR_PARTS * sizeof(float)) != cudaSuccess) {   /* (without: no RING_EPI) */
         cudaGetLastError();
         c->epi_part = NULL;
+    }
+    if (cudaMalloc((void **)&c->i8e_cnt, MR_PARTS * sizeof(unsigned)) != cudaSuccess ||
+        cudaMemsetAsync(c->i8e_cnt, 0, MR_PARTS * sizeof(unsigned), c->st) != cudaSuccess) {   /* (without: no I8_EPI) */
+        cudaGetLastError();
+        if (c->i8e_cnt) cudaFree(c->i8e_cnt);
+        c->i8e_cnt = NULL;
     }
     set_pdl_early_symbol(c);
     trace_init(c);
@@ -6037,6 +6123,8 @@ extern "C" int mx_backend_cuda_set_epi_blocks(mx_backend *b, int n) { return set
 extern "C" bool mx_backend_cuda_set_pair_half(mx_backend *b, bool on) { return set_flag(&switch_ctx(b)->pair_half, on); }
 extern "C" int mx_backend_cuda_pair_half_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_pair_half; }
 extern "C" int mx_backend_cuda_ring_epi_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_ring_epi; }
+extern "C" bool mx_backend_cuda_set_i8_epi(mx_backend *b, bool on) { return set_flag(&switch_ctx(b)->i8_epi, on); }
+extern "C" int mx_backend_cuda_i8_epi_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_i8_epi; }
 extern "C" bool mx_backend_cuda_set_att_o(mx_backend *b, bool on) { return set_flag(&switch_ctx(b)->att_o, on); }
 extern "C" int mx_backend_cuda_att_o_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_att_o; }
 extern "C" int mx_backend_cuda_ring_sc_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_ring_sc; }
@@ -6581,6 +6669,7 @@ extern "C" void mx_backend_cuda_free(mx_backend *b) {
     if (c->strk_cnt) cudaFree(c->strk_cnt);
     if (c->rn_count) cudaFree(c->rn_count);
     if (c->epi_part) cudaFree(c->epi_part);
+    if (c->i8e_cnt) cudaFree(c->i8e_cnt);
     if (c->att_cnt) cudaFree(c->att_cnt);
     if (c->ao_part) cudaFree(c->ao_part);
     free(c->at);
