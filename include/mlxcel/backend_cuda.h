@@ -235,6 +235,10 @@ int mx_backend_cuda_ring_sc_launches(mx_backend *b);
  * init: off). Returns the previous on/off; then its launches (tests). */
 bool mx_backend_cuda_set_i8_epi(mx_backend *b, bool on);
 int mx_backend_cuda_i8_epi_launches(mx_backend *b);
+/* The batch-1..16 q4/q8 register matvec (k_mv_i8) asking the L2 for its weights `steps` steps of
+ * its loop ahead (1 by default: Llama-8B q4 decode +2.8% on an H100; 0 none; at most 8;
+ * MLXCEL_CUDA_MV_PF at init). Only timing changes. Returns the previous value. */
+int mx_backend_cuda_set_mv_pf(mx_backend *b, int steps);
 /* A batch-1 attention (one token, a bf16 cache, head size 64 or 128, the EARLY form) and the q4 o
  * product of its output in one launch (MLXCEL_CUDA_ATT_O; with MLXCEL_CUDA_RING_EPI; off by default): the attention
  * waits for the next op; an o product of its output (q4, no bias, a head's columns of it at most 96 KB:

@@ -73,7 +73,9 @@ static void test_select(void) {
                                          {"MLXCEL_CUDA_TRACE_MAX", "4m"}, {"MLXCEL_CUDA_EPI_BLOCKS", "161"},
                                          {"MLXCEL_CUDA_EPI_BLOCKS", "-1"}, {"MLXCEL_CUDA_EPI_BLOCKS", "auto"},
                                          {"MLXCEL_CUDA_PAIR_HALF", "2"}, {"MLXCEL_CUDA_PAIR_HALF", "on"},
-                                         {"MLXCEL_CUDA_CHAIN", "yes"}, {"MLXCEL_CUDA_CHAIN", "2"}};
+                                         {"MLXCEL_CUDA_CHAIN", "yes"}, {"MLXCEL_CUDA_CHAIN", "2"},
+                                         {"MLXCEL_CUDA_I8_EPI", "on"}, {"MLXCEL_CUDA_I8_EPI", "2"},
+                                         {"MLXCEL_CUDA_MV_PF", "9"}, {"MLXCEL_CUDA_MV_PF", "-1"}, {"MLXCEL_CUDA_MV_PF", "two"}};
     unsetenv("MLXCEL_DEVICE");
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         setenv(bad[i][0], bad[i][1], 1);
@@ -94,7 +96,9 @@ static void test_select(void) {
     setenv("MLXCEL_CUDA_FAST_REPLAY", "1", 1); setenv("MLXCEL_CUDA_TOPK_ONE", "1", 1);
     setenv("MLXCEL_CUDA_RING_EPI", "0", 1); setenv("MLXCEL_CUDA_TRACE_MAX", "2048", 1); setenv("MLXCEL_CUDA_EPI_BLOCKS", "64", 1);
     setenv("MLXCEL_CUDA_PAIR_HALF", "1", 1); setenv("MLXCEL_CUDA_CHAIN", "0", 1); setenv("MLXCEL_CUDA_ATT_O", "0", 1);
+    setenv("MLXCEL_CUDA_I8_EPI", "0", 1); setenv("MLXCEL_CUDA_MV_PF", "8", 1);
     TCHECK(mx_backend_cuda_check_env() == MX_OK, "good switches refused: %s", mx_last_error());
+    unsetenv("MLXCEL_CUDA_I8_EPI"); unsetenv("MLXCEL_CUDA_MV_PF");
     unsetenv("MLXCEL_CUDA_FAST_REPLAY"); unsetenv("MLXCEL_CUDA_TOPK_ONE");
     unsetenv("MLXCEL_CUDA_RING_EPI"); unsetenv("MLXCEL_CUDA_TRACE_MAX"); unsetenv("MLXCEL_CUDA_EPI_BLOCKS"); unsetenv("MLXCEL_CUDA_PAIR_HALF");
     unsetenv("MLXCEL_CUDA_CHAIN"); unsetenv("MLXCEL_CUDA_ATT_O");
@@ -2915,6 +2919,16 @@ int main(int argc, char **argv) {
     if (bench) { int rc = run_bench(!strcmp(argv[1], "--bench-mv")); mx_backend_cuda_free(&G); return rc; }
     if (mx_backend_cpu_init(&C) != MX_OK) { printf("FAIL cpu_init: %s\n", mx_last_error()); return 1; }
     for (size_t i = 0; i < sizeof g_mm / sizeof g_mm[0]; i++) RUN_NAMED(g_mm[i].name, check_matmul, &g_mm[i]);
+    /* the quantized matvecs again with k_mv_i8's L2 prefetch (MLXCEL_CUDA_MV_PF), 1 and 3 steps ahead */
+    for (int pf = 1; pf <= 3; pf += 2) {
+        const int pf_was = mx_backend_cuda_set_mv_pf(&G, pf);
+        for (size_t i = 0; i < sizeof g_mm / sizeof g_mm[0]; i++) {
+            if (g_mm[i].n > 16 || (g_mm[i].bits != 4 && g_mm[i].bits != 8)) continue;
+            char nm[96]; snprintf(nm, sizeof nm, "%s_mv_pf%d", g_mm[i].name, pf);
+            RUN_NAMED(nm, check_matmul, &g_mm[i]);
+        }
+        mx_backend_cuda_set_mv_pf(&G, pf_was);
+    }
     /* the same products with f32 activations (MLXCEL_PRECISE=1) */
     mx_backend_cuda_set_exact_matvec(&G, true); G_EXACT = true;
     for (size_t i = 0; i < sizeof g_mm / sizeof g_mm[0]; i++) {
