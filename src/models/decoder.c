@@ -716,15 +716,20 @@ static void mla_attention(mx_model *m, int l, const layer *L, const float *in, i
 }
 
 /* After the layers: the final norm and the LM head on the logit rows (have_logits: the backend's
- * decode_layers made them already), then the logit scale and softcap. */
+ * decode_layers made them already), then the logit scale and softcap. When the logit rows are all
+ * the batch's rows in order (decode), the norm reads the hidden rows themselves: no gather op,
+ * so a backend can fold the residual add and the norm into the products around them (a gather
+ * between the last add and the norm kept the CUDA backend from it: three small kernels a step). */
 static void forward_head(mx_model *m, const mx_batch *b, bool have_logits) {
     const mx_backend_i *bi = m->be->i;
     void *bc = m->be->ctx;
     const int H = m->cfg.hidden_size, V = m->cfg.vocab_size;
     if (b->n_logits == 0) return;
     if (!have_logits) {
-        bi->gather_rows(bc, m->x, b->logit_rows, b->n_logits, H, m->rows);
-        norm(m, m->rows, &m->final_norm, &m->final_norm_b, m->rows, b->n_logits, H);
+        bool all = b->n_logits == b->n_tokens;
+        for (int i = 0; all && i < b->n_logits; i++) all = b->logit_rows[i] == i;
+        if (!all) bi->gather_rows(bc, m->x, b->logit_rows, b->n_logits, H, m->rows);
+        norm(m, all ? m->x : m->rows, &m->final_norm, &m->final_norm_b, m->rows, b->n_logits, H);
         mm(m, &m->lm_head, m->rows, m->logits, b->n_logits, b->n_logits);  /* logits: exact */
     }
     if (m->opts.logits_scale != 0) bi->scale(bc, m->logits, m->opts.logits_scale, m->logits, (int64_t)b->n_logits * V);

@@ -303,6 +303,61 @@ static mx_status sr_replay(void *ctx, uint64_t key, const mx_step_inputs *in) {
 }
 static mx_status sr_begin(void *ctx, uint64_t key) { (void)ctx; (void)key; g_sr.begins++; return MX_OK; }
 static mx_status sr_end(void *ctx) { (void)ctx; return MX_OK; }
+/* The final norm reads the hidden rows themselves when the logit rows are all of the batch's rows in
+ * order (decode): no gather op then, the same logits. On the CPU backend with gather_rows counted:
+ * prompts (the last row) gather, a one-token decode step and a two-sequence decode step with both
+ * rows do not, the same step with its second row alone does, and that row's logits agree (within
+ * 1e-4: the head's product of two rows and of one round differently; another row's would not). */
+static int g_gathers;
+static void (*g_gather_cpu)(void *, const float *, const int32_t *, int, int, float *);
+static void gather_counted(void *ctx, const float *src, const int32_t *rows, int n, int d, float *dst) {
+    g_gathers++;
+    g_gather_cpu(ctx, src, rows, n, d, dst);
+}
+static void decoder_head_rows(void) {
+    mx_backend_i wi = *g_cpu.i;
+    g_gather_cpu = wi.gather_rows;
+    wi.gather_rows = gather_counted;
+    mx_backend w = {&wi, g_cpu.ctx};
+    mx_backend_cpu_set_precise(&g_cpu, true);
+    json_error_t je;
+    json_t *cfg = json_loads("{\"model_type\": \"llama\", " TINY "}", 0, &je);
+    TREQUIRE(cfg, "test json: %s", je.text);
+    mx_model *m = NULL;
+    mx_status st = mx_model_load_random(cfg, 0, 0, MX_DTYPE_F32, 5, &w, &m);
+    json_decref(cfg);
+    TREQUIRE(st == MX_OK, "load: %s", mx_last_error());
+    TREQUIRE(mx_model_prepare(m, 6, 4, 8) == MX_OK, "prepare: %s", mx_last_error());
+    const int32_t bt[4] = {0, 3, 5, 2};
+    /* prompts: 3 tokens in sequence 0, 5 in sequence 1 (the last row's logits) */
+    const int32_t t0[3] = {3, 9, 27}, p0[3] = {0, 1, 2}, s0[3] = {0, 0, 0}, l0r[1] = {2};
+    const int32_t t1[5] = {5, 7, 11, 13, 1}, p1[5] = {0, 1, 2, 3, 4}, s1[5] = {1, 1, 1, 1, 1}, l1r[1] = {4};
+    float lg[2][64], a[2 * 64], b[64];
+    g_gathers = 0;
+    mx_batch pb0 = {3, t0, p0, s0, 2, 2, bt, 1, l0r, 0}, pb1 = {5, t1, p1, s1, 2, 2, bt, 1, l1r, 0};
+    TCHECK(mx_model_forward(m, &pb0, lg[0]) == MX_OK && mx_model_forward(m, &pb1, lg[1]) == MX_OK, "prompts: %s", mx_last_error());
+    TCHECK(g_gathers == 2, "prompts: %d gathers, expected 2", g_gathers);
+    /* one token of sequence 1: no gather */
+    const int32_t dt[2] = {44, 17}, dp[2] = {3, 5}, ds[2] = {0, 1}, r0[1] = {0}, r01[2] = {0, 1}, r1[1] = {1};
+    g_gathers = 0;
+    mx_batch d1 = {1, dt + 1, dp + 1, ds + 1, 2, 2, bt, 1, r0, 1};
+    TCHECK(mx_model_forward(m, &d1, b) == MX_OK, "decode: %s", mx_last_error());
+    TCHECK(g_gathers == 0, "one-token decode: %d gathers", g_gathers);
+    /* both sequences (the second at the same position again: the same cache writes), both rows, then the second alone */
+    mx_batch d2 = {2, dt, dp, ds, 2, 2, bt, 2, r01, 2}, d2b = {2, dt, dp, ds, 2, 2, bt, 1, r1, 2};
+    TCHECK(mx_model_forward(m, &d2, a) == MX_OK, "decode of two: %s", mx_last_error());
+    TCHECK(g_gathers == 0, "decode of two, both rows: %d gathers", g_gathers);
+    double md = 0;
+    for (int i = 0; i < 64; i++) md = fmax(md, fabs(a[64 + i] - b[i]));
+    TCHECK(md < 1e-4, "sequence 1's logits: the one-token step and the step of two %g apart", md);
+    TCHECK(mx_model_forward(m, &d2b, b) == MX_OK, "decode of two, one row: %s", mx_last_error());
+    TCHECK(g_gathers == 1, "decode of two, second row alone: %d gathers, expected 1", g_gathers);
+    md = 0;
+    for (int i = 0; i < 64; i++) md = fmax(md, fabs(a[64 + i] - b[i]));
+    TCHECK(md < 1e-4, "the second row's logits %g apart with and without the gather", md);
+    mx_model_free(m);
+    mx_backend_cpu_set_precise(&g_cpu, false);
+}
 static void decoder_step_replay(void) {
     mx_backend_i wi = *g_cpu.i;
     wi.step_begin = sr_begin; wi.step_end = sr_end; wi.step_replay = sr_replay;
@@ -617,6 +672,7 @@ int main(void) {
     RUN_NAMED("moe_batch_independence_mixtral", moe_batch_independence, "mixtral");
     RUN(bad_family_configs);
     RUN(random_quantized_families);
+    RUN(decoder_head_rows);
     RUN(decoder_step_replay);
     RUN(greedy_chain);
 #ifdef MLXCEL_HAVE_CUDA
