@@ -6359,7 +6359,10 @@ static void sr_upload(cu_ctx *c, const mx_step_inputs *in) {
     if (in->n_tokens > 0 && in->tokens) stage_up(c, &c->ids, in->tokens, (size_t)in->n_tokens * 4);
     dmeta dm;
     if (in->meta && in->meta->n_tokens > 0) meta_up(c, in->meta, &dm);
-    if (in->n_rows > 0 && in->rows) stage_up(c, &c->rows, in->rows, (size_t)in->n_rows * 4);
+    /* the logit rows only where an op of the step uploads them too (a gather: its stage exists from
+     * the step's eager run); a decode step whose rows are all of its rows has none (the decoder
+     * skips the gather), and a stage first made inside a capture would break the step */
+    if (in->n_rows > 0 && in->rows && c->rows.d) stage_up(c, &c->rows, in->rows, (size_t)in->n_rows * 4);
 }
 
 /* whether decode steps run as graphs (MLXCEL_CUDA_GRAPHS: 1; auto only below a size of weights) */
