@@ -308,6 +308,19 @@ static mx_status sr_end(void *ctx) { (void)ctx; return MX_OK; }
  * prompts (the last row) gather, a one-token decode step and a two-sequence decode step with both
  * rows do not, the same step with its second row alone does, and that row's logits agree (within
  * 1e-4: the head's product of two rows and of one round differently; another row's would not). */
+/* A model of config JSON js with random dense weights of dtype dt on be, prepared for nb blocks of
+ * bs tokens and mt tokens a batch; NULL (the case failed, with the reason) on any error. */
+static mx_model *random_prepared(const char *js, mx_dtype dt, uint64_t seed, mx_backend *be, int nb, int bs, int mt) {
+    json_error_t je;
+    json_t *cfg = json_loads(js, 0, &je);
+    if (!cfg) { TCHECK(0, "test json: %s", je.text); return NULL; }
+    mx_model *m = NULL;
+    const mx_status st = mx_model_load_random(cfg, 0, 0, dt, seed, be, &m);
+    json_decref(cfg);
+    if (st != MX_OK) { TCHECK(0, "load: %s", mx_last_error()); return NULL; }
+    if (mx_model_prepare(m, nb, bs, mt) != MX_OK) { TCHECK(0, "prepare: %s", mx_last_error()); mx_model_free(m); return NULL; }
+    return m;
+}
 static int g_gathers;
 static void (*g_gather_cpu)(void *, const float *, const int32_t *, int, int, float *);
 static void gather_counted(void *ctx, const float *src, const int32_t *rows, int n, int d, float *dst) {
@@ -320,14 +333,8 @@ static void decoder_head_rows(void) {
     wi.gather_rows = gather_counted;
     mx_backend w = {&wi, g_cpu.ctx};
     mx_backend_cpu_set_precise(&g_cpu, true);
-    json_error_t je;
-    json_t *cfg = json_loads("{\"model_type\": \"llama\", " TINY "}", 0, &je);
-    TREQUIRE(cfg, "test json: %s", je.text);
-    mx_model *m = NULL;
-    mx_status st = mx_model_load_random(cfg, 0, 0, MX_DTYPE_F32, 5, &w, &m);
-    json_decref(cfg);
-    TREQUIRE(st == MX_OK, "load: %s", mx_last_error());
-    TREQUIRE(mx_model_prepare(m, 6, 4, 8) == MX_OK, "prepare: %s", mx_last_error());
+    mx_model *m = random_prepared("{\"model_type\": \"llama\", " TINY "}", MX_DTYPE_F32, 5, &w, 6, 4, 8);
+    if (!m) { mx_backend_cpu_set_precise(&g_cpu, false); return; }
     const int32_t bt[4] = {0, 3, 5, 2};
     /* prompts: 3 tokens in sequence 0, 5 in sequence 1 (the last row's logits) */
     const int32_t t0[3] = {3, 9, 27}, p0[3] = {0, 1, 2}, s0[3] = {0, 0, 0}, l0r[1] = {2};
@@ -367,14 +374,8 @@ static void decoder_step_replay(void) {
         char js[768];
         snprintf(js, sizeof js, "{\"model_type\": \"%s\", " TINY ", \"num_experts\": 4, \"num_experts_per_tok\": 2, "
                  "\"moe_intermediate_size\": 32, \"norm_topk_prob\": false}", moe ? "qwen3_moe" : "llama");
-        json_error_t je;
-        json_t *cfg = json_loads(js, 0, &je);
-        TREQUIRE(cfg, "test json: %s", je.text);
-        mx_model *m = NULL;
-        mx_status st = mx_model_load_random(cfg, 0, 0, MX_DTYPE_F32, 3, &w, &m);
-        json_decref(cfg);
-        TREQUIRE(st == MX_OK, "load: %s", mx_last_error());
-        TREQUIRE(mx_model_prepare(m, 6, 4, 8) == MX_OK, "prepare: %s", mx_last_error());
+        mx_model *m = random_prepared(js, MX_DTYPE_F32, 3, &w, 6, 4, 8);
+        if (!m) break;
         memset(&g_sr, 0, sizeof g_sr);
         g_sr.ret = MX_ERR_UNSUPPORTED;
         /* a prompt of 5 tokens in sequence 1 (blocks 5, 2 of 4 tokens): not a step */
@@ -555,14 +556,8 @@ static void decode_graphs_gpu(void) {
     for (int g = 0; g < 2 && !t_case_failed; g++) {
         TREQUIRE(mx_backend_cuda_init(&be[g]) == MX_OK, "cuda init: %s", mx_last_error());
         mx_backend_cuda_set_graphs(&be[g], g == 1 ? 1 : 0, 0);
-        json_error_t je;
-        json_t *cfg = json_loads("{\"model_type\": \"llama\", " TINY "}", 0, &je);
-        TREQUIRE(cfg, "test json: %s", je.text);
-        mx_model *m = NULL;
-        mx_status st = mx_model_load_random(cfg, 0, 0, MX_DTYPE_BF16, 7, &be[g], &m);
-        json_decref(cfg);
-        TREQUIRE(st == MX_OK, "load: %s", mx_last_error());
-        TREQUIRE(mx_model_prepare(m, 8, 4, 8) == MX_OK, "prepare: %s", mx_last_error());
+        mx_model *m = random_prepared("{\"model_type\": \"llama\", " TINY "}", MX_DTYPE_BF16, 7, &be[g], 8, 4, 8);
+        if (!m) { mx_backend_cuda_free(&be[g]); return; }
         const int32_t bt[8] = {0, 1, 2, 3, 4, 5, 6, 7}, row0[1] = {0}, seq[1] = {0};
         const int l0 = mx_backend_cuda_graph_launches(&be[g]);
         for (int t = 0; t < 8; t++) {
