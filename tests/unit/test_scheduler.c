@@ -186,7 +186,10 @@ static void test_cancel_and_queue(void) {
     }
     mx_sched_stats st;
     mx_sched_stats_get(s, &st);
-    TCHECK(st.n_processing == 0 && st.kv_used_blocks <= 1, "slot not freed: %d processing, %d blocks", st.n_processing, st.kv_used_blocks);
+    /* (the freed slot keeps its blocks for its next request's prefix: as many as b reached before the
+     * release took effect, which depends on the machine's speed, but fewer than its 1,000 tokens need) */
+    TCHECK(st.n_processing == 0 && st.kv_used_blocks >= 1 && st.kv_used_blocks * 16 < n + 1000,
+           "slot not freed: %d processing, %d blocks", st.n_processing, st.kv_used_blocks);
     /* shutdown with a request running: it ends cancelled, later submits are refused */
     p = greedy(ids, n, 1000);
     TREQUIRE(mx_sched_submit(s, &p, &a) == MX_OK, "submit");
