@@ -1184,8 +1184,8 @@ k_mv_i8(const mv_set set, const int8_t *__restrict__ xq, const float2 *__restric
                 bc[r][u] = ok ? ld_s(br[r] + wg) : 0.f;
             }
         }
-        /* the L2 prefetch: steps 1..pfd ahead at the first step, then step pfd ahead */
-        for (int j = gb == lane ? 1 : pfd; j <= pfd; j++)
+        /* the L2 prefetch: steps 1..pfd ahead at the first step, then step pfd ahead (none at 0) */
+        for (int j = gb == lane || pfd == 0 ? 1 : pfd; j <= pfd; j++)
 #pragma unroll
             for (int u = 0; u < U; u++) {
                 const int g = gb + 32 * (U * j + u);
@@ -3939,7 +3939,8 @@ static bool mv_ring(cu_ctx *c, int nw, const cu_weight *const *w, const int8_t *
 }
 
 static bool pe_defer(cu_ctx *c, const cu_weight *w, const int8_t *xq, const float2 *xds, float *y);
-static void mv_i8_regs(cu_ctx *c, int nw, const cu_weight *const *w, const int8_t *xq, const float2 *xds, float *const *ys, int n);
+static void mv_i8_regs(cu_ctx *c, int nw, const cu_weight *const *w, const int8_t *xq, const float2 *xds, float *const *ys, int n,
+                       const i8e_args *e = NULL);
 /* nw (<= 4) q4/q8 weights of one format on x [n, cols] through int8 activations, one quantize
  * and one matvec launch. False (nothing launched) when the weights do not qualify. */
 static bool mv_i8(cu_ctx *c, int nw, const cu_weight *const *w, const float *x, float *const *ys, int n) {
@@ -3962,7 +3963,9 @@ static bool mv_i8(cu_ctx *c, int nw, const cu_weight *const *w, const float *x, 
     return true;   /* (an output over x: the caller's forget_overlap drops the int8 form) */
 }
 /* the register form of mv_i8 on x's int8 form xq / xds */
-static void mv_i8_regs(cu_ctx *c, int nw, const cu_weight *const *w, const int8_t *xq, const float2 *xds, float *const *ys, int n) {
+/* (e: one weight, one row of x, k_mv_i8<.., EPI> with those arguments; i8e_launch) */
+static void mv_i8_regs(cu_ctx *c, int nw, const cu_weight *const *w, const int8_t *xq, const float2 *xds, float *const *ys, int n,
+                       const i8e_args *e) {
     const int cols = (int)w[0]->cols, gsh = log2_exact(w[0]->gs);
     const int R = n >= 2 ? 2 : 1;
     mv_set set;
@@ -3974,6 +3977,14 @@ static void mv_i8_regs(cu_ctx *c, int nw, const cu_weight *const *w, const int8_
         blk += nblk(w[k]->rows, MV_WARPS * R);
     }
     set.blk0[nw] = (int)blk; set.nw = nw;
+    if (e) {
+#define I8E(B, T) PL(c, k_mv_i8<B, T, 1, 1, true>, blk, MV_WARPS * 32, 0)(set, xq, xds, cols, gsh, 1, *e)
+        if (w[0]->sdt == SDT_BF16) { if (w[0]->bits == 4) I8E(4, __nv_bfloat16); else I8E(8, __nv_bfloat16); }
+        else { if (w[0]->bits == 4) I8E(4, __half); else I8E(8, __half); }
+#undef I8E
+        LAUNCHED(c, "matvec (int8 activations) + add + norm parts");
+        return;
+    }
     i8e_args noe;
     memset(&noe, 0, sizeof noe);
     if (w[0]->sdt == SDT_BF16) { if (w[0]->bits == 4) { I8_CASES(4, __nv_bfloat16) } else { I8_CASES(8, __nv_bfloat16) } }
@@ -4155,22 +4166,9 @@ static bool pe_defer(cu_ctx *c, const cu_weight *w, const int8_t *xq, const floa
 /* the waiting product on k_mv_i8<.., EPI> with the add and the norm's inputs pn (a k_mv_ring<.., 4>'s,
  * a part a group of 32 rows) */
 static void i8e_launch(cu_ctx *c, const cu_weight *w, const int8_t *xq, const float2 *xds, float *y, const mr_norm *pn) {
-    const int cols = (int)w->cols, gsh = log2_exact(w->gs), n = 1;
-    const unsigned blk = nblk(w->rows, MV_WARPS);
-    mv_set set;
-    memset(&set, 0, sizeof set);
-    set.W[0] = (const uint32_t *)w->w; set.S[0] = w->scales; set.B[0] = w->biases;
-    set.bias[0] = w->bias; set.y[0] = y; set.rows[0] = (int)w->rows; set.blk0[1] = (int)blk; set.nw = 1;
     const i8e_args e = {pn->a, pn->sum, pn->g, pn->add_one, pn->oq, pn->ods, pn->part, c->i8e_cnt};
-    if (w->sdt == SDT_BF16) {
-        if (w->bits == 4) PL(c, k_mv_i8<4, __nv_bfloat16, 1, 1, true>, blk, MV_WARPS * 32, 0)(set, xq, xds, cols, gsh, n, e);
-        else PL(c, k_mv_i8<8, __nv_bfloat16, 1, 1, true>, blk, MV_WARPS * 32, 0)(set, xq, xds, cols, gsh, n, e);
-    } else {
-        if (w->bits == 4) PL(c, k_mv_i8<4, __half, 1, 1, true>, blk, MV_WARPS * 32, 0)(set, xq, xds, cols, gsh, n, e);
-        else PL(c, k_mv_i8<8, __half, 1, 1, true>, blk, MV_WARPS * 32, 0)(set, xq, xds, cols, gsh, n, e);
-    }
+    mv_i8_regs(c, 1, &w, xq, xds, &y, 1, &e);   /* (one row of x: the grid of MV_WARPS rows a block) */
     c->n_i8_epi++;
-    LAUNCHED(c, "matvec (int8 activations) + add + norm parts");
 }
 static bool apart(const float *a, const float *b, int64_t n) { return !(a < b + n && b < a + n); }
 /* y = a + b of the waiting product's output and another buffer (the residual), y that one or apart */
