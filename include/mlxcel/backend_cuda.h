@@ -116,9 +116,10 @@ void mx_backend_cuda_set_mma_attention(mx_backend *b, bool on);
 void mx_backend_cuda_set_vec_attention(mx_backend *b, bool on);
 /* One-token decode: the deferred q/k norms and ropes and the cache write done inside that kernel
  * (its 16-warp form) instead of a q/k preparation kernel before it: 1 (default) where the product
- * before it (q/k/v) had dense bf16 weights (measured faster there, slower after q4 products), 2
- * always, 0 never; MLXCEL_CUDA_ATTN_PREP=bf16|1|0 at init sets the same. Returns the previous
- * mode; the count is of attentions that did it. */
+ * before it (q/k/v) had dense bf16 weights or the heads have no q/k norm (measured faster there;
+ * after q4 products with q/k norms, Qwen3-0.6B's, slower), 2 always, 0 never;
+ * MLXCEL_CUDA_ATTN_PREP=bf16|1|0 at init sets the same. Returns the previous mode; the count is
+ * of attentions that did it. */
 int mx_backend_cuda_set_attn_prep(mx_backend *b, int mode);
 int mx_backend_cuda_attn_prep_launches(mx_backend *b);
 /* One-token decode: the decode attention (its 16-warp form) reads the block table and its first

@@ -496,8 +496,9 @@ static const att_case g_att[] = {
  * (mx_backend_cuda_set_attn_prep) against the separate preparation kernel: a prompt of 21 tokens
  * (prepared separately in all modes), then 20 decode tokens that cross two cache blocks, over two
  * layers, the last of them outside the sequences (its output zeros, its q and k still prepared).
- * Modes: 0 off; 1 always; 2 and 3 the default (after a dense bf16 product), each layer's ops after
- * a small product of other buffers with bf16 weights (2, fused) or q4 weights (3, not fused);
+ * Modes: 0 off; 1 always; 2 and 3 the default (after a dense bf16 product, or heads without a
+ * norm), each layer's ops after a small product of other buffers with bf16 weights (2, fused) or q4
+ * weights (3, fused only where the case's heads have no norm);
  * 4 off again; 5 and 6 as 2 and 3 with the L2 prefetch across the attention
  * (mx_backend_cuda_set_attn_l2pf: extra blocks of its grid ask the L2 for the weights of the
  * product that followed the layer's attention the step before, here the next layer's small
@@ -603,7 +604,9 @@ static void check_attn_prep(const ap_case *a) {
                 }
             }
         }
-        const int fused = mx_backend_cuda_attn_prep_launches(&G) - before, want = mode == 1 || mode == 2 || mode == 5 ? STEPS * L : 0;
+        const bool q4_fused = (mode == 3 || mode == 6) && !a->qknorm;   /* (the default after a q4 product) */
+        const int fused = mx_backend_cuda_attn_prep_launches(&G) - before,
+                  want = mode == 1 || mode == 2 || mode == 5 || q4_fused ? STEPS * L : 0;
         TCHECK(fused == want, "mode %d: %d attentions did the q/k preparation (expected %d)", mode, fused, want);
         const int early = mx_backend_cuda_attn_early_launches(&G) - before_e, want_e = mode ? STEPS * L : 0;
         TCHECK(early == want_e, "mode %d: %d attentions read K/V before the wait (expected %d)", mode, early, want_e);

@@ -124,7 +124,9 @@ struct cu_ctx {
                                               (MLXCEL_CUDA_ATTN_DEC=lanes: k_attn) */
     int attn_prep;                         /* batch-1 decode: the q/k preparation inside k_attn_vec
                                               (MLXCEL_CUDA_ATTN_PREP): 0 never (k_qk_prep before it),
-                                              1 after a dense bf16 product (last_bf16), 2 always */
+                                              1 after a dense bf16 product (last_bf16) or where the
+                                              heads have no norm (Llama-8B q4 +1.0%, thirtieth
+                                              session), 2 always */
     bool last_bf16;                        /* the last product's weights were dense bf16 */
     unsigned *att_cnt;                     /* its per-KV-head block counters, ATT_CNT_MAX (zero between launches) */
     int n_attn_prep;                       /* attentions that did the preparation (tests) */
@@ -5081,7 +5083,7 @@ static bool launch_attn(cu_ctx *c, int layer, const float *q, const float *k, co
     const bool wide = (int64_t)n * p->n_heads < 4 * c->prop.multiProcessorCount && c->attn_gqa != 2;
     /* one token (batch-1 decode): the q/k preparation inside the attention (MLXCEL_CUDA_ATTN_PREP),
      * where k_attn_vec takes it (not with the q/k/v product's parts, which k_qk_prep sums) */
-    const bool prep_in = pa && n == 1 && wide && (c->attn_prep == 2 || (c->attn_prep == 1 && c->last_bf16)) && c->att_cnt && !pa->part && p->n_kv_heads <= ATT_CNT_MAX &&
+    const bool prep_in = pa && n == 1 && wide && (c->attn_prep == 2 || (c->attn_prep == 1 && (c->last_bf16 || (!pa->qnorm && !pa->knorm)))) && c->att_cnt && !pa->part && p->n_kv_heads <= ATT_CNT_MAX &&
                          attn_vec_takes(c, p->head_dim, sizeof(T));
     if (prep_in) {
     } else if (pa) {
