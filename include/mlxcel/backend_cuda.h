@@ -261,9 +261,11 @@ int mx_backend_cuda_att_o_launches(mx_backend *b);
 int mx_backend_cuda_set_epi_blocks(mx_backend *b, int n);
 /* A batch-1 q4/q8 gate/up pair on the ring as blocks of half the ring's warps with a small ring, two a
  * multiprocessor, so that one fits beside a block of the product before it and starts copying its
- * weights before that one ends (MLXCEL_CUDA_PAIR_HALF=1 at init; off by default: written in the
- * twenty-fourth session, not yet run on a GPU). The same bits either way. Returns the previous. */
-bool mx_backend_cuda_set_pair_half(mx_backend *b, bool on);
+ * weights before that one ends: 2 (default) where the pair has at least two groups of 32 rows a
+ * multiprocessor (Llama-8B: +0.45% on an H100; Qwen3-0.6B's pair, fewer groups than multiprocessors,
+ * measured 4.3% slower in half blocks), 1 always, 0 never (MLXCEL_CUDA_PAIR_HALF=auto|1|0 at init).
+ * The same bits either way. Returns the previous mode. */
+int mx_backend_cuda_set_pair_half(mx_backend *b, int mode);
 int mx_backend_cuda_pair_half_launches(mx_backend *b);
 /* On by default (MLXCEL_CUDA_SUM_NORM=0 at init turns it off; Llama-8B, 128 sequences: 13,525
  * against 13,266 tok/s on the H200): a product split along k by the GEMM on packed q4 weights (one weight, no bias,

@@ -264,8 +264,11 @@ struct cu_ctx {
                                             * batch 1 +3.0-4.4%, Llama-8B +0.2-1.2%, H100, NOTES.md) */
     int pair_half;                         /* a batch-1 q4/q8 gate/up pair on the ring as blocks of half the
                                             * warps and a small ring, two a multiprocessor, so that one fits
-                                            * beside a block of the product before it (MLXCEL_CUDA_PAIR_HALF,
-                                            * off; written in the twenty-fourth session, not run on a GPU) */
+                                            * beside a block of the product before it (MLXCEL_CUDA_PAIR_HALF):
+                                            * 0 never, 1 always, 2 (default) where the pair has two groups of
+                                            * 32 rows a multiprocessor or more (every half block one at least:
+                                            * Llama-8B q4 +0.45%, Qwen3-0.6B's smaller pair -4.3% always;
+                                            * thirtieth session) */
     int epi_blocks;                        /* the most blocks of its first product, k_mv_ring<.., 4>
                                             * (MLXCEL_CUDA_EPI_BLOCKS; 0: three quarters of the multiprocessors,
                                             * a multiple of 8, epi_grid): fewer than one a multiprocessor leave
@@ -456,7 +459,7 @@ static mx_status read_switches(cu_switches *sw) {
         (st = env_choice("MLXCEL_CUDA_FAST_REPLAY", onoff, 2, 1, &sw->fast_replay)) ||
         (st = env_choice("MLXCEL_CUDA_TOPK_ONE", onoff, 2, 1, &sw->topk_one)) ||
         (st = env_choice("MLXCEL_CUDA_CHAIN", onoff, 2, 1, &sw->chain)) ||
-        (st = env_choice("MLXCEL_CUDA_PAIR_HALF", onoff, 2, 0, &sw->pair_half)))
+        (st = env_choice("MLXCEL_CUDA_PAIR_HALF", graphs, 3, 2, &sw->pair_half)))
         return st;
     if ((st = env_long("MLXCEL_CUDA_FUSED_PF", 0, 64, 0, "chunks", &sw->fused_pf)) ||
         (st = env_long("MLXCEL_CUDA_MV_RING_KB", 8, MR_RING_KB_MAX, MR_RING_KB, "KB", &sw->mr_kb)) ||
@@ -3876,7 +3879,8 @@ static bool mv_ring(cu_ctx *c, int nw, const cu_weight *const *w, const int8_t *
      * multiprocessor (as many copies in flight as one block of all the warps), so that one fits beside
      * a block of o's product (Llama-8B q4: 75 + 87 registers a thread at 512 and 256 threads, ~147 +
      * ~74 KB) and starts copying its weights before that product ends. */
-    const bool half = pair && c->pair_half && c->mr_warps >= 2;
+    const bool half = pair && c->mr_warps >= 2 &&
+                      (c->pair_half == 1 || (c->pair_half == 2 && w[0]->rows / 32 >= 2 * (int64_t)c->prop.multiProcessorCount));
     const int nwarp = half ? c->mr_warps / 2 : c->mr_warps, ring = half ? PAIR_HALF_KB << 10 : c->mr_kb << 10;
     auto slots_of = [&](int r) { return ring / (nwarp * (r * (set.row_wb + 2 * set.row_sb) + 8)); };   /* (+8: a slot's mbarrier) */
     int rs = 4;
@@ -6151,7 +6155,7 @@ extern "C" bool mx_backend_cuda_set_ring_act(mx_backend *b, bool on) { return se
 extern "C" int mx_backend_cuda_ring_act_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_ring_act; }
 extern "C" bool mx_backend_cuda_set_ring_epi(mx_backend *b, bool on) { return set_flag(&switch_ctx(b)->ring_epi, on); }
 extern "C" int mx_backend_cuda_set_epi_blocks(mx_backend *b, int n) { return set_mode(&switch_ctx(b)->epi_blocks, n, EPI_BLOCKS_MAX); }
-extern "C" bool mx_backend_cuda_set_pair_half(mx_backend *b, bool on) { return set_flag(&switch_ctx(b)->pair_half, on); }
+extern "C" int mx_backend_cuda_set_pair_half(mx_backend *b, int mode) { return set_mode3(&switch_ctx(b)->pair_half, mode); }
 extern "C" int mx_backend_cuda_pair_half_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_pair_half; }
 extern "C" int mx_backend_cuda_ring_epi_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_ring_epi; }
 extern "C" bool mx_backend_cuda_set_i8_epi(mx_backend *b, bool on) { return set_flag(&switch_ctx(b)->i8_epi, on); }
