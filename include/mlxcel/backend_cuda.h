@@ -236,6 +236,12 @@ int mx_backend_cuda_ring_sc_launches(mx_backend *b);
  * init: off). Returns the previous on/off; then its launches (tests). */
 bool mx_backend_cuda_set_i8_epi(mx_backend *b, bool on);
 int mx_backend_cuda_i8_epi_launches(mx_backend *b);
+/* With RING_EPI, such a product of rows longer than 4,096 columns (at most 16,384; Llama-8B's down)
+ * on the bulk-copy ring instead, x's int8 form staged in its shared memory, one block a group of 32
+ * rows (MLXCEL_CUDA_RING_LONG=0 at init: off, I8_EPI then). The same bits as the register matvec.
+ * Returns the previous on/off; then its launches (tests). */
+bool mx_backend_cuda_set_ring_long(mx_backend *b, bool on);
+int mx_backend_cuda_ring_long_launches(mx_backend *b);
 /* The batch-1..16 q4/q8 register matvec (k_mv_i8) asking the L2 for its weights `steps` steps of
  * its loop ahead (1 by default: Llama-8B q4 decode +2.8% on an H100; 0 none; at most 8;
  * MLXCEL_CUDA_MV_PF at init). Only timing changes. Returns the previous value. */

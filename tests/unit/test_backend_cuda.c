@@ -1363,7 +1363,7 @@ static void check_ring_act(const ra_case *rc) {
  * a product of another vector between the add and the norm, how 3 an add that reads x between the
  * norm and the product (both: the ops as they are). x into m (the decoder's) or apart. Switch off
  * and on, three times each (the parts' buffers alternate): against the CPU within the int8
- * tolerance, against the switch off within 3e-3 (x's codes are made before the scale, and the sum
+ * tolerance (2e-2 off; on 1e-2 or 1.5 times the off's error), against the switch off within 3e-3 (x's codes are made before the scale, and the sum
  * of squares is reduced in another order: a code may round the other way), the normed row within
  * 1e-5 of the off's, the reps bit for bit alike; the launches of both sides counted. */
 typedef struct {
@@ -1371,6 +1371,8 @@ typedef struct {
     int eb;   /* the first product's most blocks (MLXCEL_CUDA_EPI_BLOCKS; 0: 3/4 of the multiprocessors) */
     int i8;   /* MLXCEL_CUDA_I8_EPI on, and the launches of k_mv_i8<.., EPI> expected (down: more than
                * 4,096 columns, which the ring does not take); -1 on, none expected; 0: the switch off */
+    int rl;   /* MLXCEL_CUDA_RING_LONG on, and the launches of k_mv_ring<.., 6> expected (down on the ring
+               * with x staged in shared memory, before I8_EPI); 0: the switch off */
 } re_case;
 static void check_ring_epi(const re_case *rc) {
     const int D = rc->D, I = rc->I, QR = 2 * D, KR = D / 2, L = 5003;
@@ -1437,6 +1439,7 @@ static void check_ring_epi(const re_case *rc) {
         const bool was = mx_backend_cuda_set_ring_epi(&G, mode == 1);
         const int eb_was = mx_backend_cuda_set_epi_blocks(&G, rc->eb);
         const bool i8_was = mx_backend_cuda_set_i8_epi(&G, rc->i8 != 0);
+        const bool rl_was = mx_backend_cuda_set_ring_long(&G, rc->rl != 0);
         for (int rep = 0; rep < 3; rep++) {
             /* (the gate/up pair as blocks of half the warps, two a multiprocessor, the same bits: rep 0
              * where the pair has two groups of 32 rows a multiprocessor (the default), rep 1 never,
@@ -1446,7 +1449,8 @@ static void check_ring_epi(const re_case *rc) {
             G.i->write(G.ctx, dd + off[H], h0, (size_t)D * 4);
             float *dx = rc->apart ? dxa : dm;
             const int e0 = mx_backend_cuda_ring_epi_launches(&G), s0 = mx_backend_cuda_ring_sc_launches(&G),
-                      h0 = mx_backend_cuda_pair_half_launches(&G), i0 = mx_backend_cuda_i8_epi_launches(&G);
+                      h0 = mx_backend_cuda_pair_half_launches(&G), i0 = mx_backend_cuda_i8_epi_launches(&G),
+                      l0 = mx_backend_cuda_ring_long_launches(&G);
             #define memcpy_x_(B, dst, src, n) (void)0
             RE_OPS(G, dd, dm, dx, dat, dz);
             #undef memcpy_x_
@@ -1460,6 +1464,8 @@ static void check_ring_epi(const re_case *rc) {
             const int gi = mx_backend_cuda_i8_epi_launches(&G) - i0;
             const int wi = on && rc->i8 > 0 ? rc->i8 : 0;
             TCHECK(gi == wi, "mode %d rep %d: %d register matvecs with the add, expected %d", mode, rep, gi, wi);
+            const int gl = mx_backend_cuda_ring_long_launches(&G) - l0, wl = on ? rc->rl : 0;
+            TCHECK(gl == wl, "mode %d rep %d: %d long-row ring products with the add, expected %d", mode, rep, gl, wl);
             res[mode][rep] = gdown(dd, tot);
             float *xh = gdown(dx, D);
             memcpy(res[mode][rep] + off[X], xh, (size_t)D * 4);
@@ -1470,8 +1476,11 @@ static void check_ring_epi(const re_case *rc) {
             static const char *const nm[NB] = {"h", "x", "g", "u", "q", "k", "v", "head", "second product", "sum"};
             for (int i = 0; i < NB; i++) {
                 if ((i >= GG && i <= V && rc->how != 0) || (i == HEAD && rc->how == 0) || (i == SUM && rc->how != 3)) continue;
+                /* (against the CPU: 2e-2 with the switch off, whose int8 products alone come near 1e-2
+                 * at Llama-8B's sizes; with it on 1e-2, or 1.5 times the switch off's own error) */
                 const double e = relerr(res[mode][rep] + off[i], cd + off[i], len[i]);
-                TCHECK(e < 1e-2, "mode %d rep %d: %s: rel err %.3g against the CPU", mode, rep, nm[i], e);
+                const double lim = mode == 0 ? 2e-2 : fmax(1e-2, 1.5 * relerr(res[0][0] + off[i], cd + off[i], len[i]));
+                TCHECK(e < lim, "mode %d rep %d: %s: rel err %.3g against the CPU (limit %.3g)", mode, rep, nm[i], e, lim);
                 if (mode == 1) {
                     const double eo = relerr(res[1][rep] + off[i], res[0][0] + off[i], len[i]);
                     TCHECK(eo < (i == X && rc->how != 0 ? 1e-5 : 3e-3), "rep %d: %s: rel err %.3g against the switch off's", rep, nm[i], eo);
@@ -1484,6 +1493,7 @@ static void check_ring_epi(const re_case *rc) {
         mx_backend_cuda_set_ring_epi(&G, was);
         mx_backend_cuda_set_epi_blocks(&G, eb_was);
         mx_backend_cuda_set_i8_epi(&G, i8_was);
+        mx_backend_cuda_set_ring_long(&G, rl_was);
     }
     #undef RE_OPS
     for (int m = 0; m < 2; m++)
@@ -1643,26 +1653,31 @@ static const ao_case g_ao[] = {
 };
 
 static const re_case g_re[] = {
-    {"cuda_ring_epi_qwen_layer", 1024, 2048, 3072, 4, 64, MX_DTYPE_BF16, true, false, false, 0, 2, 2, 0, -1},   /* (I8_EPI on: down on the ring) */
-    {"cuda_ring_epi_llama_layer", 4096, 4096, 14336, 4, 64, MX_DTYPE_BF16, true, false, false, 0, 1, 1, 0, 0},   /* down: k_mv_i8 */
-    {"cuda_ring_epi_q8_g32_f16_add_one_apart", 2048, 1024, 2048, 8, 32, MX_DTYPE_F16, true, true, true, 0, 2, 2, 0, 0},
-    {"cuda_ring_epi_q4_g128_head", 1024, 2048, 3072, 4, 128, MX_DTYPE_BF16, true, false, false, 1, 1, 1, 0, 0},
-    {"cuda_ring_epi_head_no_gamma_apart", 2048, 2048, 3072, 4, 64, MX_DTYPE_BF16, false, false, true, 1, 1, 1, 0, 0},
-    {"cuda_ring_epi_not_product_between", 1024, 2048, 3072, 4, 64, MX_DTYPE_BF16, true, false, false, 2, 0, 0, 0, 0},
-    {"cuda_ring_epi_not_read_between", 1024, 2048, 3072, 4, 64, MX_DTYPE_BF16, true, false, true, 3, 0, 0, 0, 0},
+    {"cuda_ring_epi_qwen_layer", 1024, 2048, 3072, 4, 64, MX_DTYPE_BF16, true, false, false, 0, 2, 2, 0, -1, 0},   /* (I8_EPI on: down on the ring) */
+    {"cuda_ring_epi_llama_layer", 4096, 4096, 14336, 4, 64, MX_DTYPE_BF16, true, false, false, 0, 1, 1, 0, 0, 0},   /* down: k_mv_i8 */
+    {"cuda_ring_epi_q8_g32_f16_add_one_apart", 2048, 1024, 2048, 8, 32, MX_DTYPE_F16, true, true, true, 0, 2, 2, 0, 0, 0},
+    {"cuda_ring_epi_q4_g128_head", 1024, 2048, 3072, 4, 128, MX_DTYPE_BF16, true, false, false, 1, 1, 1, 0, 0, 0},
+    {"cuda_ring_epi_head_no_gamma_apart", 2048, 2048, 3072, 4, 64, MX_DTYPE_BF16, false, false, true, 1, 1, 1, 0, 0, 0},
+    {"cuda_ring_epi_not_product_between", 1024, 2048, 3072, 4, 64, MX_DTYPE_BF16, true, false, false, 2, 0, 0, 0, 0, 0},
+    {"cuda_ring_epi_not_read_between", 1024, 2048, 3072, 4, 64, MX_DTYPE_BF16, true, false, true, 3, 0, 0, 0, 0, 0},
     /* other block counts for the first product: Llama-8B's o, 128 groups of rows on one block a
      * multiprocessor (160: the cap above their count) and on 64 blocks; Qwen3-0.6B's o and down, 32
      * groups on 7 (4 or 5 a block) */
-    {"cuda_ring_epi_llama_all_sms", 4096, 4096, 14336, 4, 64, MX_DTYPE_BF16, true, false, false, 0, 1, 1, 160, 0},
-    {"cuda_ring_epi_llama_64_blocks", 4096, 4096, 14336, 4, 64, MX_DTYPE_BF16, true, false, false, 0, 1, 1, 64, 0},
-    {"cuda_ring_epi_qwen_7_blocks", 1024, 2048, 3072, 4, 64, MX_DTYPE_BF16, true, false, false, 0, 2, 2, 7, 0},
+    {"cuda_ring_epi_llama_all_sms", 4096, 4096, 14336, 4, 64, MX_DTYPE_BF16, true, false, false, 0, 1, 1, 160, 0, 0},
+    {"cuda_ring_epi_llama_64_blocks", 4096, 4096, 14336, 4, 64, MX_DTYPE_BF16, true, false, false, 0, 1, 1, 64, 0, 0},
+    {"cuda_ring_epi_qwen_7_blocks", 1024, 2048, 3072, 4, 64, MX_DTYPE_BF16, true, false, false, 0, 2, 2, 7, 0, 0},
     /* MLXCEL_CUDA_I8_EPI: the down products the ring does not take (more than 4,096 columns) with the
      * add and the norm's parts on k_mv_i8<.., EPI>: Llama-8B's layer (o on the ring, down there, both
      * products after them on the scaled form), q8 with f16 scales, add_one and the norm's output
      * apart, no gamma with groups of 128 (cuda_ring_epi_llama_layer: the same with the switch off) */
-    {"cuda_i8_epi_llama_layer", 4096, 4096, 14336, 4, 64, MX_DTYPE_BF16, true, false, false, 0, 1, 2, 0, 1},
-    {"cuda_i8_epi_q8_g32_f16_add_one_apart", 1024, 1024, 4608, 8, 32, MX_DTYPE_F16, true, true, true, 0, 1, 2, 0, 1},
-    {"cuda_i8_epi_no_gamma_g128", 2048, 2048, 8192, 4, 128, MX_DTYPE_BF16, false, false, false, 0, 1, 2, 0, 1},
+    {"cuda_i8_epi_llama_layer", 4096, 4096, 14336, 4, 64, MX_DTYPE_BF16, true, false, false, 0, 1, 2, 0, 1, 0},
+    {"cuda_i8_epi_q8_g32_f16_add_one_apart", 1024, 1024, 4608, 8, 32, MX_DTYPE_F16, true, true, true, 0, 1, 2, 0, 1, 0},
+    {"cuda_i8_epi_no_gamma_g128", 2048, 2048, 8192, 4, 128, MX_DTYPE_BF16, false, false, false, 0, 1, 2, 0, 1, 0},
+    /* MLXCEL_CUDA_RING_LONG: the same products on the ring with x staged in shared memory (I8_EPI on
+     * but not reached) */
+    {"cuda_ring_long_llama_layer", 4096, 4096, 14336, 4, 64, MX_DTYPE_BF16, true, false, false, 0, 1, 2, 0, -1, 1},
+    {"cuda_ring_long_q8_g32_f16_add_one_apart", 1024, 1024, 4608, 8, 32, MX_DTYPE_F16, true, true, true, 0, 1, 2, 0, -1, 1},
+    {"cuda_ring_long_no_gamma_g128", 2048, 2048, 8192, 4, 128, MX_DTYPE_BF16, false, false, false, 0, 1, 2, 0, -1, 1},
 };
 
 static const ra_case g_ra[] = {

@@ -280,6 +280,10 @@ struct cu_ctx {
                                             * norm's parts in its epilogue (MLXCEL_CUDA_I8_EPI; i8e_launch) */
     unsigned *i8e_cnt;                     /* its counters, one a group of 32 rows (MR_PARTS; zero between launches) */
     int n_i8_epi;                          /* its launches (tests) */
+    int ring_long;                         /* such a product of rows longer than 4,096 columns on the ring
+                                            * with x staged in shared memory, k_mv_ring<.., 6> (MLXCEL_CUDA_
+                                            * RING_LONG; before I8_EPI, which takes what it does not) */
+    int n_ring_long;                       /* its launches (tests) */
     int mv_pf;                             /* k_mv_i8's L2 prefetch, steps ahead (MLXCEL_CUDA_MV_PF; c_mv_pf) */
     int n_pair_half;                       /* launches of a pair in half blocks (tests) */
     float *epi_part;                       /* the parts of the sum of squares, 2 x MR_PARTS (alternate uses) */
@@ -294,6 +298,7 @@ struct cu_ctx {
         bool att;                          /* the product is o's in the deferred attention's epilogue (at,
                                             * MLXCEL_CUDA_ATT_O): xq, xds are the attention's int8 form */
         bool i8;                           /* the product runs on k_mv_i8<.., EPI> (MLXCEL_CUDA_I8_EPI) */
+        bool xs;                           /* on k_mv_ring<.., 6>, x staged (MLXCEL_CUDA_RING_LONG) */
     } pe;
     int att_o;                             /* a batch-1 attention deferred until the o product of its output,
                                             * which then runs in its epilogue with the add and the norm after
@@ -393,7 +398,7 @@ static pdl_launch<KArgs...> PL(cu_ctx *c, void (*k)(KArgs...), dim3 g, dim3 b, s
  * the default; anything else is an error naming the variable and what it takes. */
 enum { GM_AUTO, GM_CUBLAS, GM_MMA, GM_WG, GM_NMODES };   /* MLXCEL_CUDA_GEMM, in k_gemm_modes' order */
 static const char *const k_gemm_modes[] = {"auto", "cublas", "mma", "wgmma"};
-struct cu_switches { int att_o, attn, attn_dec, attn_prep, gqa, gemm, gemm_rot, gemm_sk, gemm_pair, sum_norm, sum_qkv, att_gq, pdl, mv, profile, kv, graphs, fused, mv_ring, ring_norm, ring_bf, ring_pair, ring_act, ring_epi, i8_epi, attn_early, dense_short, fast_replay, topk_one, chain; long dq_mb, fused_pf, mr_kb, mr_slot, mr_warps, attn_l2pf, trace_max, epi_blocks, mv_pf; int pair_half; };   /* kv: checked here, read by kv_init */
+struct cu_switches { int att_o, attn, attn_dec, attn_prep, gqa, gemm, gemm_rot, gemm_sk, gemm_pair, sum_norm, sum_qkv, att_gq, pdl, mv, profile, kv, graphs, fused, mv_ring, ring_norm, ring_bf, ring_pair, ring_act, ring_epi, i8_epi, ring_long, attn_early, dense_short, fast_replay, topk_one, chain; long dq_mb, fused_pf, mr_kb, mr_slot, mr_warps, attn_l2pf, trace_max, epi_blocks, mv_pf; int pair_half; };   /* kv: checked here, read by kv_init */
 static mx_status env_choice(const char *name, const char *const *vals, int n, int def, int *out) {
     const char *e = getenv(name);
     *out = def;
@@ -419,6 +424,7 @@ static mx_status env_long(const char *name, long lo, long hi, long def, const ch
     return MX_OK;
 }
 #define MV_PF_MAX 8          /* MLXCEL_CUDA_MV_PF's most (k_mv_i8's L2 prefetch, c_mv_pf) */
+#define RING_LONG_MAX 16384   /* k_mv_ring<.., 6>'s most columns (x's int8 form staged in shared memory) */
 #define EPI_BLOCKS_MAX 160   /* MLXCEL_CUDA_EPI_BLOCKS's most: MR_PARTS (mv_ring.cuh, checked there) */
 #define PAIR_HALF_KB 76      /* MLXCEL_CUDA_PAIR_HALF: a block's ring (two 4.6 KB slots a warp of 8) */
 static mx_status read_switches(cu_switches *sw) {
@@ -454,6 +460,7 @@ static mx_status read_switches(cu_switches *sw) {
         (st = env_choice("MLXCEL_CUDA_RING_ACT", onoff, 2, 0, &sw->ring_act)) ||
         (st = env_choice("MLXCEL_CUDA_RING_EPI", onoff, 2, 1, &sw->ring_epi)) ||
         (st = env_choice("MLXCEL_CUDA_I8_EPI", onoff, 2, 1, &sw->i8_epi)) ||
+        (st = env_choice("MLXCEL_CUDA_RING_LONG", onoff, 2, 1, &sw->ring_long)) ||
         (st = env_choice("MLXCEL_CUDA_ATT_O", onoff, 2, 0, &sw->att_o)) ||
         (st = env_choice("MLXCEL_CUDA_MV_DENSE_SHORT", onoff, 2, 0, &sw->dense_short)) ||
         (st = env_choice("MLXCEL_CUDA_FAST_REPLAY", onoff, 2, 1, &sw->fast_replay)) ||
@@ -3857,8 +3864,9 @@ static int epi_grid(const cu_ctx *c, int64_t rows);
 static bool mv_ring(cu_ctx *c, int nw, const cu_weight *const *w, const int8_t *xq, const float2 *xds, float *const *ys,
                     const mr_norm *nm, int pro = 1, int dry = 0, bool sc = false) {
     const int64_t K = w[0]->cols;
-    if (!c->mr_on || c->prop.major < 9 || K > 4096) return false;
-    const bool pair = nm && pro == 3, epi = nm && pro == 4;
+    const bool xs = nm && pro == 6;   /* (rows longer than 4,096 columns: x staged in shared memory) */
+    if (!c->mr_on || c->prop.major < 9 || (K > 4096 && !xs) || K > RING_LONG_MAX || (xs && !c->ring_long)) return false;
+    const bool pair = nm && pro == 3, epi = nm && (pro == 4 || pro == 6);
     if (pair && (nw != 2 || w[1]->rows != w[0]->rows || w[0]->rows % 32 || w[0]->rows > (int64_t)32 * 32 * c->prop.multiProcessorCount ||
                  (ys[0] < ys[1] + w[1]->rows && ys[1] < ys[0] + w[0]->rows) || (((uintptr_t)nm->oq | (uintptr_t)nm->ods) & 15)))
         return false;
@@ -3881,14 +3889,16 @@ static bool mv_ring(cu_ctx *c, int nw, const cu_weight *const *w, const int8_t *
      * ~74 KB) and starts copying its weights before that product ends. */
     const bool half = pair && c->mr_warps >= 2 &&
                       (c->pair_half == 1 || (c->pair_half == 2 && w[0]->rows / 32 >= 2 * (int64_t)c->prop.multiProcessorCount));
-    const int nwarp = half ? c->mr_warps / 2 : c->mr_warps, ring = half ? PAIR_HALF_KB << 10 : c->mr_kb << 10;
+    int nwarp = half ? c->mr_warps / 2 : c->mr_warps;
+    const int ring = half ? PAIR_HALF_KB << 10 : c->mr_kb << 10;
     auto slots_of = [&](int r) { return ring / (nwarp * (r * (set.row_wb + 2 * set.row_sb) + 8)); };   /* (+8: a slot's mbarrier) */
+    while (xs && nwarp > 4 && slots_of(1) < 2) nwarp /= 2;   /* (long rows: fewer warps, two slots each) */
     int rs = 4;
     while (rs > 1 && (rs * set.row_wb > c->mr_slot || slots_of(rs) < 2)) rs /= 2;
     set.slot_b = rs * (set.row_wb + 2 * set.row_sb);
     int64_t run;
     if (pair || epi) {   /* (the blocks take runs of whole groups of 32 rows of both weights: mr_pair_block) */
-        const int64_t ng = w[0]->rows / 32, nb = epi ? epi_grid(c, w[0]->rows) : group_grid(c, w[0]->rows, half);
+        const int64_t ng = w[0]->rows / 32, nb = xs ? group_grid(c, w[0]->rows, false) : epi ? epi_grid(c, w[0]->rows) : group_grid(c, w[0]->rows, half);
         run = (ng + nb - 1) / nb * 32;
         set.blk0[0] = 0; set.blk0[1] = set.blk0[2] = (int)nb;
         if (epi && dry == 0 && nm->np != (int)nb) return false;   /* (the parts it leaves: epi_grid) */
@@ -3903,7 +3913,8 @@ static bool mv_ring(cu_ctx *c, int nw, const cu_weight *const *w, const int8_t *
     set.nw = nw;
     if (!(set.slots = mr_slots(slots_of(rs), (int)(((run + rs - 1) / rs * (pair ? 2 : 1) + nwarp - 1) / nwarp)))) return false;
     size_t shm = (size_t)nwarp * set.slots * (set.slot_b + 8);
-    if (pair || epi) shm = ((shm + 15) & ~(size_t)15) + (size_t)run * (pair ? 8 : 4);   /* the sums of the block's rows (gate's and up's) */
+    if (xs) shm = ((shm + 15) & ~(size_t)15) + (size_t)K + (size_t)K / 32 * 8 + (size_t)run * 4;   /* x's int8 form, then the rows' sums */
+    else if (pair || epi) shm = ((shm + 15) & ~(size_t)15) + (size_t)run * (pair ? 8 : 4);   /* the sums of the block's rows (gate's and up's) */
     else if (nm && !sc) shm = ((shm + 15) & ~(size_t)15) + (size_t)K + (size_t)K / 32 * 8;   /* x's int8 form, after the ring */
     const size_t optin = c->prop.sharedMemPerBlockOptin - 1024;   /* (-1024: static) */
     if (shm > optin) return false;
@@ -3911,15 +3922,16 @@ static bool mv_ring(cu_ctx *c, int nw, const cu_weight *const *w, const int8_t *
     typedef void (*mr_fn)(const mr_set, const int8_t *, const float2 *, int, const mr_norm);
 #define MR_RS(B, T, N, SC) {k_mv_ring<B, T, 1, N, SC>, k_mv_ring<B, T, 2, N, SC>, k_mv_ring<B, T, 4, N, SC>}
 #define MR_N(N, SC) {{MR_RS(4, __half, N, SC), MR_RS(4, __nv_bfloat16, N, SC)}, {MR_RS(8, __half, N, SC), MR_RS(8, __nv_bfloat16, N, SC)}}
-    static const mr_fn forms[7][2][2][3] = {MR_N(0, false), MR_N(1, false), MR_N(2, false), MR_N(3, false), MR_N(4, false),
-                                            MR_N(0, true), MR_N(3, true)};
+    static const mr_fn forms[8][2][2][3] = {MR_N(0, false), MR_N(1, false), MR_N(2, false), MR_N(3, false), MR_N(4, false),
+                                            MR_N(0, true), MR_N(3, true), MR_N(6, false)};
 #undef MR_N
 #undef MR_RS
     /* (form bits 0-11 without a prologue, 16-27 with the norm, 32-43 with the act_mul before, 48-59
      * the pair with the act_mul after, 64-75 the add and the norm's parts after, 80-91 x scaled,
-     * 96-107 the pair on x scaled; 12-14 and 28-30: k_mv_ring_bf's) */
-    const int p = nm ? (pro == 2 || pro == 3 || pro == 4 || sc ? pro : 1) : 0, ri = rs == 4 ? 2 : rs == 2 ? 1 : 0;
-    const int fi = sc ? (p == 3 ? 6 : 5) : p;
+     * 96-107 the pair on x scaled, 112-123 the add's epilogue on long rows; 12-14 and 28-30:
+     * k_mv_ring_bf's) */
+    const int p = nm ? (pro == 2 || pro == 3 || pro == 4 || pro == 6 || sc ? pro : 1) : 0, ri = rs == 4 ? 2 : rs == 2 ? 1 : 0;
+    const int fi = sc ? (p == 3 ? 6 : 5) : p == 6 ? 7 : p;
     const int form = ((bits == 8) * 2 + bf) * 3 + ri + 16 * fi;
     const mr_fn kf = forms[fi][bits == 8][bf][ri];
     if (dry == 1) return true;
@@ -3928,7 +3940,8 @@ static bool mv_ring(cu_ctx *c, int nw, const cu_weight *const *w, const int8_t *
     mr_norm no;
     memset(&no, 0, sizeof no);
     PL(c, kf, (unsigned)blk, nwarp * 32, shm)(set, xq, xds, gsh, nm ? *nm : no);
-    LAUNCHED(c, p == 4 ? "matvec (int8 activations, bulk-copied weights) + add + rmsnorm parts"
+    LAUNCHED(c, p == 6 ? "matvec (int8 activations in shared memory, bulk-copied weights) + add + rmsnorm parts"
+                : p == 4 ? "matvec (int8 activations, bulk-copied weights) + add + rmsnorm parts"
                 : p == 3 ? (sc ? "matvec (int8 activations scaled, gate/up, bulk-copied weights) + act_mul"
                            : "matvec (int8 activations, gate/up, bulk-copied weights) + act_mul")
                 : p == 2 ? "matvec (int8 activations, bulk-copied weights) + act_mul"
@@ -3939,6 +3952,7 @@ static bool mv_ring(cu_ctx *c, int nw, const cu_weight *const *w, const int8_t *
     if (p == 2) c->n_ring_act++;
     if (p == 3) c->n_ring_pair++;
     if (p == 4) c->n_ring_epi++;
+    if (p == 6) c->n_ring_long++;
     if (sc) c->n_ring_sc++;
     if (half) c->n_pair_half++;
     return true;
@@ -4159,14 +4173,16 @@ static bool pe_defer(cu_ctx *c, const cu_weight *w, const int8_t *xq, const floa
     mr_norm nm;
     memset(&nm, 0, sizeof nm);
     nm.oq = (int8_t *)xq; nm.ods = (float2 *)xds; nm.part = c->epi_part;   /* (the dry run: any aligned pointers) */
-    bool i8 = false;
-    if (epi_grid(c, w->rows) > MR_PARTS || !mv_ring(c, 1, &w, xq, xds, &y, &nm, 4, 1)) {
+    bool i8 = false, xs = false;
+    if (w->cols > 4096 && group_grid(c, w->rows, false) <= MR_PARTS && mv_ring(c, 1, &w, xq, xds, &y, &nm, 6, 1)) {
+        xs = true;   /* (rows longer than 4,096 columns on the ring, x staged: MLXCEL_CUDA_RING_LONG) */
+    } else if (epi_grid(c, w->rows) > MR_PARTS || !mv_ring(c, 1, &w, xq, xds, &y, &nm, 4, 1)) {
         /* k_mv_i8<.., EPI>: a group of 32 rows a part */
         if (!c->i8_epi || !c->i8e_cnt || w->rows % 32 || w->rows / 32 > MR_PARTS || !mv_i8_ok(c, w, w, 1)) return false;
         i8 = true;
     }
     c->pe.w = w; c->pe.xq = xq; c->pe.xds = xds; c->pe.y = y; c->pe.in2 = (const void *)xq == c->xq2;
-    c->pe.stage = 0; c->pe.on = true; c->pe.att = false; c->pe.i8 = i8;
+    c->pe.stage = 0; c->pe.on = true; c->pe.att = false; c->pe.i8 = i8; c->pe.xs = xs;
     return true;
 }
 /* the waiting product on k_mv_i8<.., EPI> with the add and the norm's inputs pn (a k_mv_ring<.., 4>'s,
@@ -4220,7 +4236,8 @@ static bool pe_take(cu_ctx *c, int nw, const cu_weight *const *w, const float *x
     float *py = c->pe.y;
     const bool att = c->pe.att;
     const bool i8 = c->pe.i8;
-    const int np = att ? 1 : i8 ? (int)(pw->rows / 32) : epi_grid(c, pw->rows);
+    const bool xs = c->pe.xs;
+    const int np = att ? 1 : i8 ? (int)(pw->rows / 32) : xs ? (int)group_grid(c, pw->rows, false) : epi_grid(c, pw->rows);
     mr_norm pn;
     memset(&pn, 0, sizeof pn);
     pn.a = c->pe.ra == py ? c->pe.rb : c->pe.ra; pn.sum = c->pe.sum; pn.g = c->pe.g; pn.add_one = c->pe.add_one;
@@ -4229,7 +4246,7 @@ static bool pe_take(cu_ctx *c, int nw, const cu_weight *const *w, const float *x
     mr_norm sc, scp;
     sc_norm(&scs, &sc);
     scp = sc; scp.oq = oq; scp.ods = ods;   /* (the pair's output form goes elsewhere; the dry run checks alignment) */
-    if (!att && !i8 && !mv_ring(c, 1, &pw, c->pe.xq, c->pe.xds, &py, &pn, 4, 2)) return false;
+    if (!att && !i8 && !mv_ring(c, 1, &pw, c->pe.xq, c->pe.xds, &py, &pn, xs ? 6 : 4, 2)) return false;
     bool pair = nw == 2 && c->ring_pair && mv_ring(c, 2, w, oq, ods, ys, &scp, 3, 2, true);
     if (!mv_ring(c, nw, w, oq, ods, ys, &sc, 0, 2, true)) return false;   /* (also pr_flush's form for a pair) */
     if (att) {   /* o in the attention's epilogue, which leaves what k_mv_ring<.., 4> would (one part) */
@@ -4249,7 +4266,7 @@ static bool pe_take(cu_ctx *c, int nw, const cu_weight *const *w, const float *x
         c->pe.on = false;
         c->epi_flip ^= 1;
         if (i8) i8e_launch(c, pw, c->pe.xq, c->pe.xds, py, &pn);
-        else mv_ring(c, 1, &pw, c->pe.xq, c->pe.xds, &py, &pn, 4);
+        else mv_ring(c, 1, &pw, c->pe.xq, c->pe.xds, &py, &pn, xs ? 6 : 4);
     }
     xq_forget(c);   /* (the other buffer holds the sum's form before the scale; y, the sum and the norm's output changed) */
     if (pair) {
@@ -5208,7 +5225,7 @@ static bool at_take(cu_ctx *c, const cu_weight *w, const float *x, float *y, int
         ao_slice_bytes((int)w->rows, D, gsh) > AO_SLICE_MAX)
         return false;
     c->pe.w = w; c->pe.xq = a->xq; c->pe.xds = a->xds; c->pe.y = y; c->pe.in2 = (const void *)a->xq == c->xq2;
-    c->pe.stage = 0; c->pe.on = true; c->pe.att = true; c->pe.i8 = false;
+    c->pe.stage = 0; c->pe.on = true; c->pe.att = true; c->pe.i8 = false; c->pe.xs = false;
     c->at->on = false;   /* (its arguments stay: pe.att) */
     return true;
 }
@@ -5950,6 +5967,7 @@ extern "C" mx_status mx_backend_cuda_init(mx_backend *out) {
         c->ring_act = sw.ring_act;
         c->ring_epi = sw.ring_epi;
         c->i8_epi = sw.i8_epi;
+        c->ring_long = sw.ring_long;
         c->att_o = sw.att_o;
         c->epi_blocks = (int)sw.epi_blocks;
         c->mv_pf = (int)sw.mv_pf;
@@ -6168,6 +6186,8 @@ extern "C" int mx_backend_cuda_set_mv_pf(mx_backend *b, int steps) {
     return was;
 }
 extern "C" int mx_backend_cuda_i8_epi_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_i8_epi; }
+extern "C" bool mx_backend_cuda_set_ring_long(mx_backend *b, bool on) { return set_flag(&switch_ctx(b)->ring_long, on); }
+extern "C" int mx_backend_cuda_ring_long_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_ring_long; }
 extern "C" bool mx_backend_cuda_set_att_o(mx_backend *b, bool on) { return set_flag(&switch_ctx(b)->att_o, on); }
 extern "C" int mx_backend_cuda_att_o_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_att_o; }
 extern "C" int mx_backend_cuda_ring_sc_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_ring_sc; }

@@ -21,7 +21,9 @@
  * of k_mv_i8.
  * Measured on the H200 (NOTES.md, tenth session): larger copies matter more than more slots
  * (Llama-8B q4 decode 390 tok/s with a row a slot, 470 with two), fewer warps are slower; rows
- * longer than 4096 columns (x from L1 for each row) were slower than k_mv_i8, so they stay there.
+ * longer than 4096 columns (x from L1 for each row) were slower than k_mv_i8, so they stay there,
+ * except with the add's epilogue (PRO 6, thirtieth session: x staged in shared memory once a block,
+ * 8 warps of two one-row slots; Llama-8B's down +0.4% against k_mv_i8<.., EPI>).
  *
  * Also here (eleventh session): k_mv_ring_bf, the same for dense bf16 weights (x staged in shared
  * memory, long rows in segments; host mv_ring_bf), and the batch-1 rmsnorm of x run in either
@@ -161,7 +163,11 @@ __device__ __forceinline__ void mr_start(uint64_t *bar, int S, int nitem, int la
  * Measured (H200, one call, tok/s): Llama-8B q4 decode 510.9 / 509.7 / 508.6 against 496.3 /
  * 495.2 / 491.9 without the pair; Qwen3-0.6B q4 (graphs) 1,265.6 / 1,290.1 against 1,244.9 /
  * 1,281.0. A first form, which gave a warp both items of a unit and had lane 0 store the act_mul
- * row by row, was slower on Qwen3-0.6B (1,191 / 1,187 against 1,270 / 1,241; NOTES.md). */
+ * row by row, was slower on Qwen3-0.6B (1,191 / 1,187 against 1,270 / 1,241; NOTES.md).
+ * PRO 4: the residual add and the next norm's parts after the product (MLXCEL_CUDA_RING_EPI, below).
+ * PRO 6: PRO 4 for rows longer than 4,096 columns (MLXCEL_CUDA_RING_LONG: Llama-8B's down, 14,336):
+ * x's int8 form is staged in shared memory after the wait (its groups do not fit a lane's
+ * registers) and read group by group for each item; otherwise PRO 4's kernel. */
 template <int BITS, typename ST, int RS, int PRO, bool SC = false>
 __global__ void __launch_bounds__(512, 1)
 k_mv_ring(const mr_set set, const int8_t *__restrict__ xq, const float2 *__restrict__ xds, int gs_shift, const mr_norm nm) {
@@ -170,6 +176,7 @@ k_mv_ring(const mr_set set, const int8_t *__restrict__ xq, const float2 *__restr
     __shared__ float sh[33];
     bool waited = pdl_entry_weights_first();
     int rb0, rb1;
+    constexpr bool EP = PRO == 4 || PRO == 6, XS = PRO == 6;   /* the add's epilogue; x staged in shared memory */
     const int k = PRO >= 3 ? mr_pair_block(set.rows[0], &rb0, &rb1) : mr_block(set, &rb0, &rb1);
     const int nwarp = (int)(blockDim.x >> 5), wid = (int)(threadIdx.x >> 5), lane = (int)(threadIdx.x & 31);
     const int nunit = (rb1 - rb0 + RS - 1) / RS, S = set.slots;
@@ -225,7 +232,7 @@ k_mv_ring(const mr_set set, const int8_t *__restrict__ xq, const float2 *__restr
     }
     /* PRO 4: the residual and gamma of the warp's first group of rows of the epilogue, loaded now */
     float pa0 = 0.f, pg0 = 1.f;
-    if constexpr (PRO == 4) {
+    if constexpr (EP) {
         if (wid < (rb1 - rb0) >> 5) {
             const int i = rb0 + (wid << 5) + lane;
             pa0 = nm.a[i];
@@ -287,10 +294,15 @@ k_mv_ring(const mr_set set, const int8_t *__restrict__ xq, const float2 *__restr
      * without byte permutes; the integer dot products are the same) */
     uint32_t xv[4][8];
     float2 ds[4];
+    if constexpr (XS) {   /* x's int8 form into shared memory (after the ring), then every warp reads it */
+        for (int i = (int)threadIdx.x; i < 2 * ng; i += (int)blockDim.x) ((uint4 *)xq_s)[i] = __ldg((const uint4 *)xq + i);
+        for (int i = (int)threadIdx.x; i < ng; i += (int)blockDim.x) xds_s[i] = __ldg(xds + i);
+        __syncthreads();
+    }
 #pragma unroll
     for (int uu = 0; uu < 4; uu++) {
         const int g = 32 * uu + lane;
-        if (g >= ng) break;
+        if (XS || g >= ng) break;
         uint4 xa, xb;
         if constexpr (PRO == 1 || PRO == 2) {
             const uint4 *xp = (const uint4 *)(xq_s + (g << 5));
@@ -318,7 +330,8 @@ k_mv_ring(const mr_set set, const int8_t *__restrict__ xq, const float2 *__restr
         for (int uu = 0; uu < 4; uu++)
             if (32 * uu + lane < ng) { ds[uu].x *= xs; ds[uu].y *= xs; }
     }
-    float *ob = (float *)xq_s;   /* (PRO 3: the sums of the block's rows, the gate's then the up's; PRO 4 its rows') */
+    /* (PRO 3: the sums of the block's rows, the gate's then the up's; PRO 4 its rows'; PRO 6 after x) */
+    float *ob = XS ? (float *)(xds_s + ng) : (float *)xq_s;
     for (int t = 0; t < nitem; t++) {
         int kk;
         const int r0 = item_of(t, kk), nr = min(RS, rb1 - r0);
@@ -328,10 +341,47 @@ k_mv_ring(const mr_set set, const int8_t *__restrict__ xq, const float2 *__restr
         float acc[RS];
 #pragma unroll
         for (int r = 0; r < RS; r++) acc[r] = 0.f;
+        if constexpr (XS) {   /* the lane's groups lane, lane + 32, ... of the row, x from shared memory */
+            for (int g = lane; g < ng; g += 32) {
+                const uint4 *xp = (const uint4 *)(xq_s + (g << 5));
+                const uint4 xa = xp[0], xb = xp[1];
+                const float2 dg = xds_s[g];
+                const uint32_t v[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
+                uint32_t xw[8];
+#pragma unroll
+                for (int h = 0; h < 4; h++) {
+                    xw[2 * h] = BITS == 4 ? __byte_perm(v[2 * h], v[2 * h + 1], 0x6420) : v[2 * h];
+                    xw[2 * h + 1] = BITS == 4 ? __byte_perm(v[2 * h], v[2 * h + 1], 0x7531) : v[2 * h + 1];
+                }
+                const int wg = (g << 5) >> gs_shift;
+#pragma unroll
+                for (int r = 0; r < RS; r++) {
+                    if (r >= nr) break;
+                    const uint4 *wp = (const uint4 *)(d + (size_t)r * set.row_wb) + (size_t)g * V;
+                    int ia = 0;
+                    if (BITS == 4) {
+                        const uint4 q = wp[0];
+                        const uint32_t wd[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+                        for (int h = 0; h < 4; h++) {
+                            ia = dp4a_us(wd[h] & 0x0f0f0f0fu, xw[2 * h], ia);
+                            ia = dp4a_us((wd[h] >> 4) & 0x0f0f0f0fu, xw[2 * h + 1], ia);
+                        }
+                    } else {
+                        const uint4 qa = wp[0], qb = wp[V - 1];
+                        const uint32_t wb[8] = {qa.x, qa.y, qa.z, qa.w, qb.x, qb.y, qb.z, qb.w};
+#pragma unroll
+                        for (int j = 0; j < 8; j++) ia = dp4a_us(wb[j], xw[j], ia);
+                    }
+                    const float s = ld_s(sc + r * ssw + wg), b = ld_s(bc + r * ssw + wg);
+                    acc[r] = fmaf(s * dg.x, (float)ia, fmaf(b, dg.y, acc[r]));
+                }
+            }
+        }
 #pragma unroll
         for (int uu = 0; uu < 4; uu++) {
             const int g = 32 * uu + lane;
-            if (g >= ng) break;
+            if (XS || g >= ng) break;
             const int wg = (g << 5) >> gs_shift;
 #pragma unroll
             for (int r = 0; r < RS; r++) {
@@ -364,7 +414,7 @@ k_mv_ring(const mr_set set, const int8_t *__restrict__ xq, const float2 *__restr
             if constexpr (PRO == 3) {
                 const float *bk = kk ? set.bias[1] : set.bias[0];
                 if (lane == 0 && r < nr) ob[kk * (rb1 - rb0) + r0 - rb0 + r] = a + (bk ? bk[r0 + r] : 0.f);
-            } else if constexpr (PRO == 4) {
+            } else if constexpr (EP) {
                 if (lane == 0 && r < nr) ob[r0 - rb0 + r] = a + (bias ? bias[r0 + r] : 0.f);
             } else {
                 if (lane == 0 && r < nr) y[r0 + r] = a + (bias ? bias[r0 + r] : 0.f);
@@ -382,7 +432,7 @@ k_mv_ring(const mr_set set, const int8_t *__restrict__ xq, const float2 *__restr
             quant_group(o, nm.oq, nm.ods, (size_t)(rb0 + i));
         }
     }
-    if constexpr (PRO == 4) {   /* the residual add of the block's rows, its sum of squares, and the int8 form of the next x */
+    if constexpr (EP) {   /* the residual add of the block's rows, its sum of squares, and the int8 form of the next x */
         __syncthreads();
         const int nb = rb1 - rb0;
         float ss = 0.f;
