@@ -1089,6 +1089,37 @@ __device__ __forceinline__ int dp4a_us(uint32_t a, uint32_t b, int c) {   /* u8x
     asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
     return d;
 }
+/* x's 32 int8 values of a group (xa, xb) as 8 words; for q4 (BITS 4) in nibble order: word 2h holds
+ * values 8h + 0, 2, 4, 6, word 2h + 1 the odd ones, so that a code word's low and high nibbles
+ * multiply them without byte permutes (dot_q4n; the integer dot products are the same) */
+template <int BITS>
+__device__ __forceinline__ void x_words(const uint4 xa, const uint4 xb, uint32_t *xw) {
+    const uint32_t v[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
+#pragma unroll
+    for (int h = 0; h < 4; h++) {
+        xw[2 * h] = BITS == 4 ? __byte_perm(v[2 * h], v[2 * h + 1], 0x6420) : v[2 * h];
+        xw[2 * h + 1] = BITS == 4 ? __byte_perm(v[2 * h], v[2 * h + 1], 0x7531) : v[2 * h + 1];
+    }
+}
+/* the integer dot product of a group's 32 q4 codes (16 bytes, two a byte) with x's words in nibble
+ * order (x_words<4>), and of 32 q8 codes (two 16-byte vectors) with x's words in order */
+__device__ __forceinline__ int dot_q4n(const uint4 w, const uint32_t *xw) {
+    const uint32_t wd[4] = {w.x, w.y, w.z, w.w};
+    int ia = 0;
+#pragma unroll
+    for (int h = 0; h < 4; h++) {
+        ia = dp4a_us(wd[h] & 0x0f0f0f0fu, xw[2 * h], ia);
+        ia = dp4a_us((wd[h] >> 4) & 0x0f0f0f0fu, xw[2 * h + 1], ia);
+    }
+    return ia;
+}
+__device__ __forceinline__ int dot_q8(const uint4 w0, const uint4 w1, const uint32_t *xw) {
+    const uint32_t wd[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
+    int ia = 0;
+#pragma unroll
+    for (int h = 0; h < 8; h++) ia = dp4a_us(wd[h], xw[h], ia);
+    return ia;
+}
 
 /* warp-wide: the 32 consecutive values v of lanes 0..31 (the group of element i) to int8 codes,
  * with the scale amax/127 and the code sum times the scale */
@@ -2661,14 +2692,11 @@ k_attn_vec(const float *q, T *kp, T *vp, float *out, const int32_t *pos, const i
             constexpr int NG = D / 32;
             if (w < NG) quant_group(ao_so[32 * w + lane], ao_q, ao_ds, (size_t)(32 * w + lane));
             __syncthreads();
-            uint32_t xe[NG][4], xo[NG][4];   /* x of each group in nibble order (k_mv_ring's) */
+            uint32_t xw[NG][8];   /* x of each group in nibble order (x_words) */
             float2 dsg[NG];
 #pragma unroll
             for (int g = 0; g < NG; g++) {
-                const uint4 xa = *(const uint4 *)(ao_q + 32 * g), xb = *(const uint4 *)(ao_q + 32 * g + 16);
-                const uint32_t v[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
-#pragma unroll
-                for (int h = 0; h < 4; h++) { xe[g][h] = __byte_perm(v[2 * h], v[2 * h + 1], 0x6420); xo[g][h] = __byte_perm(v[2 * h], v[2 * h + 1], 0x7531); }
+                x_words<4>(*(const uint4 *)(ao_q + 32 * g), *(const uint4 *)(ao_q + 32 * g + 16), xw[g]);
                 dsg[g] = ao_ds[g];
             }
             const uint8_t *wsm = (const uint8_t *)sbt + ao.sofs;
@@ -2678,14 +2706,7 @@ k_attn_vec(const float *q, T *kp, T *vp, float *out, const int32_t *pos, const i
                 float acc = 0.f;
 #pragma unroll
                 for (int g = 0; g < NG; g++) {
-                    const uint4 qv4 = *(const uint4 *)(wsm + (size_t)r * AO_CB + ((g ^ ((r / AO_PER) & (AO_NP - 1))) << 4));
-                    const uint32_t wd[4] = {qv4.x, qv4.y, qv4.z, qv4.w};
-                    int ia = 0;
-#pragma unroll
-                    for (int h = 0; h < 4; h++) {
-                        ia = dp4a_us(wd[h] & 0x0f0f0f0fu, xe[g][h], ia);
-                        ia = dp4a_us((wd[h] >> 4) & 0x0f0f0f0fu, xo[g][h], ia);
-                    }
+                    const int ia = dot_q4n(*(const uint4 *)(wsm + (size_t)r * AO_CB + ((g ^ ((r / AO_PER) & (AO_NP - 1))) << 4)), xw[g]);
                     const int si = r * sbe + ((32 * g) >> ao.gs_shift);
                     const float s = ao.f16 ? __half2float(__ushort_as_half(ssm[si])) : __bfloat162float(__ushort_as_bfloat16(ssm[si]));
                     const float b = ao.f16 ? __half2float(__ushort_as_half(bsm[si])) : __bfloat162float(__ushort_as_bfloat16(bsm[si]));
@@ -3850,7 +3871,8 @@ static bool mv_i8_ok(const cu_ctx *c, const cu_weight *w, const cu_weight *w0, i
  * weight (rows a multiple of 32) whose output y is added to nm->a into nm->sum, with each block's
  * sum of squares of that sum into nm->part and the int8 form of sum * (g + add_one) into nm->oq /
  * nm->ods (the residual add and the rmsnorm after the product, but the norm's scale: MLXCEL_CUDA_
- * RING_EPI, pe_take). sc (pro 0 or 3): x (xq, xds) is such a form, scaled here by the norm's
+ * RING_EPI, pe_take); pro 6: pro 4 for rows longer than 4,096 columns (up to RING_LONG_MAX), x's
+ * int8 form staged in shared memory (MLXCEL_CUDA_RING_LONG; the parts: epi_parts). sc (pro 0 or 3): x (xq, xds) is such a form, scaled here by the norm's
  * scale from the parts nm->part (nm->np of them; eps and the norm's output nm->y, stored from
  * nm->a and nm->g). dry: 1 only whether it applies (nothing launched, no state changed), 2 also
  * the form's shared-memory limit raised (nothing launched). */
@@ -3861,6 +3883,10 @@ static int64_t group_grid(const cu_ctx *c, int64_t rows, bool half) {
     return ng < nsm ? ng : nsm;
 }
 static int epi_grid(const cu_ctx *c, int64_t rows);
+/* the blocks of the product with the add's epilogue, one a part of the norm's sum of squares: at most
+ * EPI_BLOCKS (epi_grid) on the ring, one a group of 32 rows with long rows (xs: k_mv_ring<.., 6>,
+ * 9 KB a row at Llama-8B's down) */
+static int epi_parts(const cu_ctx *c, int64_t rows, bool xs) { return xs ? (int)group_grid(c, rows, false) : epi_grid(c, rows); }
 static bool mv_ring(cu_ctx *c, int nw, const cu_weight *const *w, const int8_t *xq, const float2 *xds, float *const *ys,
                     const mr_norm *nm, int pro = 1, int dry = 0, bool sc = false) {
     const int64_t K = w[0]->cols;
@@ -3898,10 +3924,10 @@ static bool mv_ring(cu_ctx *c, int nw, const cu_weight *const *w, const int8_t *
     set.slot_b = rs * (set.row_wb + 2 * set.row_sb);
     int64_t run;
     if (pair || epi) {   /* (the blocks take runs of whole groups of 32 rows of both weights: mr_pair_block) */
-        const int64_t ng = w[0]->rows / 32, nb = xs ? group_grid(c, w[0]->rows, false) : epi ? epi_grid(c, w[0]->rows) : group_grid(c, w[0]->rows, half);
+        const int64_t ng = w[0]->rows / 32, nb = epi ? epi_parts(c, w[0]->rows, xs) : group_grid(c, w[0]->rows, half);
         run = (ng + nb - 1) / nb * 32;
         set.blk0[0] = 0; set.blk0[1] = set.blk0[2] = (int)nb;
-        if (epi && dry == 0 && nm->np != (int)nb) return false;   /* (the parts it leaves: epi_grid) */
+        if (epi && dry == 0 && nm->np != (int)nb) return false;   /* (the parts it leaves: epi_parts) */
     } else {
         run = mr_deal(c, nw, w, rs, set.blk0);
     }
@@ -4174,9 +4200,9 @@ static bool pe_defer(cu_ctx *c, const cu_weight *w, const int8_t *xq, const floa
     memset(&nm, 0, sizeof nm);
     nm.oq = (int8_t *)xq; nm.ods = (float2 *)xds; nm.part = c->epi_part;   /* (the dry run: any aligned pointers) */
     bool i8 = false, xs = false;
-    if (w->cols > 4096 && group_grid(c, w->rows, false) <= MR_PARTS && mv_ring(c, 1, &w, xq, xds, &y, &nm, 6, 1)) {
+    if (w->cols > 4096 && epi_parts(c, w->rows, true) <= MR_PARTS && mv_ring(c, 1, &w, xq, xds, &y, &nm, 6, 1)) {
         xs = true;   /* (rows longer than 4,096 columns on the ring, x staged: MLXCEL_CUDA_RING_LONG) */
-    } else if (epi_grid(c, w->rows) > MR_PARTS || !mv_ring(c, 1, &w, xq, xds, &y, &nm, 4, 1)) {
+    } else if (epi_parts(c, w->rows, false) > MR_PARTS || !mv_ring(c, 1, &w, xq, xds, &y, &nm, 4, 1)) {
         /* k_mv_i8<.., EPI>: a group of 32 rows a part */
         if (!c->i8_epi || !c->i8e_cnt || w->rows % 32 || w->rows / 32 > MR_PARTS || !mv_i8_ok(c, w, w, 1)) return false;
         i8 = true;
@@ -4237,7 +4263,7 @@ static bool pe_take(cu_ctx *c, int nw, const cu_weight *const *w, const float *x
     const bool att = c->pe.att;
     const bool i8 = c->pe.i8;
     const bool xs = c->pe.xs;
-    const int np = att ? 1 : i8 ? (int)(pw->rows / 32) : xs ? (int)group_grid(c, pw->rows, false) : epi_grid(c, pw->rows);
+    const int np = att ? 1 : i8 ? (int)(pw->rows / 32) : epi_parts(c, pw->rows, xs);
     mr_norm pn;
     memset(&pn, 0, sizeof pn);
     pn.a = c->pe.ra == py ? c->pe.rb : c->pe.ra; pn.sum = c->pe.sum; pn.g = c->pe.g; pn.add_one = c->pe.add_one;

@@ -234,21 +234,12 @@ template <int FMT>
 __device__ __forceinline__ float fd_unit_q(const uint8_t *src, int r, int u, int n, const fd_geo &g, const fd_xu &x,
                                            float2 ds, int gs_shift, int sdt) {
     const uint32_t xv[8] = {x.lo.x, x.lo.y, x.lo.z, x.lo.w, x.hi.x, x.hi.y, x.hi.z, x.hi.w};
-    int ia = 0;
+    int ia;
     if (FMT == FD_Q4) {   /* x in fd_xpos order: word 2h holds values 8h + 0, 2, 4, 6, word 2h + 1 the odd ones */
-        const uint4 w = *(const uint4 *)(src + (size_t)r * g.rowb + (size_t)u * 16);
-        const uint32_t wd[4] = {w.x, w.y, w.z, w.w};
-#pragma unroll
-        for (int h = 0; h < 4; h++) {
-            ia = dp4a_us(wd[h] & 0x0f0f0f0fu, xv[2 * h], ia);
-            ia = dp4a_us((wd[h] >> 4) & 0x0f0f0f0fu, xv[2 * h + 1], ia);
-        }
+        ia = dot_q4n(*(const uint4 *)(src + (size_t)r * g.rowb + (size_t)u * 16), xv);
     } else {
         const uint4 *wp = (const uint4 *)(src + (size_t)r * g.rowb + (size_t)u * 32);
-        const uint4 w0 = wp[0], w1 = wp[1];
-        const uint32_t wd[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
-#pragma unroll
-        for (int h = 0; h < 8; h++) ia = dp4a_us(wd[h], xv[h], ia);
+        ia = dot_q8(wp[0], wp[1], xv);
     }
     const int gi = (u * 32) >> gs_shift, ngr = g.sb / 2;
     const uint16_t *S = (const uint16_t *)(src + (size_t)n * g.rowb) + (size_t)r * ngr + gi;

@@ -147,39 +147,12 @@ __device__ __forceinline__ void mr_start(uint64_t *bar, int S, int nitem, int la
 }
 
 
-/* x's 32 int8 values of a group (xa, xb) as 8 words, q4 in nibble order: the even columns of each 8
- * in one word, the odd ones in the next (the codes' low and high nibbles multiply them without byte
- * permutes; the integer dot products are the same) */
-template <int BITS>
-__device__ __forceinline__ void mr_xwords(const uint4 xa, const uint4 xb, uint32_t *xw) {
-    const uint32_t v[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
-#pragma unroll
-    for (int h = 0; h < 4; h++) {
-        xw[2 * h] = BITS == 4 ? __byte_perm(v[2 * h], v[2 * h + 1], 0x6420) : v[2 * h];
-        xw[2 * h + 1] = BITS == 4 ? __byte_perm(v[2 * h], v[2 * h + 1], 0x7531) : v[2 * h + 1];
-    }
-}
 /* the integer dot product of group g of a row's codes (in a slot) with x's words of that group */
 template <int BITS>
 __device__ __forceinline__ int mr_gdot(const uint8_t *row, int g, const uint32_t *xw) {
     constexpr int V = BITS / 4;   /* 16-byte vectors a group of 32 codes */
     const uint4 *wp = (const uint4 *)row + (size_t)g * V;
-    int ia = 0;
-    if (BITS == 4) {
-        const uint4 q = wp[0];
-        const uint32_t wd[4] = {q.x, q.y, q.z, q.w};
-#pragma unroll
-        for (int h = 0; h < 4; h++) {
-            ia = dp4a_us(wd[h] & 0x0f0f0f0fu, xw[2 * h], ia);
-            ia = dp4a_us((wd[h] >> 4) & 0x0f0f0f0fu, xw[2 * h + 1], ia);
-        }
-    } else {
-        const uint4 qa = wp[0], qb = wp[V - 1];
-        const uint32_t wb[8] = {qa.x, qa.y, qa.z, qa.w, qb.x, qb.y, qb.z, qb.w};
-#pragma unroll
-        for (int j = 0; j < 8; j++) ia = dp4a_us(wb[j], xw[j], ia);
-    }
-    return ia;
+    return BITS == 4 ? dot_q4n(wp[0], xw) : dot_q8(wp[0], wp[V - 1], xw);
 }
 
 /* PRO, the prologue: 0 none (the tenth session's kernel, which the form with a runtime branch on
@@ -323,7 +296,7 @@ k_mv_ring(const mr_set set, const int8_t *__restrict__ xq, const float2 *__restr
         }
         __syncthreads();
     }
-    /* x of the lane's groups (lane + 32 uu) as 8 words (mr_xwords) */
+    /* x of the lane's groups (lane + 32 uu) as 8 words (x_words) */
     uint32_t xv[4][8];
     float2 ds[4];
     if constexpr (XS) {   /* x's int8 form into shared memory (after the ring), then every warp reads it */
@@ -343,7 +316,7 @@ k_mv_ring(const mr_set set, const int8_t *__restrict__ xq, const float2 *__restr
             const uint4 *xp = (const uint4 *)(xq + ((size_t)g << 5));
             xa = __ldg(xp); xb = __ldg(xp + 1); ds[uu] = __ldg(xds + g);
         }
-        mr_xwords<BITS>(xa, xb, xv[uu]);
+        x_words<BITS>(xa, xb, xv[uu]);
     }
     /* SC: x's norm scale from the parts the product before left (each warp sums them itself, in
      * one order: every lane, every warp and every block gets the same bits), after x's loads went out */
@@ -371,9 +344,10 @@ k_mv_ring(const mr_set set, const int8_t *__restrict__ xq, const float2 *__restr
         if constexpr (XS) {   /* the lane's groups lane, lane + 32, ... of the row, x from shared memory */
             for (int g = lane; g < ng; g += 32) {
                 const uint4 *xp = (const uint4 *)(xq_s + (g << 5));
+                const uint4 xa = xp[0], xb = xp[1];
                 const float2 dg = xds_s[g];
                 uint32_t xw[8];
-                mr_xwords<BITS>(xp[0], xp[1], xw);
+                x_words<BITS>(xa, xb, xw);
                 const int wg = (g << 5) >> gs_shift;
 #pragma unroll
                 for (int r = 0; r < RS; r++) {
