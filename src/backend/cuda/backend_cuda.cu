@@ -2804,13 +2804,16 @@ k_attn_vec(const float *q, T *kp, T *vp, float *out, const int32_t *pos, const i
      * write of k_qk_prep done here, by three groups of D/2 threads side by side: the block's query
      * head (in place: no other block reads it), its KV head's new key and its new value (both in
      * shared memory, rounded as the cache holds them, read instead of the cache at their slot). The
-     * KV head's first block writes them to the cache. At the end the KV head's blocks count
-     * themselves in cnt[kvh] (each read k in its prologue); the last one stores the prepared k in
-     * place and resets the count. */
+     * KV head's first block writes them to the cache. The query head goes to shared memory too
+     * (qnew, read by the loop below: not back from the L2). After the prologue the KV head's blocks
+     * count themselves in cnt[kvh] (each has read k), and the last one stores the prepared k in place
+     * at its end and resets the count: the count's round trip runs under the attention. */
     static_assert(!PREP || (G == 1 && 3 * PH <= W * 32 && PH % 32 == 0), "PREP: one query head; D/2 whole warps");
     __shared__ __align__(16) T knew[PREP ? D : 1], vnew[PREP ? D : 1];
+    __shared__ __align__(16) float qnew[PREP ? D : 1];   /* the prepared query head, read below instead of q */
     __shared__ float psh[PREP ? W : 1];
     __shared__ bool plast;
+    unsigned pold = 0;   /* (PREP, thread 0) the KV head's count before this block's */
     int64_t pslot = -1;
     float px0 = 0.f, px1 = 0.f;   /* this thread's pair of its group's head, prepared */
     if constexpr (PREP) {
@@ -2834,6 +2837,7 @@ k_attn_vec(const float *q, T *kp, T *vp, float *out, const int32_t *pos, const i
         if (prole == 0) {
             float *xr = pa.q + ((int64_t)t * n_heads + h0) * D;
             xr[pi] = px0; xr[pi + PH] = px1;
+            qnew[pi] = px0; qnew[pi + PH] = px1;
         } else if (prole <= 2) {
             T *sn = prole == 1 ? knew : vnew;
             st_kv(&sn[pi], px0); st_kv(&sn[pi + PH], px1);
@@ -2843,13 +2847,15 @@ k_attn_vec(const float *q, T *kp, T *vp, float *out, const int32_t *pos, const i
             }
         }
         __syncthreads();   /* the new key and value, and this block's q, before the loads below */
+        /* every thread's read of the raw k is done: the count now, its answer used at the end (the
+         * round trip under the attention, not after it) */
+        if (threadIdx.x == 0) pold = atomicAdd(&cnt[kvh], 1u);
     }
-    /* (PREP) the count, and the prepared k stored by the KV head's last block */
+    /* (PREP) the prepared k stored by the KV head's last block (the last to count) */
     const auto prep_end = [&]() {
         if constexpr (PREP) {
-            __syncthreads();
             if (threadIdx.x == 0) {
-                plast = atomicAdd(&cnt[kvh], 1u) == (unsigned)(n_heads / n_kv) - 1;
+                plast = pold == (unsigned)(n_heads / n_kv) - 1;
                 if (plast) cnt[kvh] = 0;
             }
             __syncthreads();
@@ -2871,7 +2877,7 @@ k_attn_vec(const float *q, T *kp, T *vp, float *out, const int32_t *pos, const i
     float qv[G][VPL], acc[G][VPL];
 #pragma unroll
     for (int g = 0; g < G; g++) {
-        const float4 *qr = (const float4 *)(q + ((size_t)t * n_heads + h0 + g) * D + d0);
+        const float4 *qr = PREP ? (const float4 *)(qnew + d0) : (const float4 *)(q + ((size_t)t * n_heads + h0 + g) * D + d0);
 #pragma unroll
         for (int i = 0; i < VPL / 4; i++) {
             const float4 a = qr[i];
