@@ -242,17 +242,6 @@ int mx_backend_cuda_i8_epi_launches(mx_backend *b);
  * Returns the previous on/off; then its launches (tests). */
 bool mx_backend_cuda_set_ring_long(mx_backend *b, bool on);
 int mx_backend_cuda_ring_long_launches(mx_backend *b);
-/* With RING_EPI, the one-token q/k/v product on the norm's scaled form waits for the attention
- * after it and then does that attention's q/k preparation (the per-head norms, RoPE, the cache
- * write; what k_qk_prep does) in its epilogue (MLXCEL_CUDA_QKV_PREP at init; off by default). Mode
- * 1: the block that completes a head (a counter a head) prepares it (slower: Qwen3-0.6B q4 decode
- * -9%); mode 2 ("cluster"): a cluster of blocks a head, which prepare it from each other's shared
- * memory. A normed head may differ from k_qk_prep's in the last bit (its sum of squares is added in
- * another order). Returns the previous mode; then its launches. set_qkv_cl: the cluster form's
- * blocks a head (2, 4 or 8; 0: the most that fit; MLXCEL_CUDA_QKV_CL), returns the previous. */
-int mx_backend_cuda_set_qkv_prep(mx_backend *b, int mode);
-int mx_backend_cuda_set_qkv_cl(mx_backend *b, int n);
-int mx_backend_cuda_qkv_prep_launches(mx_backend *b);
 /* The batch-1..16 q4/q8 register matvec (k_mv_i8) asking the L2 for its weights `steps` steps of
  * its loop ahead (1 by default: Llama-8B q4 decode +2.8% on an H100; 0 none; at most 8;
  * MLXCEL_CUDA_MV_PF at init). Only timing changes. Returns the previous value. */

@@ -77,9 +77,7 @@ static void test_select(void) {
                                          {"MLXCEL_CUDA_I8_EPI", "on"}, {"MLXCEL_CUDA_I8_EPI", "2"},
                                          {"MLXCEL_CUDA_MV_PF", "9"}, {"MLXCEL_CUDA_MV_PF", "-1"}, {"MLXCEL_CUDA_MV_PF", "two"},
                                          {"MLXCEL_CUDA_RING_LONG", "on"}, {"MLXCEL_CUDA_RING_LONG", "2"},
-                                         {"MLXCEL_CUDA_PAIR_HALF", "AUTO"}, {"MLXCEL_CUDA_QKV_PREP", "2"},
-                                         {"MLXCEL_CUDA_QKV_PREP", "on"}, {"MLXCEL_CUDA_QKV_CL", "3"},
-                                         {"MLXCEL_CUDA_QKV_CL", "16"}, {"MLXCEL_CUDA_QKV_CL", "auto"}};
+                                         {"MLXCEL_CUDA_PAIR_HALF", "AUTO"}};
     unsetenv("MLXCEL_DEVICE");
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         setenv(bad[i][0], bad[i][1], 1);
@@ -101,9 +99,7 @@ static void test_select(void) {
     setenv("MLXCEL_CUDA_RING_EPI", "0", 1); setenv("MLXCEL_CUDA_TRACE_MAX", "2048", 1); setenv("MLXCEL_CUDA_EPI_BLOCKS", "64", 1);
     setenv("MLXCEL_CUDA_PAIR_HALF", "1", 1); setenv("MLXCEL_CUDA_CHAIN", "0", 1); setenv("MLXCEL_CUDA_ATT_O", "0", 1);
     setenv("MLXCEL_CUDA_I8_EPI", "0", 1); setenv("MLXCEL_CUDA_MV_PF", "8", 1); setenv("MLXCEL_CUDA_RING_LONG", "0", 1);
-    setenv("MLXCEL_CUDA_QKV_PREP", "cluster", 1); setenv("MLXCEL_CUDA_QKV_CL", "4", 1);
     TCHECK(mx_backend_cuda_check_env() == MX_OK, "good switches refused: %s", mx_last_error());
-    unsetenv("MLXCEL_CUDA_QKV_PREP"); unsetenv("MLXCEL_CUDA_QKV_CL");
     setenv("MLXCEL_CUDA_PAIR_HALF", "auto", 1);
     TCHECK(mx_backend_cuda_check_env() == MX_OK, "MLXCEL_CUDA_PAIR_HALF=auto refused: %s", mx_last_error());
     unsetenv("MLXCEL_CUDA_I8_EPI"); unsetenv("MLXCEL_CUDA_MV_PF"); unsetenv("MLXCEL_CUDA_RING_LONG");
@@ -663,165 +659,6 @@ static const ap_case g_ap[] = {
     {"cuda_attn_prep_hd64_f32kv", 8, 2, 64, true, false, true},
     {"cuda_attn_prep_mha_hd256_qknorm", 4, 4, 256, false, true, true},
     {"cuda_attn_prep_norm_no_rope_f32kv", 8, 4, 128, true, true, false},
-};
-
-/* The attention's q/k preparation in the epilogue of the one-token q/k/v product that precedes it
- * (mx_backend_cuda_set_qkv_prep, k_mv_ring<.., 5>), as the decoder issues the ops: o of the
- * attention's output, h = h + o, x = rmsnorm(h), q/k/v of x (on the ring's scaled form, RING_EPI),
- * the per-head q/k norms and ropes, the attention. A prompt of 21 tokens, then 14 decode tokens
- * over two layers that cross cache blocks, the last outside the sequences. how 1: a product of
- * another vector between the q/k/v product and the per-head ops (the product then runs as it is,
- * before it). Switch off and on: the attention output, q, k (prepared) and v of every decode step
- * bit for bit alike where the heads have no norm (the same arithmetic), within 1e-5 (q, k) and 1e-4
- * (the output) where they have one (its sum of squares is a warp sum here, a block sum in
- * k_qk_prep); the output against the CPU within 2e-2 or 1.5 times the switch off's own error (two
- * products on int8 activations before it; the off's below 3e-2); the launches counted. */
-static bool gpu_sm90(void);
-typedef struct { const char *name; int nh, nkv, hd, D; bool f32kv, qknorm, rope; int how, mode, cl; } qp_case;
-static void check_qkv_prep(const qp_case *a) {
-    enum { BS = 16, NBK = 6, P0 = 21, STEPS = 14, L = 2 };
-    if (a->f32kv) setenv("MLXCEL_CUDA_KV", "f32", 1); else unsetenv("MLXCEL_CUDA_KV");
-    const int D = a->D, qd = a->nh * a->hd, kvd = a->nkv * a->hd;
-    int32_t bt[NBK] = {4, 1, 5, 0, 3, 2};
-    float inv[128];
-    for (int i = 0; i < a->hd / 2; i++) inv[i] = (float)pow(10000.0, -2.0 * i / a->hd);
-    mx_rope rp = {a->hd, inv, 1.f};
-    tw wo, wq, wk, wv, w2;
-    tw_make(&wo, D, qd, 4, 64, MX_DTYPE_BF16, false);
-    tw_make(&wq, qd, D, 4, 64, MX_DTYPE_BF16, false); tw_make(&wk, kvd, D, 4, 64, MX_DTYPE_BF16, false);
-    tw_make(&wv, kvd, D, 4, 64, MX_DTYPE_BF16, false);
-    tw_make(&w2, 64, 256, 4, 64, MX_DTYPE_BF16, false);
-    tw *all[] = {&wo, &wq, &wk, &wv, &w2};
-    for (int i = 0; i < 5; i++) TREQUIRE(G.i->weight_prepare(G.ctx, &all[i]->w) == MX_OK, "prepare: %s", mx_last_error());
-    const mx_weight *w_qkv[3] = {&wq.w, &wk.w, &wv.w};
-    mx_vec gn, gq, gk; void *bn, *bq, *bk;
-    vec_make(&gn, &bn, D, MX_DTYPE_BF16, 1.f); vec_make(&gq, &bq, a->hd, MX_DTYPE_BF16, 1.f);
-    vec_make(&gk, &bk, a->hd, MX_DTYPE_BF16, 0.5f);
-    mx_vec gn2 = gn, gq2 = gq, gk2 = gk;   /* (the CPU's: host copies) */
-    gn2.dev = gq2.dev = gk2.dev = NULL;
-    TREQUIRE(G.i->vec_prepare(G.ctx, &gn) == MX_OK && G.i->vec_prepare(G.ctx, &gq) == MX_OK && G.i->vec_prepare(G.ctx, &gk) == MX_OK,
-             "vec prepare");
-    mx_attn_params p = {a->nh, a->nkv, a->hd, 1.f / sqrtf((float)a->hd), 0, 0.f, NULL};
-    /* inputs of every step and layer: the residual h and the attention output the o product reads */
-    float *hin[1 + STEPS][L], *ain[1 + STEPS][L], *res[2][1 + STEPS][L][4], *ref[1 + STEPS][L];
-    for (int st = 0; st <= STEPS; st++)
-        for (int l = 0; l < L; l++) {
-            const int n = st == 0 ? P0 : 1;
-            hin[st][l] = malloc((size_t)n * D * 4); fill(hin[st][l], (int64_t)n * D, 3.f);
-            ain[st][l] = malloc((size_t)n * qd * 4); fill(ain[st][l], (int64_t)n * qd, 2.f);
-        }
-    float z[256];
-    fill(z, 256, 1.f);
-    float *dz = gup(z, 256), *do2 = gnan(64);
-    /* the layer's ops on backend B (buffers there): h the residual in, at the o product's input */
-    #define QP_OPS(B, h, at, m, x, q, k, v, out, l, n, gnp, gqp, gkp, zz, o2) do { \
-        float *y3_[3] = {q, k, v}; \
-        (B).i->matmul((B).ctx, &wo.w, at, m, n); \
-        (B).i->add((B).ctx, h, m, h, (int64_t)(n) * D); \
-        (B).i->rmsnorm((B).ctx, h, gnp, 1e-6f, 0.f, x, n, D); \
-        (B).i->matmul_multi((B).ctx, 3, w_qkv, x, y3_, n); \
-        if (a->how == 1) (B).i->matmul((B).ctx, &w2.w, zz, o2, 1); \
-        if (a->qknorm) { \
-            (B).i->rmsnorm((B).ctx, q, gqp, 1e-6f, 0.f, q, (n) * a->nh, a->hd); \
-            (B).i->rmsnorm((B).ctx, k, gkp, 1e-6f, 0.f, k, (n) * a->nkv, a->hd); \
-        } \
-        if (a->rope) { (B).i->rope((B).ctx, q, n, a->nh, a->hd, &rp, &m_); (B).i->rope((B).ctx, k, n, a->nkv, a->hd, &rp, &m_); } \
-        (B).i->attention((B).ctx, l, q, k, v, out, &p, &m_); \
-    } while (0)
-    const bool sm90 = gpu_sm90();
-    const int was = mx_backend_cuda_set_qkv_prep(&G, 0), was_cl = mx_backend_cuda_set_qkv_cl(&G, a->cl);
-    for (int mode = 0; mode < 2; mode++) {
-        mx_backend_cuda_set_qkv_prep(&G, mode == 1 ? a->mode : 0);
-        mx_kv_desc kg = {L, a->nkv, a->hd, BS, NBK, MX_DTYPE_F32}, kc = kg;
-        TREQUIRE(G.i->kv_init(G.ctx, &kg) == MX_OK && (mode != 1 || C.i->kv_init(C.ctx, &kc) == MX_OK), "kv_init: %s", mx_last_error());
-        const int before = mx_backend_cuda_qkv_prep_launches(&G);
-        for (int st = 0; st <= STEPS; st++) {
-            const int n = st == 0 ? P0 : 1;
-            int32_t pos[P0], slot[P0], seq[P0];
-            for (int t = 0; t < n; t++) {
-                pos[t] = st == 0 ? t : P0 + st - 1;
-                seq[t] = st == STEPS ? 1 : 0;   /* the last token outside the sequences: zeros, still prepared */
-                slot[t] = bt[pos[t] / BS] * BS + pos[t] % BS;
-            }
-            mx_attn_meta m_ = {n, pos, slot, seq, 1, NBK, bt};
-            for (int l = 0; l < L; l++) {
-                float *dh = gup(hin[st][l], (int64_t)n * D), *da = gup(ain[st][l], (int64_t)n * qd), *dm = gnan((int64_t)n * D),
-                      *dx = gnan((int64_t)n * D), *dq = gnan((int64_t)n * qd), *dk = gnan((int64_t)n * kvd),
-                      *dv = gnan((int64_t)n * kvd), *dout = gnan((int64_t)n * qd);
-                QP_OPS(G, dh, da, dm, dx, dq, dk, dv, dout, l, n, &gn, &gq, &gk, dz, do2);
-                res[mode][st][l][0] = gdown(dout, (int64_t)n * qd); res[mode][st][l][1] = gdown(dq, (int64_t)n * qd);
-                res[mode][st][l][2] = gdown(dk, (int64_t)n * kvd); res[mode][st][l][3] = gdown(dv, (int64_t)n * kvd);
-                float *bufs[] = {dh, da, dm, dx, dq, dk, dv, dout};
-                for (int i = 0; i < 8; i++) G.i->free(G.ctx, bufs[i]);
-                if (mode == 1) {   /* the CPU reference */
-                    float *h = malloc((size_t)n * D * 4), *mm = malloc((size_t)n * D * 4), *x = malloc((size_t)n * D * 4),
-                          *q = malloc((size_t)n * qd * 4), *k = malloc((size_t)n * kvd * 4), *v = malloc((size_t)n * kvd * 4),
-                          *out = malloc((size_t)n * qd * 4), o2[64];
-                    memcpy(h, hin[st][l], (size_t)n * D * 4);
-                    QP_OPS(C, h, ain[st][l], mm, x, q, k, v, out, l, n, &gn2, &gq2, &gk2, z, o2);
-                    ref[st][l] = out;
-                    free(h); free(mm); free(x); free(q); free(k); free(v);
-                }
-            }
-        }
-        const int got = mx_backend_cuda_qkv_prep_launches(&G) - before, want = mode == 1 && sm90 && a->how == 0 ? STEPS * L : 0;
-        TCHECK(got == want, "mode %d: %d q/k/v products did the q/k preparation (expected %d)", mode, got, want);
-        TCHECK(mx_backend_cuda_status(&G) == MX_OK, "status: %s", mx_last_error());
-        G.i->kv_free(G.ctx);
-        if (mode == 1) C.i->kv_free(C.ctx);
-    }
-    #undef QP_OPS
-    mx_backend_cuda_set_qkv_prep(&G, was);
-    mx_backend_cuda_set_qkv_cl(&G, was_cl);
-    static const char *const what[4] = {"attention output", "q", "k", "v"};
-    int bad = 0;
-    double worst[2] = {0, 0};   /* the attention output against the CPU, switch off and on */
-    for (int st = 0; st <= STEPS; st++)
-        for (int l = 0; l < L; l++) {
-            const int n = st == 0 ? P0 : 1;
-            for (int mode = 0; mode < 2; mode++) {
-                const double e = relerr(res[mode][st][l][0], ref[st][l], (int64_t)n * qd);
-                if (e > worst[mode]) worst[mode] = e;
-            }
-            free(ref[st][l]);
-            for (int k = 0; k < 4; k++) {
-                const int64_t cnt = (int64_t)n * (k < 2 ? qd : kvd);
-                const double lim = !a->qknorm || k == 3 ? 0 : k == 0 ? 1e-4 : 1e-5;
-                const double e = relerr(res[1][st][l][k], res[0][st][l][k], cnt);
-                const bool ok = lim == 0 ? !memcmp(res[1][st][l][k], res[0][st][l][k], (size_t)cnt * 4) && isfinite(e) : e < lim;
-                if (bad < 3 && !ok) {
-                    TCHECK(0, "step %d layer %d: %s differs from the switch off's (rel err %.3g, limit %.3g)", st, l, what[k], e, lim);
-                    bad++;
-                }
-                free(res[0][st][l][k]); free(res[1][st][l][k]);
-            }
-            free(hin[st][l]); free(ain[st][l]);
-        }
-    /* (two int8 products before the attention: the switch off's own error sets the bar where it is larger) */
-    TCHECK(worst[0] < 3e-2 && (worst[1] < 2e-2 || worst[1] < 1.5 * worst[0]), "attention output against the CPU: rel err %.3g (the switch off's %.3g)",
-           worst[1], worst[0]);
-    G.i->free(G.ctx, dz); G.i->free(G.ctx, do2);
-    free(bn); free(bq); free(bk);
-    for (int i = 0; i < 5; i++) tw_free(all[i]);
-    unsetenv("MLXCEL_CUDA_KV");
-}
-static const qp_case g_qp[] = {
-    {"cuda_qkv_prep_qwen3", 16, 8, 128, 1024, false, true, true, 0, 1, 0},
-    {"cuda_qkv_prep_llama_gqa4", 32, 8, 128, 4096, false, false, true, 0, 1, 0},
-    {"cuda_qkv_prep_hd64_f32kv", 8, 2, 64, 512, true, false, true, 0, 1, 0},
-    {"cuda_qkv_prep_hd256_qknorm", 4, 4, 256, 1024, false, true, true, 0, 1, 0},
-    {"cuda_qkv_prep_norm_no_rope_f32kv", 8, 4, 128, 1024, true, true, false, 0, 1, 0},
-    {"cuda_qkv_prep_not_product_between", 16, 8, 128, 1024, false, true, true, 1, 1, 0},
-    /* the cluster form (mode 2): the size qkp_cl chooses, then each size forced */
-    {"cuda_qkv_prep_cl_qwen3", 16, 8, 128, 1024, false, true, true, 0, 2, 0},
-    {"cuda_qkv_prep_cl_llama_gqa4", 32, 8, 128, 4096, false, false, true, 0, 2, 0},
-    {"cuda_qkv_prep_cl_hd64_f32kv", 8, 2, 64, 512, true, false, true, 0, 2, 0},
-    {"cuda_qkv_prep_cl_hd256_qknorm", 4, 4, 256, 1024, false, true, true, 0, 2, 0},
-    {"cuda_qkv_prep_cl_norm_no_rope_f32kv", 8, 4, 128, 1024, true, true, false, 0, 2, 0},
-    {"cuda_qkv_prep_cl_not_product_between", 16, 8, 128, 1024, false, true, true, 1, 2, 0},
-    {"cuda_qkv_prep_cl2_qwen3", 16, 8, 128, 1024, false, true, true, 0, 2, 2},
-    {"cuda_qkv_prep_cl4_qwen3_f32kv", 16, 8, 128, 1024, true, true, true, 0, 2, 4},
-    {"cuda_qkv_prep_cl8_qwen3", 16, 8, 128, 1024, false, true, true, 0, 2, 8},
 };
 
 /* Decode over long contexts (up to 323 positions in shuffled blocks of 16): several chunks per warp
@@ -3168,7 +3005,6 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < sizeof g_sn / sizeof g_sn[0]; i++) RUN_NAMED(g_sn[i].name, check_sum_norm, &g_sn[i]);
     for (size_t i = 0; i < sizeof g_sq / sizeof g_sq[0]; i++) RUN_NAMED(g_sq[i].name, check_sum_qkv, &g_sq[i]);
     for (size_t i = 0; i < sizeof g_ap / sizeof g_ap[0]; i++) RUN_NAMED(g_ap[i].name, check_attn_prep, &g_ap[i]);
-    for (size_t i = 0; i < sizeof g_qp / sizeof g_qp[0]; i++) RUN_NAMED(g_qp[i].name, check_qkv_prep, &g_qp[i]);
     for (size_t i = 0; i < sizeof g_emb / sizeof g_emb[0]; i++) RUN_NAMED(g_emb[i].name, check_embed, &g_emb[i]);
     RUN(test_norms);
     RUN(test_rope);

@@ -230,7 +230,7 @@ struct cu_ctx {
     int mr_kb, mr_slot, mr_warps;          /* its ring (KB a block), most code bytes a slot, warps a block */
     int mr_init[3];                        /* those three as init set them (the switches) */
     int n_ring;                            /* its launches (tests) */
-    uint64_t mr_attr[3];                   /* its forms whose shared-memory limit was raised (bit a form) */
+    uint64_t mr_attr[2];                   /* its forms whose shared-memory limit was raised (bit a form) */
     int mr_bf;                             /* dense bf16 through k_mv_ring_bf: 0 never, 1 where it runs the norm, 2 always,
                                             * 3 where it runs the norm and for rows of more than 4096 columns
                                             * (MLXCEL_CUDA_MV_RING_BF16; the default) */
@@ -284,15 +284,6 @@ struct cu_ctx {
                                             * with x staged in shared memory, k_mv_ring<.., 6> (MLXCEL_CUDA_
                                             * RING_LONG; before I8_EPI, which takes what it does not) */
     int n_ring_long;                       /* its launches (tests) */
-    int qkv_prep;                          /* the one-token q/k/v ring product on the scaled form with the
-                                            * attention's q/k preparation in its epilogue (k_mv_ring<.., 5>,
-                                            * MLXCEL_CUDA_QKV_PREP; pk_defer / pk_take): 0 off, 1 counters,
-                                            * 2 clusters a head */
-    int qkv_cl;                            /* the cluster form's blocks a head (MLXCEL_CUDA_QKV_CL; 0: qkp_cl) */
-    struct { int cl; size_t shm; int n; } qkp_occ[4];   /* cudaOccupancyMaxActiveClusters, asked once a (cl, shm) */
-    unsigned *qkp_cnt;                     /* its per-head row counters (QKP_CNT_MAX; zero between launches) */
-    int n_qkv_prep;                        /* its launches (tests) */
-    struct { bool on; const cu_weight *w[3]; const int8_t *xq; const float2 *xds; float *y[3]; cu_scale scn; } pk;   /* the waiting product */
     int mv_pf;                             /* k_mv_i8's L2 prefetch, steps ahead (MLXCEL_CUDA_MV_PF; c_mv_pf) */
     int n_pair_half;                       /* launches of a pair in half blocks (tests) */
     float *epi_part;                       /* the parts of the sum of squares, 2 x MR_PARTS (alternate uses) */
@@ -378,29 +369,21 @@ struct pdl_launch {
     void (*k)(KArgs...);
     dim3 g, b;
     size_t shm;
-    int cl;   /* > 1: clusters of cl blocks along x */
     template <typename... Args> void operator()(Args &&...args) const {
-        if (!c->pdl && cl <= 1) { k<<<g, b, shm, c->st>>>(static_cast<KArgs>(args)...); return; }
+        if (!c->pdl) { k<<<g, b, shm, c->st>>>(static_cast<KArgs>(args)...); return; }
         cudaLaunchConfig_t cfg = {};
-        cudaLaunchAttribute at[2] = {};
-        unsigned na = 0;
-        if (c->pdl) {
-            at[na].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-            at[na++].val.programmaticStreamSerializationAllowed = 1;
-        }
-        if (cl > 1) {
-            at[na].id = cudaLaunchAttributeClusterDimension;
-            at[na].val.clusterDim.x = (unsigned)cl; at[na].val.clusterDim.y = 1; at[na++].val.clusterDim.z = 1;
-        }
+        cudaLaunchAttribute at[1] = {};
+        at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        at[0].val.programmaticStreamSerializationAllowed = 1;
         cfg.gridDim = g; cfg.blockDim = b; cfg.dynamicSmemBytes = shm; cfg.stream = c->st;
-        cfg.attrs = at; cfg.numAttrs = na;
+        cfg.attrs = at; cfg.numAttrs = 1;
         cudaLaunchKernelEx(&cfg, k, static_cast<KArgs>(args)...);
     }
 };
 template <typename... KArgs>
 static pdl_launch<KArgs...> PL(cu_ctx *c, void (*k)(KArgs...), dim3 g, dim3 b, size_t shm) {
     pdl_launch<KArgs...> l;
-    l.c = c; l.k = k; l.g = g; l.b = b; l.shm = shm; l.cl = 1;
+    l.c = c; l.k = k; l.g = g; l.b = b; l.shm = shm;
     return l;
 }
 
@@ -415,7 +398,7 @@ static pdl_launch<KArgs...> PL(cu_ctx *c, void (*k)(KArgs...), dim3 g, dim3 b, s
  * the default; anything else is an error naming the variable and what it takes. */
 enum { GM_AUTO, GM_CUBLAS, GM_MMA, GM_WG, GM_NMODES };   /* MLXCEL_CUDA_GEMM, in k_gemm_modes' order */
 static const char *const k_gemm_modes[] = {"auto", "cublas", "mma", "wgmma"};
-struct cu_switches { int att_o, attn, attn_dec, attn_prep, gqa, gemm, gemm_rot, gemm_sk, gemm_pair, sum_norm, sum_qkv, att_gq, pdl, mv, profile, kv, graphs, fused, mv_ring, ring_norm, ring_bf, ring_pair, ring_act, ring_epi, i8_epi, ring_long, qkv_prep, attn_early, dense_short, fast_replay, topk_one, chain; long dq_mb, fused_pf, mr_kb, mr_slot, mr_warps, attn_l2pf, trace_max, epi_blocks, mv_pf; int pair_half, qkv_cl; };   /* kv: checked here, read by kv_init */
+struct cu_switches { int att_o, attn, attn_dec, attn_prep, gqa, gemm, gemm_rot, gemm_sk, gemm_pair, sum_norm, sum_qkv, att_gq, pdl, mv, profile, kv, graphs, fused, mv_ring, ring_norm, ring_bf, ring_pair, ring_act, ring_epi, i8_epi, ring_long, attn_early, dense_short, fast_replay, topk_one, chain; long dq_mb, fused_pf, mr_kb, mr_slot, mr_warps, attn_l2pf, trace_max, epi_blocks, mv_pf; int pair_half; };   /* kv: checked here, read by kv_init */
 static mx_status env_choice(const char *name, const char *const *vals, int n, int def, int *out) {
     const char *e = getenv(name);
     *out = def;
@@ -442,7 +425,6 @@ static mx_status env_long(const char *name, long lo, long hi, long def, const ch
 }
 #define MV_PF_MAX 8          /* MLXCEL_CUDA_MV_PF's most (k_mv_i8's L2 prefetch, c_mv_pf) */
 #define RING_LONG_MAX 16384   /* k_mv_ring<.., 6>'s most columns (x's int8 form staged in shared memory) */
-#define QKP_CNT_MAX 1024   /* k_mv_ring<.., 5>'s head counters: n_heads + n_kv_heads at most */
 #define EPI_BLOCKS_MAX 160   /* MLXCEL_CUDA_EPI_BLOCKS's most: MR_PARTS (mv_ring.cuh, checked there) */
 #define PAIR_HALF_KB 76      /* MLXCEL_CUDA_PAIR_HALF: a block's ring (two 4.6 KB slots a warp of 8) */
 static mx_status read_switches(cu_switches *sw) {
@@ -451,8 +433,7 @@ static mx_status read_switches(cu_switches *sw) {
                              *const pdl[] = {"0", "1", "2", "3"},
                              *const mv[] = {"i8", "f32"}, *const kv[] = {"bf16", "f32"},
                              *const graphs[] = {"0", "1", "auto"}, *const ring_bf[] = {"0", "norm", "1", "long"},
-                             *const ring_norm[] = {"0", "bf16", "1"}, *const qkv_prep[] = {"0", "1", "cluster"},
-                             *const qkv_cl[] = {"0", "2", "4", "8"};   /* (the cluster form's blocks a head; 0: qkp_cl's choice) */
+                             *const ring_norm[] = {"0", "bf16", "1"};
     mx_status st;
     if ((st = env_choice("MLXCEL_CUDA_ATTN", attn, 3, 0, &sw->attn)) ||
         (st = env_choice("MLXCEL_CUDA_ATTN_DEC", attn_dec, 2, 0, &sw->attn_dec)) ||
@@ -480,8 +461,6 @@ static mx_status read_switches(cu_switches *sw) {
         (st = env_choice("MLXCEL_CUDA_RING_EPI", onoff, 2, 1, &sw->ring_epi)) ||
         (st = env_choice("MLXCEL_CUDA_I8_EPI", onoff, 2, 1, &sw->i8_epi)) ||
         (st = env_choice("MLXCEL_CUDA_RING_LONG", onoff, 2, 1, &sw->ring_long)) ||
-        (st = env_choice("MLXCEL_CUDA_QKV_PREP", qkv_prep, 3, 0, &sw->qkv_prep)) ||
-        (st = env_choice("MLXCEL_CUDA_QKV_CL", qkv_cl, 4, 0, &sw->qkv_cl)) ||
         (st = env_choice("MLXCEL_CUDA_ATT_O", onoff, 2, 0, &sw->att_o)) ||
         (st = env_choice("MLXCEL_CUDA_MV_DENSE_SHORT", onoff, 2, 0, &sw->dense_short)) ||
         (st = env_choice("MLXCEL_CUDA_FAST_REPLAY", onoff, 2, 1, &sw->fast_replay)) ||
@@ -1953,73 +1932,6 @@ __device__ __forceinline__ void rope_rot(float x0, float x1, float cs, float sn,
     r1 = __fmaf_rn(x1, cs, __fmul_rn(x0, sn));
 }
 
-/* The q/k preparation before attention in one kernel, for the ops the backend deferred
- * (c_rmsnorm per head in place, c_rope with rot_dim == head_dim): block (t, hh) takes head hh of
- * q (hh < nh), of k (nh <= hh < nh + nkv; also stored to the cache at slot[t]) or of v (stored
- * to the cache); thread i holds the pair (i, i + D/2): norm over the head, then the rotation,
- * with the arithmetic of k_rmsnorm_r / k_rope.
- * With part (MLXCEL_CUDA_SUM_QKV): q, k and v are the split-k partial sums of their product
- * (c_matmul_multi's, deferred), added here in split order with k_gq_sum's arithmetic; the sums
- * of v are stored to v (those of q and k end as the prepared q and k, as without it).
- * For one token after a dense bf16 q/k/v product (MLXCEL_CUDA_ATTN_PREP), the decode attention
- * does the same itself (k_attn_vec<.., PREP>) and k_qk_prep is not launched. */
-struct qk_prep_args {
-    float *q, *k; const float *v;
-    const float *qg, *kg; float qeps, keps, qa1, ka1; int qnorm, knorm;
-    const float *qf, *kf; float qaf, kaf; int qrope, krope;
-    int nh, nkv, D;
-    const float *part; float *vw; int nsplit; int64_t ptot, kofs, vofs;   /* kofs, vofs: k's, v's parts */
-};
-/* value j of the output buf (q, k or v) or, with a.part, the sum of its parts at ofs + j */
-__device__ __forceinline__ float qk_in(const qk_prep_args &a, const float *buf, int64_t ofs, int64_t j) {
-    if (!a.part) return buf[j];
-    float s = 0.f;
-    for (int z = 0; z < a.nsplit; z++) s += a.part[(size_t)z * a.ptot + ofs + j];
-    return s + 0.f;   /* k_gq_sum's "+ 0.f" without a bias */
-}
-/* Head hd of q (isq) or k of token t prepared, in steps around the sum of squares over the head
- * (a block reduction whose arithmetic its callers share): qk_load gives thread i (ok: i < D/2) the
- * pair (i, i + D/2), qk_finish norms it (with that sum, when the head has a norm) and rotates it
- * with what qk_begin read and computed: its pair of the norm's weights and its rotation. qk_begin
- * reads only weights, constant tables and the token's position (uploaded before the step's
- * kernels), so it may run before the PDL wait, off the chain of dependent loads.
- * Shared by k_qk_prep and the decode attention that does the preparation itself
- * (k_attn_vec<.., PREP>). */
-struct qk_pre { float g0, g1, cs, sn; };
-__device__ __forceinline__ qk_pre qk_begin(const qk_prep_args &a, bool isq, int t, int i, bool ok, const int32_t *pos) {
-    const int half = a.D / 2;
-    qk_pre r = {1.f, 1.f, 1.f, 0.f};
-    if (isq ? a.qnorm : a.knorm) {
-        const float *g = isq ? a.qg : a.kg;
-        const float a1 = isq ? a.qa1 : a.ka1;
-        r.g0 = g ? (ok ? g[i] + a1 : 0.f) : 1.f; r.g1 = g ? (ok ? g[i + half] + a1 : 0.f) : 1.f;
-    }
-    if (ok && (isq ? a.qrope : a.krope)) {
-        const float *f = isq ? a.qf : a.kf;
-        const float af = isq ? a.qaf : a.kaf;
-        float sn, cs;
-        sincosf((float)pos[t] * f[i], &sn, &cs);
-        r.sn = sn * af; r.cs = cs * af;
-    }
-    return r;
-}
-__device__ __forceinline__ void qk_load(const qk_prep_args &a, bool isq, int hd, int t, int i, bool ok, float &x0, float &x1) {
-    const int half = a.D / 2;
-    const int64_t j = isq ? ((int64_t)t * a.nh + hd) * a.D : ((int64_t)t * a.nkv + hd) * a.D;
-    const float *xr = (isq ? a.q : a.k) + j;
-    const int64_t po = isq ? 0 : a.kofs;
-    x0 = ok ? qk_in(a, xr, po + j, i) : 0.f; x1 = ok ? qk_in(a, xr, po + j, i + half) : 0.f;
-}
-__device__ __forceinline__ void qk_finish(const qk_prep_args &a, bool isq, bool ok, const qk_pre &r, float ss, float &x0,
-                                          float &x1) {
-    if (isq ? a.qnorm : a.knorm) {
-        const float inv = rsqrtf(ss / a.D + (isq ? a.qeps : a.keps));
-        x0 = x0 * inv * r.g0; x1 = x1 * inv * r.g1;
-    }
-    if (ok && (isq ? a.qrope : a.krope)) {
-        rope_rot(x0, x1, r.cs, r.sn, x0, x1);
-    }
-}
 /* Any layout, any n: one warp per (row, x row); used for bit widths other than 4/8 and for
  * shapes the vector kernels do not take (cols not a multiple of 32). */
 #include "backend/cuda/fused_decode.cuh"   /* the decode_layers kernel */
@@ -2512,6 +2424,73 @@ __device__ __forceinline__ void halve_sum(float *v, int lane, int &base) {
     }
 }
 
+/* The q/k preparation before attention in one kernel, for the ops the backend deferred
+ * (c_rmsnorm per head in place, c_rope with rot_dim == head_dim): block (t, hh) takes head hh of
+ * q (hh < nh), of k (nh <= hh < nh + nkv; also stored to the cache at slot[t]) or of v (stored
+ * to the cache); thread i holds the pair (i, i + D/2): norm over the head, then the rotation,
+ * with the arithmetic of k_rmsnorm_r / k_rope.
+ * With part (MLXCEL_CUDA_SUM_QKV): q, k and v are the split-k partial sums of their product
+ * (c_matmul_multi's, deferred), added here in split order with k_gq_sum's arithmetic; the sums
+ * of v are stored to v (those of q and k end as the prepared q and k, as without it).
+ * For one token after a dense bf16 q/k/v product (MLXCEL_CUDA_ATTN_PREP), the decode attention
+ * does the same itself (k_attn_vec<.., PREP>) and k_qk_prep is not launched. */
+struct qk_prep_args {
+    float *q, *k; const float *v;
+    const float *qg, *kg; float qeps, keps, qa1, ka1; int qnorm, knorm;
+    const float *qf, *kf; float qaf, kaf; int qrope, krope;
+    int nh, nkv, D;
+    const float *part; float *vw; int nsplit; int64_t ptot, kofs, vofs;   /* kofs, vofs: k's, v's parts */
+};
+/* value j of the output buf (q, k or v) or, with a.part, the sum of its parts at ofs + j */
+__device__ __forceinline__ float qk_in(const qk_prep_args &a, const float *buf, int64_t ofs, int64_t j) {
+    if (!a.part) return buf[j];
+    float s = 0.f;
+    for (int z = 0; z < a.nsplit; z++) s += a.part[(size_t)z * a.ptot + ofs + j];
+    return s + 0.f;   /* k_gq_sum's "+ 0.f" without a bias */
+}
+/* Head hd of q (isq) or k of token t prepared, in steps around the sum of squares over the head
+ * (a block reduction whose arithmetic its callers share): qk_load gives thread i (ok: i < D/2) the
+ * pair (i, i + D/2), qk_finish norms it (with that sum, when the head has a norm) and rotates it
+ * with what qk_begin read and computed: its pair of the norm's weights and its rotation. qk_begin
+ * reads only weights, constant tables and the token's position (uploaded before the step's
+ * kernels), so it may run before the PDL wait, off the chain of dependent loads.
+ * Shared by k_qk_prep and the decode attention that does the preparation itself
+ * (k_attn_vec<.., PREP>). */
+struct qk_pre { float g0, g1, cs, sn; };
+__device__ __forceinline__ qk_pre qk_begin(const qk_prep_args &a, bool isq, int t, int i, bool ok, const int32_t *pos) {
+    const int half = a.D / 2;
+    qk_pre r = {1.f, 1.f, 1.f, 0.f};
+    if (isq ? a.qnorm : a.knorm) {
+        const float *g = isq ? a.qg : a.kg;
+        const float a1 = isq ? a.qa1 : a.ka1;
+        r.g0 = g ? (ok ? g[i] + a1 : 0.f) : 1.f; r.g1 = g ? (ok ? g[i + half] + a1 : 0.f) : 1.f;
+    }
+    if (ok && (isq ? a.qrope : a.krope)) {
+        const float *f = isq ? a.qf : a.kf;
+        const float af = isq ? a.qaf : a.kaf;
+        float sn, cs;
+        sincosf((float)pos[t] * f[i], &sn, &cs);
+        r.sn = sn * af; r.cs = cs * af;
+    }
+    return r;
+}
+__device__ __forceinline__ void qk_load(const qk_prep_args &a, bool isq, int hd, int t, int i, bool ok, float &x0, float &x1) {
+    const int half = a.D / 2;
+    const int64_t j = isq ? ((int64_t)t * a.nh + hd) * a.D : ((int64_t)t * a.nkv + hd) * a.D;
+    const float *xr = (isq ? a.q : a.k) + j;
+    const int64_t po = isq ? 0 : a.kofs;
+    x0 = ok ? qk_in(a, xr, po + j, i) : 0.f; x1 = ok ? qk_in(a, xr, po + j, i + half) : 0.f;
+}
+__device__ __forceinline__ void qk_finish(const qk_prep_args &a, bool isq, bool ok, const qk_pre &r, float ss, float &x0,
+                                          float &x1) {
+    if (isq ? a.qnorm : a.knorm) {
+        const float inv = rsqrtf(ss / a.D + (isq ? a.qeps : a.keps));
+        x0 = x0 * inv * r.g0; x1 = x1 * inv * r.g1;
+    }
+    if (ok && (isq ? a.qrope : a.krope)) {
+        rope_rot(x0, x1, r.cs, r.sn, x0, x1);
+    }
+}
 /* The o projection in a one-token attention's epilogue (MLXCEL_CUDA_ATT_O, k_attn_vec<.., OP>; host
  * at_take / ao_launch). Each block (one query head h0) copies its head's columns of o's q4 weight
  * (rows x D codes, D / gs scales and biases a row) into shared memory with cp.async before the PDL
@@ -3905,45 +3884,6 @@ static bool mv_i8_ok(const cu_ctx *c, const cu_weight *w, const cu_weight *w0, i
  * the form's shared-memory limit raised (nothing launched). */
 /* the blocks of a ring launch that takes runs of whole groups of 32 rows (mr_pair_block): one a
  * group, at most one a multiprocessor (two with MLXCEL_CUDA_PAIR_HALF's half blocks) */
-/* pro 5: q, k, v's rows are qp's heads (nh D, nkv D, nkv D), q and k its buffers, head sizes up to 256 */
-static bool qk_heads_fit(const mr_qkp *qp, const cu_weight *const *w, float *const *ys) {
-    const qk_prep_args &a = qp->a;
-    const int64_t D = a.D;
-    return D >= 2 && D <= 256 && D % 2 == 0 && !a.part && a.nh + a.nkv <= QKP_CNT_MAX && qp->cnt && w[0]->rows == a.nh * D &&
-           w[1]->rows == a.nkv * D && w[2]->rows == a.nkv * D && ys[0] == a.q && ys[1] == a.k && ys[2] == a.v;
-}
-/* pro 5's cluster form (qp->cl != 0): the blocks a cluster (a head), 0 where none applies. The
- * switch's (MLXCEL_CUDA_QKV_CL) where it divides the head's pairs; else the most of 8, 4, 2 whose
- * blocks (a head's, times the heads) fit the multiprocessors and whose clusters are all resident at
- * once (cudaOccupancyMaxActiveClusters, asked once a size and shared memory). Every rank must hold
- * whole pairs' halves: cl divides D / 2. */
-static int qkp_cl(cu_ctx *c, const mr_qkp *qp, const void *kf, int form, int nwarp, int rs, int slot_b, int fit, size_t optin) {
-    const int D = qp->a.D, heads = qp->a.nh + 2 * qp->a.nkv;
-    if (c->qkv_cl) return (D / 2) % c->qkv_cl == 0 ? c->qkv_cl : 0;
-    for (int cl = 8; cl >= 2; cl /= 2) {
-        if ((D / 2) % cl || (int64_t)heads * cl > c->prop.multiProcessorCount) continue;
-        const int run = D / cl, slots = mr_slots(fit, ((run + rs - 1) / rs + nwarp - 1) / nwarp);
-        if (!slots) continue;
-        const size_t shm = (((size_t)nwarp * slots * (slot_b + 8) + 15) & ~(size_t)15) + (size_t)run * 4;
-        if (shm > optin || !mr_raise(c, kf, form, (int)optin)) continue;
-        int n = -1, e = 0;
-        for (; e < 4 && c->qkp_occ[e].cl; e++)
-            if (c->qkp_occ[e].cl == cl && c->qkp_occ[e].shm == shm) { n = c->qkp_occ[e].n; break; }
-        if (n < 0) {
-            cudaLaunchConfig_t cfg = {};
-            cudaLaunchAttribute at[1] = {};
-            at[0].id = cudaLaunchAttributeClusterDimension;
-            at[0].val.clusterDim.x = (unsigned)cl; at[0].val.clusterDim.y = 1; at[0].val.clusterDim.z = 1;
-            cfg.gridDim = dim3((unsigned)(heads * cl)); cfg.blockDim = dim3((unsigned)(nwarp * 32)); cfg.dynamicSmemBytes = shm;
-            cfg.attrs = at; cfg.numAttrs = 1;
-            if (cudaOccupancyMaxActiveClusters(&n, kf, &cfg) != cudaSuccess) { cudaGetLastError(); n = 0; }
-            if (e == 4) e = 0;   /* (the cache is full: replace the first) */
-            c->qkp_occ[e].cl = cl; c->qkp_occ[e].shm = shm; c->qkp_occ[e].n = n;
-        }
-        if (n >= heads) return cl;
-    }
-    return 0;
-}
 static int64_t group_grid(const cu_ctx *c, int64_t rows, bool half) {
     const int64_t ng = rows / 32, nsm = (half ? 2 : 1) * (int64_t)c->prop.multiProcessorCount;
     return ng < nsm ? ng : nsm;
@@ -3954,19 +3894,18 @@ static int epi_grid(const cu_ctx *c, int64_t rows);
  * 9 KB a row at Llama-8B's down) */
 static int epi_parts(const cu_ctx *c, int64_t rows, bool xs) { return xs ? (int)group_grid(c, rows, false) : epi_grid(c, rows); }
 static bool mv_ring(cu_ctx *c, int nw, const cu_weight *const *w, const int8_t *xq, const float2 *xds, float *const *ys,
-                    const mr_norm *nm, int pro = 1, int dry = 0, bool sc = false, const mr_qkp *qp = NULL) {
+                    const mr_norm *nm, int pro = 1, int dry = 0, bool sc = false) {
     const int64_t K = w[0]->cols;
     const bool xs = nm && pro == 6;   /* (rows longer than 4,096 columns: x staged in shared memory) */
     if (!c->mr_on || c->prop.major < 9 || (K > 4096 && !xs) || K > RING_LONG_MAX || (xs && !c->ring_long)) return false;
-    const bool pair = nm && pro == 3, epi = nm && (pro == 4 || pro == 6), qkp = nm && pro == 5;
-    if (pro == 5 && (!qkp || !sc || !qp || nw != 3 || !qk_heads_fit(qp, w, ys))) return false;
+    const bool pair = nm && pro == 3, epi = nm && (pro == 4 || pro == 6);
     if (pair && (nw != 2 || w[1]->rows != w[0]->rows || w[0]->rows % 32 || w[0]->rows > (int64_t)32 * 32 * c->prop.multiProcessorCount ||
                  (ys[0] < ys[1] + w[1]->rows && ys[1] < ys[0] + w[0]->rows) || (((uintptr_t)nm->oq | (uintptr_t)nm->ods) & 15)))
         return false;
     if (epi && (nw != 1 || sc || w[0]->rows % 32 || w[0]->rows > (int64_t)32 * 32 * c->prop.multiProcessorCount || !nm->part ||
                 (((uintptr_t)nm->oq | (uintptr_t)nm->ods) & 15)))
         return false;
-    if (sc && (!nm || (pro != 0 && pro != 3 && pro != 5) || !nm->part || nm->np < 1 || nm->np > MR_PARTS || !rn_apart(nm, K, nw, w, ys))) return false;
+    if (sc && (!nm || (pro != 0 && pro != 3) || !nm->part || nm->np < 1 || nm->np > MR_PARTS || !rn_apart(nm, K, nw, w, ys))) return false;
     if (nm && !pair && !epi && !sc && (K > 256 * c->mr_warps || K % 32 || !rn_apart(nm, K, nw, w, ys))) return false;
     const int bits = w[0]->bits, gs = (int)w[0]->gs, gsh = log2_exact(w[0]->gs);
     mr_set set;
@@ -3989,39 +3928,14 @@ static bool mv_ring(cu_ctx *c, int nw, const cu_weight *const *w, const int8_t *
     int rs = 4;
     while (rs > 1 && (rs * set.row_wb > c->mr_slot || slots_of(rs) < 2)) rs /= 2;
     set.slot_b = rs * (set.row_wb + 2 * set.row_sb);
-    const bool bf = w[0]->sdt == SDT_BF16;
-    typedef void (*mr_fn)(const mr_set, const int8_t *, const float2 *, int, const mr_norm, const mr_qkp);
-#define MR_RS(B, T, N, SC) {k_mv_ring<B, T, 1, N, SC>, k_mv_ring<B, T, 2, N, SC>, k_mv_ring<B, T, 4, N, SC>}
-#define MR_N(N, SC) {{MR_RS(4, __half, N, SC), MR_RS(4, __nv_bfloat16, N, SC)}, {MR_RS(8, __half, N, SC), MR_RS(8, __nv_bfloat16, N, SC)}}
-    static const mr_fn forms[9][2][2][3] = {MR_N(0, false), MR_N(1, false), MR_N(2, false), MR_N(3, false), MR_N(4, false),
-                                            MR_N(0, true), MR_N(3, true), MR_N(6, false), MR_N(5, true)};
-#undef MR_N
-#undef MR_RS
-    /* (form bits 0-11 without a prologue, 16-27 with the norm, 32-43 with the act_mul before, 48-59
-     * the pair with the act_mul after, 64-75 the add and the norm's parts after, 80-91 x scaled,
-     * 96-107 the pair on x scaled, 112-123 the add's epilogue on long rows, 128-139 q/k/v on x
-     * scaled with the q/k preparation; 12-14 and 28-30: k_mv_ring_bf's) */
-    const int p = nm ? (pro == 2 || pro == 3 || pro == 4 || pro == 6 || sc ? pro : 1) : 0, ri = rs == 4 ? 2 : rs == 2 ? 1 : 0;
-    const int fi = sc ? (p == 3 ? 6 : p == 5 ? 8 : 5) : p == 6 ? 7 : p;
-    const int form = ((bits == 8) * 2 + bf) * 3 + ri + 16 * fi;
-    const mr_fn kf = forms[fi][bits == 8][bf][ri];
-    const size_t optin = c->prop.sharedMemPerBlockOptin - 1024;   /* (-1024: static) */
     int64_t run;
-    int cl = 1;   /* (the q/k preparation's cluster form: blocks a cluster) */
     if (pair || epi) {   /* (the blocks take runs of whole groups of 32 rows of both weights: mr_pair_block) */
         const int64_t ng = w[0]->rows / 32, nb = epi ? epi_parts(c, w[0]->rows, xs) : group_grid(c, w[0]->rows, half);
         run = (ng + nb - 1) / nb * 32;
         set.blk0[0] = 0; set.blk0[1] = set.blk0[2] = (int)nb;
         if (epi && dry == 0 && nm->np != (int)nb) return false;   /* (the parts it leaves: epi_parts) */
-    } else if (qkp && qp->cl) {   /* a cluster of cl blocks a head of q, k and v, D / cl rows a block */
-        if (!(cl = qkp_cl(c, qp, (const void *)kf, form, nwarp, rs, set.slot_b, slots_of(rs), optin))) return false;
-        const int hs[3] = {qp->a.nh, qp->a.nkv, qp->a.nkv};
-        set.blk0[0] = 0;
-        for (int k = 0; k < 3; k++) set.blk0[k + 1] = set.blk0[k] + hs[k] * cl;
-        run = qp->a.D / cl;
     } else {
         run = mr_deal(c, nw, w, rs, set.blk0);
-        if (qkp && run / qp->a.D + 2 > 32) return false;   /* (the heads a block writes rows of: a warp's lanes) */
     }
     const int blk = set.blk0[pair ? 1 : nw];
     for (int k = 0; k < nw; k++) {
@@ -4032,22 +3946,33 @@ static bool mv_ring(cu_ctx *c, int nw, const cu_weight *const *w, const int8_t *
     if (!(set.slots = mr_slots(slots_of(rs), (int)(((run + rs - 1) / rs * (pair ? 2 : 1) + nwarp - 1) / nwarp)))) return false;
     size_t shm = (size_t)nwarp * set.slots * (set.slot_b + 8);
     if (xs) shm = ((shm + 15) & ~(size_t)15) + (size_t)K + (size_t)K / 32 * 8 + (size_t)run * 4;   /* x's int8 form, then the rows' sums */
-    else if (pair || epi || cl > 1) shm = ((shm + 15) & ~(size_t)15) + (size_t)run * (pair ? 8 : 4);   /* the sums of the block's rows (gate's and up's) */
+    else if (pair || epi) shm = ((shm + 15) & ~(size_t)15) + (size_t)run * (pair ? 8 : 4);   /* the sums of the block's rows (gate's and up's) */
     else if (nm && !sc) shm = ((shm + 15) & ~(size_t)15) + (size_t)K + (size_t)K / 32 * 8;   /* x's int8 form, after the ring */
+    const size_t optin = c->prop.sharedMemPerBlockOptin - 1024;   /* (-1024: static) */
     if (shm > optin) return false;
+    const bool bf = w[0]->sdt == SDT_BF16;
+    typedef void (*mr_fn)(const mr_set, const int8_t *, const float2 *, int, const mr_norm);
+#define MR_RS(B, T, N, SC) {k_mv_ring<B, T, 1, N, SC>, k_mv_ring<B, T, 2, N, SC>, k_mv_ring<B, T, 4, N, SC>}
+#define MR_N(N, SC) {{MR_RS(4, __half, N, SC), MR_RS(4, __nv_bfloat16, N, SC)}, {MR_RS(8, __half, N, SC), MR_RS(8, __nv_bfloat16, N, SC)}}
+    static const mr_fn forms[8][2][2][3] = {MR_N(0, false), MR_N(1, false), MR_N(2, false), MR_N(3, false), MR_N(4, false),
+                                            MR_N(0, true), MR_N(3, true), MR_N(6, false)};
+#undef MR_N
+#undef MR_RS
+    /* (form bits 0-11 without a prologue, 16-27 with the norm, 32-43 with the act_mul before, 48-59
+     * the pair with the act_mul after, 64-75 the add and the norm's parts after, 80-91 x scaled,
+     * 96-107 the pair on x scaled, 112-123 the add's epilogue on long rows; 12-14 and 28-30:
+     * k_mv_ring_bf's) */
+    const int p = nm ? (pro == 2 || pro == 3 || pro == 4 || pro == 6 || sc ? pro : 1) : 0, ri = rs == 4 ? 2 : rs == 2 ? 1 : 0;
+    const int fi = sc ? (p == 3 ? 6 : 5) : p == 6 ? 7 : p;
+    const int form = ((bits == 8) * 2 + bf) * 3 + ri + 16 * fi;
+    const mr_fn kf = forms[fi][bits == 8][bf][ri];
     if (dry == 1) return true;
     if (!mr_raise(c, (const void *)kf, form, (int)optin)) return false;
     if (dry) return true;
     mr_norm no;
     memset(&no, 0, sizeof no);
-    mr_qkp nq;
-    memset(&nq, 0, sizeof nq);
-    if (qkp) { nq = *qp; nq.cl = cl; }
-    auto launch = PL(c, kf, (unsigned)blk, nwarp * 32, shm);
-    launch.cl = cl;
-    launch(set, xq, xds, gsh, nm ? *nm : no, nq);
-    LAUNCHED(c, p == 5 ? "matvec (int8 activations scaled, q/k/v, bulk-copied weights) + q/k prep"
-                : p == 6 ? "matvec (int8 activations in shared memory, bulk-copied weights) + add + rmsnorm parts"
+    PL(c, kf, (unsigned)blk, nwarp * 32, shm)(set, xq, xds, gsh, nm ? *nm : no);
+    LAUNCHED(c, p == 6 ? "matvec (int8 activations in shared memory, bulk-copied weights) + add + rmsnorm parts"
                 : p == 4 ? "matvec (int8 activations, bulk-copied weights) + add + rmsnorm parts"
                 : p == 3 ? (sc ? "matvec (int8 activations scaled, gate/up, bulk-copied weights) + act_mul"
                            : "matvec (int8 activations, gate/up, bulk-copied weights) + act_mul")
@@ -4060,7 +3985,6 @@ static bool mv_ring(cu_ctx *c, int nw, const cu_weight *const *w, const int8_t *
     if (p == 3) c->n_ring_pair++;
     if (p == 4) c->n_ring_epi++;
     if (p == 6) c->n_ring_long++;
-    if (p == 5) c->n_qkv_prep++;
     if (sc) c->n_ring_sc++;
     if (half) c->n_pair_half++;
     return true;
@@ -4333,8 +4257,6 @@ static void pe_flush(cu_ctx *c) {
 /* nw ring products of x, the waiting norm's output: the waiting product with the add and the norm's
  * parts in its epilogue, then these on its int8 form scaled (a gate/up pair waits for its act_mul
  * as pr_defer's); true: taken */
-static bool pk_defer(cu_ctx *c, const cu_weight *const *w, const int8_t *xq, const float2 *xds, float *const *ys,
-                     const cu_ctx::cu_scale *scn);
 static bool pe_take(cu_ctx *c, int nw, const cu_weight *const *w, const float *x, float *const *ys, int n) {
     if (!c->pe.on || c->pe.stage != 2 || x != c->pe.yn || n != 1 || nw < 1 || nw > 4) return false;
     const int d = c->pe.d;
@@ -4384,48 +4306,9 @@ static bool pe_take(cu_ctx *c, int nw, const cu_weight *const *w, const float *x
         c->pr.in2 = !c->pe.in2; c->pr.sc = true; c->pr.scn = scs; c->pr.on = true;
         return true;
     }
-    for (int k = 0; k < nw; k++) forget_overlap(c, ys[k], w[k]->rows);
-    if (nw == 3 && pk_defer(c, w, oq, ods, ys, &scs)) return true;
     mv_ring(c, nw, w, oq, ods, ys, &sc, 0, 0, true);
+    for (int k = 0; k < nw; k++) forget_overlap(c, ys[k], w[k]->rows);
     return true;
-}
-/* MLXCEL_CUDA_QKV_PREP: the one-token q/k/v product on the scaled form (pe_take's last launch) waits
- * for the attention after it (pk, true: deferred), whose q/k preparation it then does in its
- * epilogue (k_mv_ring<.., 5>, pk_take) instead of k_qk_prep. Only the per-head norms and ropes of
- * q and k (queued, hq) may come between; any other op launches it as it was first (pk_flush, in
- * hq_flush: before the queued ops). Deferred only where nothing else waits, so that nothing
- * launched before it would have run after it. */
-static bool pk_defer(cu_ctx *c, const cu_weight *const *w, const int8_t *xq, const float2 *xds, float *const *ys,
-                     const cu_ctx::cu_scale *scn) {
-    if (!c->qkv_prep || !c->qkp_cnt || c->pk.on || c->gmode == G_REPLAY || c->n_hq || c->pq.on || c->pend.on || c->pb.on ||
-        c->pr.on || c->pa.on || c->pn.on || c->pg.on || c->ps.on || c->pe.on || at_pending(c))
-        return false;
-    for (int k = 0; k < 3; k++) { c->pk.w[k] = w[k]; c->pk.y[k] = ys[k]; }
-    c->pk.xq = xq; c->pk.xds = xds; c->pk.scn = *scn; c->pk.on = true;
-    return true;
-}
-/* the waiting q/k/v product launched as pe_take would have */
-static void pk_flush(cu_ctx *c) {
-    if (!c->pk.on) return;
-    c->pk.on = false;
-    mr_norm sc;
-    sc_norm(&c->pk.scn, &sc);
-    if (!mv_ring(c, 3, c->pk.w, c->pk.xq, c->pk.xds, c->pk.y, &sc, 0, 0, true))
-        cu_fail(c, MX_ERR_INTERNAL, "deferred q/k/v product", cudaSuccess);   /* (pe_take's dry run said it applies) */
-}
-/* the waiting product of this attention's q, k, v (one token) with the preparation qp (its
- * buffers, tables, cache and meta filled) in its epilogue: true when launched so */
-static bool pk_take(cu_ctx *c, mr_qkp *qp, const float *q, const float *k, const float *v) {
-    if (!c->pk.on || c->pk.y[0] != q || c->pk.y[1] != k || c->pk.y[2] != v) return false;
-    qp->cnt = c->qkp_cnt;
-    qp->cl = c->qkv_prep == 2 ? -1 : 0;   /* (the cluster form: mv_ring chooses the size, qkp_cl) */
-    mr_norm sc;
-    sc_norm(&c->pk.scn, &sc);
-    if (!mv_ring(c, 3, c->pk.w, c->pk.xq, c->pk.xds, c->pk.y, &sc, 5, 2, true, qp)) return false;
-    c->pk.on = false;
-    if (mv_ring(c, 3, c->pk.w, c->pk.xq, c->pk.xds, c->pk.y, &sc, 5, 0, true, qp)) return true;
-    c->pk.on = true;   /* (not expected: the dry run said it applies) */
-    return false;
 }
 /* c_matmul_multi's products (the weights found) */
 static void multi_run(cu_ctx *c, int nw, const cu_weight *const *w, const float *x, float *const *ys, int n) {
@@ -5062,7 +4945,6 @@ static void pq_flush(cu_ctx *c) {
 /* Launch the deferred per-head ops as they were called (their consumer was not an attention
  * they could be fused into), after the sum of their q/k/v product if that waits. */
 static void hq_flush(cu_ctx *c) {
-    pk_flush(c);
     pq_flush(c);
     const int nq = c->n_hq;
     c->n_hq = 0;
@@ -5247,7 +5129,7 @@ template <typename T>
 static bool launch_attn(cu_ctx *c, int layer, const float *q, const float *k, const float *v, float *out,
                         const mx_attn_params *p, const mx_attn_meta *meta, const dmeta &dm, T *kp, T *vp, int64_t nslots,
                         const qk_prep_args *pa, const float *sk, int8_t *xq, float2 *xds, __nv_bfloat16 *xg,
-                        const ao_args *ao = NULL, bool prepped = false) {
+                        const ao_args *ao = NULL) {
     const int n = meta->n_tokens, kvdim = p->n_kv_heads * p->head_dim;
     /* few (token, head) blocks (decode): 16 warps a block share the positions, 8 each per step;
      * else 4 warps, 4 positions each */
@@ -5256,7 +5138,7 @@ static bool launch_attn(cu_ctx *c, int layer, const float *q, const float *k, co
      * where k_attn_vec takes it (not with the q/k/v product's parts, which k_qk_prep sums) */
     const bool prep_in = pa && n == 1 && wide && (c->attn_prep == 2 || (c->attn_prep == 1 && (c->last_bf16 || (!pa->qnorm && !pa->knorm)))) && c->att_cnt && !pa->part && p->n_kv_heads <= ATT_CNT_MAX &&
                          attn_vec_takes(c, p->head_dim, sizeof(T));
-    if (prep_in || prepped) {   /* (prepped: the q/k/v product did it, k_mv_ring<.., 5>) */
+    if (prep_in) {
     } else if (pa) {
         dim3 g((unsigned)n, (unsigned)(p->n_heads + 2 * p->n_kv_heads));
         PL(c, k_qk_prep<T>, g, (p->head_dim / 2 + 31) / 32 * 32, 0)(*pa, kp, vp, dm.slot, dm.pos, nslots);
@@ -5324,7 +5206,6 @@ struct cu_at {
     mx_attn_params p; mx_attn_meta meta; dmeta dm;
     void *kp, *vp; int64_t nslots;
     bool has_pa; qk_prep_args pa;
-    bool prepped;     /* the q/k/v product's epilogue prepared q and k and wrote the cache (pk_take) */
     const float *sk; int8_t *xq; float2 *xds; __nv_bfloat16 *xg;
     bool last_bf16;   /* (c->last_bf16 then: launch_attn's choice of the q/k preparation) */
 };
@@ -5341,11 +5222,10 @@ static void at_launch(cu_ctx *c, const ao_args *ao) {
     c->last_bf16 = a->last_bf16;
     if (c->kv.dtype == MX_DTYPE_F32)
         wrote_xg = launch_attn<float>(c, a->layer, a->q, a->k, a->v, a->out, &a->p, &a->meta, a->dm, (float *)a->kp, (float *)a->vp,
-                                      a->nslots, a->has_pa ? &a->pa : NULL, a->sk, xq, xds, a->xg, NULL, a->prepped);
+                                      a->nslots, a->has_pa ? &a->pa : NULL, a->sk, xq, xds, a->xg);
     else
         wrote_xg = launch_attn<__nv_bfloat16>(c, a->layer, a->q, a->k, a->v, a->out, &a->p, &a->meta, a->dm, (__nv_bfloat16 *)a->kp,
-                                              (__nv_bfloat16 *)a->vp, a->nslots, a->has_pa ? &a->pa : NULL, a->sk, xq, xds, a->xg, ao,
-                                              a->prepped);
+                                              (__nv_bfloat16 *)a->vp, a->nslots, a->has_pa ? &a->pa : NULL, a->sk, xq, xds, a->xg, ao);
     c->last_bf16 = lb;
     if (xq) { c->xq_src = a->out; c->xq_count = od * n; }
     if (a->xg && wrote_xg) { c->xg_src = a->out; c->xg_count = od * n; }
@@ -5419,28 +5299,13 @@ static void c_attention(void *ctx, int layer, const float *q, const float *k, co
     const int kvdim = p->n_kv_heads * p->head_dim;
     const size_t per = (size_t)c->kv.n_blocks * c->kv.block_size * kvdim;
     const int64_t nslots = (int64_t)c->kv.n_blocks * c->kv.block_size;
-    const size_t esz = c->kv.dtype == MX_DTYPE_F32 ? 4 : 2;
-    void *kl = (char *)c->kpool + per * layer * esz, *vl = (char *)c->vpool + per * layer * esz;
-    if (fuse) { pa.q = (float *)q; pa.k = (float *)k; pa.v = v; }
-    /* the waiting q/k/v product (MLXCEL_CUDA_QKV_PREP) with the q/k preparation in its epilogue;
-     * before anything here may reallocate a buffer it reads (the int8 forms below) */
-    bool prepped = false;
-    if (c->pk.on) {
-        if (fuse && !parts && n == 1 && (c->kv.dtype == MX_DTYPE_F32 || c->kv.dtype == MX_DTYPE_BF16)) {
-            mr_qkp qp;
-            memset(&qp, 0, sizeof qp);
-            qp.a = pa; qp.kp = kl; qp.vp = vl; qp.f32 = c->kv.dtype == MX_DTYPE_F32;
-            qp.slot = dm.slot; qp.pos = dm.pos; qp.nslots = nslots;
-            prepped = pk_take(c, &qp, q, k, v);
-        }
-        pk_flush(c);   /* (not taken: as it was) */
-    }
     int8_t *xq = NULL; float2 *xds = NULL;   /* the int8 form of the output, for the o projection */
     if (!c->mv_f32 && n <= MV_I8_MAX && p->head_dim % 32 == 0 && !xq_buf(c, (int64_t)n * p->n_heads * p->head_dim, &xq, &xds)) return;
     /* and the gq-order form, for the GEMM on packed weights (the decode kernels write it) */
     const int64_t od = (int64_t)p->n_heads * p->head_dim;
     __nv_bfloat16 *xg = NULL;
     if (c->att_gq && gq_rows(c, n, od) && !(xg = (__nv_bfloat16 *)scratch(c, &c->xg, &c->xg_cap, (size_t)n * od * 2))) return;
+    if (fuse) { pa.q = (float *)q; pa.k = (float *)k; pa.v = v; }
     if (parts) {
         pa.part = c->pq.part; pa.vw = (float *)v; pa.nsplit = c->pq.nsplit;
         pa.ptot = (int64_t)n * qs.rb[3]; pa.kofs = (int64_t)n * qs.rb[1]; pa.vofs = (int64_t)n * qs.rb[2];
@@ -5449,8 +5314,9 @@ static void c_attention(void *ctx, int layer, const float *q, const float *k, co
     }
     cu_at *a = c->at;
     a->layer = layer; a->q = q; a->k = k; a->v = v; a->out = out; a->p = *p; a->meta = *meta; a->dm = dm;
-    a->kp = kl; a->vp = vl;
-    a->nslots = nslots; a->has_pa = fuse && !prepped; a->prepped = prepped; if (fuse) a->pa = pa;
+    a->kp = (char *)c->kpool + per * layer * (c->kv.dtype == MX_DTYPE_F32 ? 4 : 2);
+    a->vp = (char *)c->vpool + per * layer * (c->kv.dtype == MX_DTYPE_F32 ? 4 : 2);
+    a->nslots = nslots; a->has_pa = fuse; if (fuse) a->pa = pa;
     a->sk = sk; a->xq = xq; a->xds = xds; a->xg = xg; a->last_bf16 = c->last_bf16;
     /* MLXCEL_CUDA_ATT_O: one token whose attention k_attn_vec's EARLY form would run, deferred until
      * the next op (an o product of its output takes it: at_take) */
@@ -6134,8 +6000,6 @@ extern "C" mx_status mx_backend_cuda_init(mx_backend *out) {
         c->ring_epi = sw.ring_epi;
         c->i8_epi = sw.i8_epi;
         c->ring_long = sw.ring_long;
-        c->qkv_prep = sw.qkv_prep;
-        c->qkv_cl = sw.qkv_cl ? 1 << sw.qkv_cl : 0;
         c->att_o = sw.att_o;
         c->epi_blocks = (int)sw.epi_blocks;
         c->mv_pf = (int)sw.mv_pf;
@@ -6240,14 +6104,7 @@ extern "C" mx_status mx_backend_cuda_init(mx_backend *out) {
         cudaMemsetAsync(c->i8e_cnt, 0, MR_PARTS * sizeof(unsigned), c->st) != cudaSuccess) {   /* (without: no I8_EPI) */
         cudaGetLastError();
         if (c->i8e_cnt) cudaFree(c->i8e_cnt);
-    if (c->qkp_cnt) cudaFree(c->qkp_cnt);
         c->i8e_cnt = NULL;
-    }
-    if (cudaMalloc((void **)&c->qkp_cnt, QKP_CNT_MAX * sizeof(unsigned)) != cudaSuccess ||
-        cudaMemsetAsync(c->qkp_cnt, 0, QKP_CNT_MAX * sizeof(unsigned), c->st) != cudaSuccess) {   /* (without: no QKV_PREP) */
-        cudaGetLastError();
-        if (c->qkp_cnt) cudaFree(c->qkp_cnt);
-        c->qkp_cnt = NULL;
     }
     set_pdl_early_symbol(c);
     set_mv_pf_symbol(c);
@@ -6363,14 +6220,6 @@ extern "C" int mx_backend_cuda_set_mv_pf(mx_backend *b, int steps) {
 extern "C" int mx_backend_cuda_i8_epi_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_i8_epi; }
 extern "C" bool mx_backend_cuda_set_ring_long(mx_backend *b, bool on) { return set_flag(&switch_ctx(b)->ring_long, on); }
 extern "C" int mx_backend_cuda_ring_long_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_ring_long; }
-extern "C" int mx_backend_cuda_set_qkv_prep(mx_backend *b, int mode) { return set_mode3(&switch_ctx(b)->qkv_prep, mode); }
-extern "C" int mx_backend_cuda_set_qkv_cl(mx_backend *b, int n) {
-    int *sw = &switch_ctx(b)->qkv_cl;
-    const int was = *sw;
-    if (n == 0 || n == 2 || n == 4 || n == 8) *sw = n;
-    return was;
-}
-extern "C" int mx_backend_cuda_qkv_prep_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_qkv_prep; }
 extern "C" bool mx_backend_cuda_set_att_o(mx_backend *b, bool on) { return set_flag(&switch_ctx(b)->att_o, on); }
 extern "C" int mx_backend_cuda_att_o_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_att_o; }
 extern "C" int mx_backend_cuda_ring_sc_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_ring_sc; }

@@ -101,88 +101,6 @@ __device__ __forceinline__ bool mr_end(const mr_norm &nm, unsigned tok, float *s
     return sh[32] != 0.f;
 }
 
-/* PRO 5 (MLXCEL_CUDA_QKV_PREP, host pk_defer / pk_take): a one-token q/k/v product (set.nw 3: q,
- * k, v, rows nh D, nkv D, nkv D) with the q/k preparation of the attention after it in its
- * epilogue, which k_qk_prep did as a kernel of its own (the per-head norms, the rotations, the
- * cache write). Blocks of v store their rows to the cache as they write them. Blocks of q and k
- * count the rows they wrote of each head (cnt[head], q's heads then k's; a head a block holds whole
- * is not counted); the block that completes a head (the last to add, which resets the count)
- * prepares it with one warp: the head's D values read back from the L2, the norm's sum of squares
- * a warp sum (k_qk_prep: a block sum, so a normed head may differ from its in the last bit; without
- * a norm the same bits), the rotation with qk_begin / qk_finish's arithmetic; q and k stored in
- * place, k also to the cache at the token's slot. */
-struct mr_qkp {
-    qk_prep_args a;              /* q, k (y[0], y[1]); the norms' and rotations' tables; nh, nkv, D */
-    void *kp, *vp;               /* this layer's cache, f32 or bf16 (f32) */
-    int f32;
-    const int32_t *slot, *pos;   /* the token's slot and position (device meta) */
-    int64_t nslots;
-    unsigned *cnt;               /* rows done of each q and k head (nh + nkv; zero between launches) */
-    int cl;                      /* > 1: the cluster form (MLXCEL_CUDA_QKV_PREP=2): a cluster of cl blocks a
-                                  * head, D / cl rows a block, no counters (below) */
-};
-/* The cluster form of PRO 5 (thirty-second session): the launch's blocks are clusters of qp.cl, one
- * a head of q, k or v (blocks blk0[k] are multiples of cl), each block D / cl of its rows. A q or k
- * block keeps its rows' sums in shared memory (not in y), adds their squares (its part of the
- * head's norm), and after a cluster barrier prepares D / 2 / cl of the head's rotation pairs (i,
- * i + D / 2) with the pairs' values and the cl parts read from the cluster's blocks' shared memory
- * (distributed shared memory): no counter, no L2 round trip between the product and the
- * preparation. Every block sums the parts in rank order, so all of a head's pairs get the same
- * sum (a normed head may differ from k_qk_prep's, a block sum, in the last bit; without a norm the
- * same bits). A block waits on a second cluster barrier before it exits (its shared memory is read
- * by the others until they arrive). v's clusters store to y and the cache as the counted form. */
-__device__ __forceinline__ unsigned cl_rank() {
-    unsigned r;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-    return r;
-}
-__device__ __forceinline__ void cl_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory"); }
-__device__ __forceinline__ void cl_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
-/* the float at p (shared memory) in the cluster's block of the rank given */
-__device__ __forceinline__ float cl_ld(const float *p, unsigned rank) {
-    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
-    unsigned ra;
-    float v;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(a), "r"(rank));
-    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(ra) : "memory");
-    return v;
-}
-__device__ __forceinline__ void qkp_store(const mr_qkp &qp, void *base, int64_t e, float v) {
-    if (qp.f32) ((float *)base)[e] = v;
-    else ((__nv_bfloat16 *)base)[e] = __float2bfloat16(v);
-}
-/* head hd of q (isq) or k prepared by one warp (PRO 5); s: the token's slot (-1: no cache write) */
-__device__ __forceinline__ void qkp_head(const mr_qkp &qp, bool isq, int hd, int lane, int64_t s) {
-    const qk_prep_args &a = qp.a;
-    const int half = a.D / 2;
-    float *xr = (isq ? a.q : a.k) + (int64_t)hd * a.D;
-    float x0[4], x1[4], ss = 0.f;
-    qk_pre pre[4];
-#pragma unroll
-    for (int j = 0; j < 4; j++) {   /* (head sizes up to 256: 4 pairs a lane) */
-        const int i = lane + 32 * j;
-        const bool ok = i < half;
-        pre[j] = qk_begin(a, isq, 0, i, ok, qp.pos);
-        x0[j] = ok ? __ldcg(xr + i) : 0.f;
-        x1[j] = ok ? __ldcg(xr + i + half) : 0.f;
-        ss += fmaf(x1[j], x1[j], x0[j] * x0[j]);
-    }
-    if (isq ? a.qnorm : a.knorm) ss = warp_sum(ss);
-    const int64_t kvdim = (int64_t)a.nkv * a.D;
-#pragma unroll
-    for (int j = 0; j < 4; j++) {
-        const int i = lane + 32 * j;
-        const bool ok = i < half;
-        qk_finish(a, isq, ok, pre[j], ss, x0[j], x1[j]);
-        if (!ok) continue;
-        xr[i] = x0[j]; xr[i + half] = x1[j];
-        if (!isq && s >= 0) {
-            qkp_store(qp, qp.kp, s * kvdim + (int64_t)hd * a.D + i, x0[j]);
-            qkp_store(qp, qp.kp, s * kvdim + (int64_t)hd * a.D + i + half, x1[j]);
-        }
-    }
-}
-
 /* the weight of a set (mr_set, mrb_set) this block takes, and its rows [rb0, rb1): the blocks
  * blk0[k] .. blk0[k + 1] - 1 take equal runs of weight k's rows */
 template <typename SET>
@@ -255,22 +173,19 @@ __device__ __forceinline__ int mr_gdot(const uint8_t *row, int g, const uint32_t
  * 1,281.0. A first form, which gave a warp both items of a unit and had lane 0 store the act_mul
  * row by row, was slower on Qwen3-0.6B (1,191 / 1,187 against 1,270 / 1,241; NOTES.md).
  * PRO 4: the residual add and the next norm's parts after the product (MLXCEL_CUDA_RING_EPI, below).
- * PRO 5: the q/k/v product with the attention's q/k preparation after it (mr_qkp, qp; x on the
- * scaled form, SC, only).
  * PRO 6: PRO 4 for rows longer than 4,096 columns (MLXCEL_CUDA_RING_LONG: Llama-8B's down, 14,336):
  * x's int8 form is staged in shared memory after the wait (its groups do not fit a lane's
  * registers) and read group by group for each item; otherwise PRO 4's kernel. */
 template <int BITS, typename ST, int RS, int PRO, bool SC = false>
 __global__ void __launch_bounds__(512, 1)
-k_mv_ring(const mr_set set, const int8_t *__restrict__ xq, const float2 *__restrict__ xds, int gs_shift, const mr_norm nm,
-          const mr_qkp qp) {
+k_mv_ring(const mr_set set, const int8_t *__restrict__ xq, const float2 *__restrict__ xds, int gs_shift, const mr_norm nm) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     extern __shared__ __align__(128) uint8_t mr_smem[];
     __shared__ float sh[33];
     bool waited = pdl_entry_weights_first();
     int rb0, rb1;
     constexpr bool EP = PRO == 4 || PRO == 6, XS = PRO == 6;   /* the add's epilogue; x staged in shared memory */
-    const int k = PRO >= 3 && PRO != 5 ? mr_pair_block(set.rows[0], &rb0, &rb1) : mr_block(set, &rb0, &rb1);
+    const int k = PRO >= 3 ? mr_pair_block(set.rows[0], &rb0, &rb1) : mr_block(set, &rb0, &rb1);
     const int nwarp = (int)(blockDim.x >> 5), wid = (int)(threadIdx.x >> 5), lane = (int)(threadIdx.x & 31);
     const int nunit = (rb1 - rb0 + RS - 1) / RS, S = set.slots;
     /* items: a unit of RS rows; PRO 3 two a unit (its gate's rows, its up's), dealt to the warps in
@@ -305,19 +220,6 @@ k_mv_ring(const mr_set set, const int8_t *__restrict__ xq, const float2 *__restr
         fd_bulk(d + RS * set.row_wb, St + (size_t)r0 * set.row_sb, sb, b, pol);
         fd_bulk(d + RS * (set.row_wb + set.row_sb), Bt + (size_t)r0 * set.row_sb, sb, b, pol);
     };
-    /* PRO 5: the token's cache slot (-1: none), read before the wait as k_qk_prep does (the meta
-     * arrays are uploaded before the step's kernels) */
-    int64_t qslot = -1;
-    if constexpr (PRO == 5) {
-        const int64_t s = qp.slot[0];
-        qslot = s >= 0 && s < qp.nslots ? s : -1;
-    }
-    /* the cluster form: this thread's rotation pair (its norm's weights and rotation), before the wait */
-    qk_pre cpre = {};
-    if constexpr (PRO == 5) {
-        if (qp.cl > 1 && k < 2 && (int)threadIdx.x < qp.a.D / 2 / qp.cl)
-            cpre = qk_begin(qp.a, k == 0, 0, (int)cl_rank() * (qp.a.D / 2 / qp.cl) + (int)threadIdx.x, true, qp.pos);
-    }
     mr_start(bar, S, nitem, lane, waited, issue);
     const float *bias = set.bias[k];
     float *y = set.y[k];
@@ -480,15 +382,7 @@ k_mv_ring(const mr_set set, const int8_t *__restrict__ xq, const float2 *__restr
             } else if constexpr (EP) {
                 if (lane == 0 && r < nr) ob[r0 - rb0 + r] = a + (bias ? bias[r0 + r] : 0.f);
             } else {
-                if (lane == 0 && r < nr) {
-                    const float o = a + (bias ? bias[r0 + r] : 0.f);
-                    if (PRO == 5 && qp.cl > 1 && k < 2) {
-                        ob[r0 - rb0 + r] = o;   /* (the cluster form: prepared below) */
-                    } else {
-                        y[r0 + r] = o;
-                        if (PRO == 5 && k == 2 && qslot >= 0) qkp_store(qp, qp.vp, qslot * qp.a.nkv * qp.a.D + r0 + r, o);   /* (v) */
-                    }
-                }
+                if (lane == 0 && r < nr) y[r0 + r] = a + (bias ? bias[r0 + r] : 0.f);
             }
         }
     }
@@ -525,68 +419,6 @@ k_mv_ring(const mr_set set, const int8_t *__restrict__ xq, const float2 *__restr
             nm.part[blockIdx.x] = t;
         }
     }
-    if constexpr (PRO == 5) {   /* q and k: the heads this block completes, prepared */
-        __shared__ int qh[32];
-        __shared__ int qn;
-        __shared__ float qss;
-        if (qp.cl > 1 && k < 2) {   /* the cluster form: this block's pairs of its cluster's head */
-            const qk_prep_args &a = qp.a;
-            const int D = a.D, half = D / 2, R = D / qp.cl, P = half / qp.cl, nb = rb1 - rb0;
-            const unsigned rank = cl_rank();
-            const int hd = rb0 / D;
-            const bool isq = k == 0, nrm = isq ? a.qnorm : a.knorm;
-            __syncthreads();   /* (every warp's sums in ob) */
-            if (wid == 0) {
-                float ss = 0.f;
-                for (int i = lane; i < nb; i += 32) ss = fmaf(ob[i], ob[i], ss);
-                ss = warp_sum(ss);
-                if (lane == 0) qss = ss;
-            }
-            cl_arrive();
-            cl_wait();
-            if ((int)threadIdx.x < P) {
-                const int i = (int)rank * P + (int)threadIdx.x;   /* the pair (i, i + half) */
-                float x0 = cl_ld(ob + i % R, (unsigned)(i / R)), x1 = cl_ld(ob + (i + half) % R, (unsigned)((i + half) / R));
-                float ss = 0.f;
-                if (nrm)
-                    for (int r = 0; r < qp.cl; r++) ss += cl_ld(&qss, (unsigned)r);
-                qk_finish(a, isq, true, cpre, ss, x0, x1);
-                float *xr = (isq ? a.q : a.k) + (int64_t)hd * D;
-                xr[i] = x0; xr[i + half] = x1;
-                if (!isq && qslot >= 0) {
-                    const int64_t e = qslot * (int64_t)a.nkv * D + (int64_t)hd * D;
-                    qkp_store(qp, qp.kp, e + i, x0);
-                    qkp_store(qp, qp.kp, e + i + half, x1);
-                }
-            }
-            cl_arrive();   /* (after this block's reads of the others; it waits before it exits) */
-        } else if (k < 2) {
-            const int D = qp.a.D;
-            __syncthreads();   /* (every warp's stores of y, before the count: the fence below covers them) */
-            if (wid == 0) {
-                const int h0 = rb0 / D, nhb = rb1 > rb0 ? (rb1 - 1) / D - h0 + 1 : 0;   /* (at most 32: the host's run) */
-                const int h = h0 + lane;
-                bool done = false;
-                if (lane < nhb) {
-                    const int c = min(rb1, (h + 1) * D) - max(rb0, h * D);
-                    if (c == D) {
-                        done = true;
-                    } else {
-                        unsigned *cp = qp.cnt + (k ? qp.a.nh : 0) + h;
-                        __threadfence();   /* (one fence a warp: the block's stores, seen through the barrier) */
-                        done = atomicAdd(cp, (unsigned)c) + (unsigned)c == (unsigned)D;
-                        if (done) *cp = 0;
-                    }
-                }
-                const unsigned m = __ballot_sync(0xffffffffu, done);
-                if (done) qh[__popc(m & ((1u << lane) - 1u))] = h;
-                if (lane == 0) qn = __popc(m);
-            }
-            __syncthreads();
-            if (wid < qn) __threadfence();   /* (the warps that prepare a head: the other blocks' rows after the count) */
-            for (int j = wid; j < qn; j += nwarp) qkp_head(qp, k == 0, qh[j], lane, qslot);
-        }
-    }
     if constexpr (SC) {   /* the normed row, the norm's output, a slice a block (no block reads it) */
         if (nm.y) {
             for (int i = si0 + (int)threadIdx.x; i < si1; i += (int)blockDim.x)
@@ -602,9 +434,6 @@ k_mv_ring(const mr_set set, const int8_t *__restrict__ xq, const float2 *__restr
                 if (PRO == 2) { nm.y[i] = pv[j]; } else { if (nm.b) nm.sum[i] = pv[j]; nm.y[i] = po[j]; }
             }
         }
-    }
-    if constexpr (PRO == 5) {
-        if (qp.cl > 1 && k < 2) cl_wait();   /* (the cluster's blocks have read this one's shared memory) */
     }
 #else
     __trap();   /* launched only on sm_90 and later (mv_ring checks the device) */
