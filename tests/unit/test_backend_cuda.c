@@ -77,8 +77,7 @@ static void test_select(void) {
                                          {"MLXCEL_CUDA_I8_EPI", "on"}, {"MLXCEL_CUDA_I8_EPI", "2"},
                                          {"MLXCEL_CUDA_MV_PF", "9"}, {"MLXCEL_CUDA_MV_PF", "-1"}, {"MLXCEL_CUDA_MV_PF", "two"},
                                          {"MLXCEL_CUDA_RING_LONG", "on"}, {"MLXCEL_CUDA_RING_LONG", "2"},
-                                         {"MLXCEL_CUDA_PAIR_HALF", "AUTO"}, {"MLXCEL_CUDA_ATTN_WARPS", "2"},
-                                         {"MLXCEL_CUDA_ATTN_WARPS", "auto"}};
+                                         {"MLXCEL_CUDA_PAIR_HALF", "AUTO"}};
     unsetenv("MLXCEL_DEVICE");
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         setenv(bad[i][0], bad[i][1], 1);
@@ -100,9 +99,7 @@ static void test_select(void) {
     setenv("MLXCEL_CUDA_RING_EPI", "0", 1); setenv("MLXCEL_CUDA_TRACE_MAX", "2048", 1); setenv("MLXCEL_CUDA_EPI_BLOCKS", "64", 1);
     setenv("MLXCEL_CUDA_PAIR_HALF", "1", 1); setenv("MLXCEL_CUDA_CHAIN", "0", 1); setenv("MLXCEL_CUDA_ATT_O", "0", 1);
     setenv("MLXCEL_CUDA_I8_EPI", "0", 1); setenv("MLXCEL_CUDA_MV_PF", "8", 1); setenv("MLXCEL_CUDA_RING_LONG", "0", 1);
-    setenv("MLXCEL_CUDA_ATTN_WARPS", "4", 1);
     TCHECK(mx_backend_cuda_check_env() == MX_OK, "good switches refused: %s", mx_last_error());
-    unsetenv("MLXCEL_CUDA_ATTN_WARPS");
     setenv("MLXCEL_CUDA_PAIR_HALF", "auto", 1);
     TCHECK(mx_backend_cuda_check_env() == MX_OK, "MLXCEL_CUDA_PAIR_HALF=auto refused: %s", mx_last_error());
     unsetenv("MLXCEL_CUDA_I8_EPI"); unsetenv("MLXCEL_CUDA_MV_PF"); unsetenv("MLXCEL_CUDA_RING_LONG");

@@ -130,8 +130,6 @@ struct cu_ctx {
     bool last_bf16;                        /* the last product's weights were dense bf16 */
     unsigned *att_cnt;                     /* its per-KV-head block counters, ATT_CNT_MAX (zero between launches) */
     int n_attn_prep;                       /* attentions that did the preparation (tests) */
-    int attn_warps;                        /* one-token decode: k_attn_vec's warps a head (MLXCEL_CUDA_ATTN_WARPS:
-                                            * 16, or 8 / 4, whose blocks fit beside a ring block's registers) */
     int attn_early;                        /* one-token decode: k_attn_vec reads the block table and
                                               its first chunk of cached K/V before its PDL wait
                                               (MLXCEL_CUDA_ATTN_EARLY, on by default: +1.6-3.7%
@@ -400,7 +398,7 @@ static pdl_launch<KArgs...> PL(cu_ctx *c, void (*k)(KArgs...), dim3 g, dim3 b, s
  * the default; anything else is an error naming the variable and what it takes. */
 enum { GM_AUTO, GM_CUBLAS, GM_MMA, GM_WG, GM_NMODES };   /* MLXCEL_CUDA_GEMM, in k_gemm_modes' order */
 static const char *const k_gemm_modes[] = {"auto", "cublas", "mma", "wgmma"};
-struct cu_switches { int att_o, attn, attn_dec, attn_prep, gqa, gemm, gemm_rot, gemm_sk, gemm_pair, sum_norm, sum_qkv, att_gq, pdl, mv, profile, kv, graphs, fused, mv_ring, ring_norm, ring_bf, ring_pair, ring_act, ring_epi, i8_epi, ring_long, attn_early, dense_short, fast_replay, topk_one, chain; long dq_mb, fused_pf, mr_kb, mr_slot, mr_warps, attn_l2pf, trace_max, epi_blocks, mv_pf; int pair_half, attn_warps; };   /* kv: checked here, read by kv_init */
+struct cu_switches { int att_o, attn, attn_dec, attn_prep, gqa, gemm, gemm_rot, gemm_sk, gemm_pair, sum_norm, sum_qkv, att_gq, pdl, mv, profile, kv, graphs, fused, mv_ring, ring_norm, ring_bf, ring_pair, ring_act, ring_epi, i8_epi, ring_long, attn_early, dense_short, fast_replay, topk_one, chain; long dq_mb, fused_pf, mr_kb, mr_slot, mr_warps, attn_l2pf, trace_max, epi_blocks, mv_pf; int pair_half; };   /* kv: checked here, read by kv_init */
 static mx_status env_choice(const char *name, const char *const *vals, int n, int def, int *out) {
     const char *e = getenv(name);
     *out = def;
@@ -435,15 +433,13 @@ static mx_status read_switches(cu_switches *sw) {
                              *const pdl[] = {"0", "1", "2", "3"},
                              *const mv[] = {"i8", "f32"}, *const kv[] = {"bf16", "f32"},
                              *const graphs[] = {"0", "1", "auto"}, *const ring_bf[] = {"0", "norm", "1", "long"},
-                             *const ring_norm[] = {"0", "bf16", "1"},
-                             *const attn_warps[] = {"16", "8", "4"};
+                             *const ring_norm[] = {"0", "bf16", "1"};
     mx_status st;
     if ((st = env_choice("MLXCEL_CUDA_ATTN", attn, 3, 0, &sw->attn)) ||
         (st = env_choice("MLXCEL_CUDA_ATTN_DEC", attn_dec, 2, 0, &sw->attn_dec)) ||
         (st = env_choice("MLXCEL_CUDA_ATTN_GQA", onoff, 2, 1, &sw->gqa)) ||
         (st = env_choice("MLXCEL_CUDA_ATTN_PREP", ring_norm, 3, 1, &sw->attn_prep)) ||
         (st = env_choice("MLXCEL_CUDA_ATTN_EARLY", onoff, 2, 1, &sw->attn_early)) ||
-        (st = env_choice("MLXCEL_CUDA_ATTN_WARPS", attn_warps, 3, 0, &sw->attn_warps)) ||
         (st = env_choice("MLXCEL_CUDA_GEMM", k_gemm_modes, GM_NMODES, GM_AUTO, &sw->gemm)) ||
         (st = env_choice("MLXCEL_CUDA_GEMM_ROT", onoff, 2, 1, &sw->gemm_rot)) ||
         (st = env_choice("MLXCEL_CUDA_GEMM_SK", onoff, 2, 1, &sw->gemm_sk)) ||
@@ -5086,17 +5082,6 @@ static void launch_attn_vec_d(cu_ctx *c, dim3 grid, int G, bool wide, bool early
             return;
         }
     }
-    /* MLXCEL_CUDA_ATTN_WARPS: fewer warps a head, so that the blocks fit beside the q/k/v ring's (its
-     * registers) and are placed before it ends; with the preparation inside only where its three
-     * roles (q, k, v: D / 2 threads each) fit the block */
-    const int aw = c->attn_warps;
-    if (wide && early && !pf && aw < 16) {
-        constexpr bool p4 = 3 * (D / 2) <= 128 && (D / 2) % 32 == 0, p8 = 3 * (D / 2) <= 256 && (D / 2) % 32 == 0;
-        if (aw == 4 && !pa) { PL(c, (k_attn_vec<T, D, 1, 4, 2, false, true>), grid, 128, shm)VEC_ARGS; return; }
-        if (aw == 8 && !pa) { PL(c, (k_attn_vec<T, D, 1, 8, 2, false, true>), grid, 256, shm)VEC_ARGS; return; }
-        if constexpr (p4) if (aw == 4) { PL(c, (k_attn_vec<T, D, 1, 4, 2, true, true>), grid, 128, shm)VEC_ARGS; return; }
-        if constexpr (p8) if (aw == 8) { PL(c, (k_attn_vec<T, D, 1, 8, 2, true, true>), grid, 256, shm)VEC_ARGS; return; }
-    }
     const dim3 gpf(grid.x, grid.y + (pf ? (unsigned)pf->nblk : 0u));   /* (PF: the prefetch blocks after the heads) */
     if (wide && early && pf && pa) PL(c, (k_attn_vec<T, D, 1, 16, 2, true, true, true>), gpf, 512, shm)VEC_ARGS;
     else if (wide && early && pf) PL(c, (k_attn_vec<T, D, 1, 16, 2, false, true, true>), gpf, 512, shm)VEC_ARGS;
@@ -5980,7 +5965,6 @@ extern "C" mx_status mx_backend_cuda_init(mx_backend *out) {
         c->attn_gqa = sw.gqa;
         c->attn_prep = sw.attn_prep;
         c->attn_early = sw.attn_early;
-        c->attn_warps = 16 >> sw.attn_warps;
         c->apf_cap = (int64_t)sw.attn_l2pf << 20;
         c->mv_dense_short = sw.dense_short;
         c->fast_replay = sw.fast_replay;
