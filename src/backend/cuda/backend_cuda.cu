@@ -432,7 +432,7 @@ static mx_status read_switches(cu_switches *sw) {
                              *const onoff[] = {"0", "1"},
                              *const pdl[] = {"0", "1", "2", "3"},
                              *const mv[] = {"i8", "f32"}, *const kv[] = {"bf16", "f32"},
-                             *const graphs[] = {"0", "1", "auto"}, *const ring_bf[] = {"0", "norm", "1", "long"},
+                             *const off_on_auto[] = {"0", "1", "auto"}, *const ring_bf[] = {"0", "norm", "1", "long"},
                              *const ring_norm[] = {"0", "bf16", "1"};
     mx_status st;
     if ((st = env_choice("MLXCEL_CUDA_ATTN", attn, 3, 0, &sw->attn)) ||
@@ -451,7 +451,7 @@ static mx_status read_switches(cu_switches *sw) {
         (st = env_choice("MLXCEL_CUDA_MV", mv, 2, 0, &sw->mv)) ||
         (st = env_choice("MLXCEL_CUDA_PROFILE", onoff, 2, 0, &sw->profile)) ||
         (st = env_choice("MLXCEL_CUDA_KV", kv, 2, 0, &sw->kv)) ||
-        (st = env_choice("MLXCEL_CUDA_GRAPHS", graphs, 3, 1, &sw->graphs)) ||
+        (st = env_choice("MLXCEL_CUDA_GRAPHS", off_on_auto, 3, 1, &sw->graphs)) ||
         (st = env_choice("MLXCEL_CUDA_FUSED", onoff, 2, 0, &sw->fused)) ||
         (st = env_choice("MLXCEL_CUDA_MV_RING", onoff, 2, 1, &sw->mv_ring)) ||
         (st = env_choice("MLXCEL_CUDA_RING_NORM", ring_norm, 3, 1, &sw->ring_norm)) ||
@@ -466,7 +466,7 @@ static mx_status read_switches(cu_switches *sw) {
         (st = env_choice("MLXCEL_CUDA_FAST_REPLAY", onoff, 2, 1, &sw->fast_replay)) ||
         (st = env_choice("MLXCEL_CUDA_TOPK_ONE", onoff, 2, 1, &sw->topk_one)) ||
         (st = env_choice("MLXCEL_CUDA_CHAIN", onoff, 2, 1, &sw->chain)) ||
-        (st = env_choice("MLXCEL_CUDA_PAIR_HALF", graphs, 3, 2, &sw->pair_half)))
+        (st = env_choice("MLXCEL_CUDA_PAIR_HALF", off_on_auto, 3, 2, &sw->pair_half)))
         return st;
     if ((st = env_long("MLXCEL_CUDA_FUSED_PF", 0, 64, 0, "chunks", &sw->fused_pf)) ||
         (st = env_long("MLXCEL_CUDA_MV_RING_KB", 8, MR_RING_KB_MAX, MR_RING_KB, "KB", &sw->mr_kb)) ||
