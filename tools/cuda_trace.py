@@ -80,33 +80,6 @@ def kernels(recs, split_ns):
     return ks
 
 
-def barrier_summary(bars, ks, split_ns):
-    """grid barriers (records with bit 31 of the block set: t0 a block's arrival, t1 its release):
-    per launch, from its kernel's go to the first and the last arrival, and the release after the last"""
-    by = defaultdict(list)
-    for grid, t0, t1, t2, sm, blk in bars:
-        by[grid].append((t0, t1, t2, blk))
-    gos = defaultdict(list)
-    for k in ks:
-        gos[k["grid"]].append(k["go"])
-    first, last, rel, spread = [], [], [], []
-    for grid, rs in by.items():
-        for run in launches(rs, split_ns):
-            a0, a1 = min(r[0] for r in run), max(r[0] for r in run)
-            go = max((g for g in gos[grid] if g <= a0), default=None)
-            if go is None:
-                continue
-            first.append((a0 - go) / 1000)
-            last.append((a1 - go) / 1000)
-            rel.append((min(r[1] for r in run) - a1) / 1000)
-            spread.append((max(r[1] for r in run) - min(r[1] for r in run)) / 1000)
-    if first:
-        n = len(first)
-        print(f"grid barriers: {n} launches; from the kernel's go to the first arrival {sum(first) / n:.2f} us, "
-              f"to the last {sum(last) / n:.2f} us (max {max(last):.2f}); first release after the last arrival "
-              f"{sum(rel) / n:.2f} us, releases spread {sum(spread) / n:.2f} us")
-
-
 def steps_of(ks, gap_ns):
     steps, cur = [], []
     for k in ks:
@@ -148,8 +121,6 @@ def main(argv):
     except OSError as e:
         sys.exit(f"{opts['--labels']}: {e.strerror}")
     recs = load(path)
-    bars = [r for r in recs if r[5] & 0x80000000]   # grid barrier records (mr_grid_sync)
-    recs = [r for r in recs if not r[5] & 0x80000000]
     ks = kernels(recs, split)
     if not ks:
         sys.exit(f"{path}: no records")
@@ -197,8 +168,6 @@ def main(argv):
         key = labels[p] if p < len(labels) else f"{'/'.join(map(str, bl))} blocks"
         by[key][0] += 1
         by[key][1] += nx
-    if bars:
-        barrier_summary(bars, ks, split)
     print("by kind: " + "; ".join(f"{k}: {n} x {t / n:.2f} = {t:.1f} us" for k, (n, t) in
                                   sorted(by.items(), key=lambda kv: -kv[1][1])))
 

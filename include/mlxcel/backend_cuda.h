@@ -212,14 +212,6 @@ int mx_backend_cuda_ring_norm_launches(mx_backend *b);
  * bit. Returns the previous on/off. Then: how many launches ran a pair that way (tests). */
 bool mx_backend_cuda_set_ring_pair(mx_backend *b, bool on);
 int mx_backend_cuda_ring_pair_launches(mx_backend *b);
-/* A batch-1 dense bf16 product (o), the residual add of its output, the rmsnorm of the sum, the
- * gate/up pair of the norm's output and its act_mul in one launch (MLXCEL_CUDA_OP_PAIR; 0, off, by
- * default): each block takes o's rows (mode 1: dealt; 2: taken from a counter as the blocks go),
- * then a grid barrier, then the norm and the pair's rows, its ring already filling with the pair's
- * weights during o. o waits for the next ops and runs as it is where they are not that sequence.
- * Returns the previous mode. Then: how many launches ran it (tests). */
-int mx_backend_cuda_set_op_pair(mx_backend *b, int mode);
-int mx_backend_cuda_op_pair_launches(mx_backend *b);
 /* A batch-1 act_mul (y = act(gate) * up) run in the prologue of the q4/q8 ring product (k_mv_ring)
  * that reads y (MLXCEL_CUDA_RING_ACT; off by default: Qwen3-0.6B q4 decode 8-11% slower on the
  * H200): the act_mul waits for the next op, and launches as it is if that is not such a product.

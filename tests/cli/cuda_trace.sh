@@ -14,17 +14,13 @@ cat >"$T/mk.py" <<'PY'
 import struct, sys
 out, form, spacing, grids = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 kern = [tuple(int(v) for v in k.split(",")) for k in sys.argv[5].split()]
-bar = len(sys.argv) > 6   # the last kernel's two blocks also pass a grid barrier: arrive 2 and 4 us after
-recs, grid = [], 100      # its go, released 5 and 5.5 us after it (block numbers with bit 31 set)
+recs, grid = [], 100
 for s in range(4):
     base = 1_000_000 + s * spacing
     for i, (start, go, last, ta, tb) in enumerate(kern):
         grid = grid + 1 if grids == "new" else 101 + i
         recs.append((grid, base + start, base + go, base + go + ta, 3, 0))
         recs.append((grid, base + start + 100, base + last, base + last + tb, 7, 1))
-        if bar and i == len(kern) - 1:
-            recs.append((grid, base + go + 2000, base + go + 5000, base + go + 5000, 3, 0x80000000))
-            recs.append((grid, base + go + 4000, base + go + 5500, base + go + 5500, 7, 0x80000001))
 with open(out, "wb") as f:
     f.write(b"MXTRACE%d" % form + struct.pack("<Q", len(recs)))
     for g, t0, t1, t2, sm, b in recs:
@@ -44,12 +40,6 @@ printf 'norm\nproduct\nattention\n' >"$T/labels"
 out=$($PY "$T/t.bin" --labels "$T/labels" 2>&1)
 echo "$out" | grep -qE "^ +1 +7\.00 .* product$" && echo "$out" | grep -q "by kind: attention: 1 x 89.00" && pass trace_labels ||
   fail trace_labels "$out"
-# grid barrier records (bit 31 of the block): left out of the kernels, summed up on their own
-$MK "$T/b.bin" 1 100000 new "0,1000,1200,0,0 500,5000,5500,0,0 4000,12000,13000,0,0" bar
-out=$($PY "$T/b.bin" --steps 2 2>&1)
-if echo "$out" | grep -q "^24 records, 12 kernels, 4 steps" && echo "$out" | grep -qE "^ +2 +89\.00 +8\.00 +1\.00 +2" &&
-   echo "$out" | grep -q "grid barriers: 4 launches; from the kernel's go to the first arrival 2.00 us, to the last 4.00 us (max 4.00); first release after the last arrival 1.00 us, releases spread 0.50 us"; then
-  pass trace_barriers; else fail trace_barriers "$out"; fi
 # not traces
 printf 'NOTATRACEFILE...' >"$T/bad.bin"
 expect_fail trace_bad_header "not a trace file" $PY "$T/bad.bin"

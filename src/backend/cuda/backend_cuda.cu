@@ -248,21 +248,9 @@ struct cu_ctx {
     int n_ring_act;                        /* its launches (tests) */
     struct { int act; const float *gate, *up; float *y; int d; bool on; } pa;   /* such an act_mul
                                             * (one row, in place or not) not yet launched */
-    struct { const cu_weight *w[2]; const float *x; float *y[2]; cu_pnorm pn; bool has_pn, on;
-             const cu_weight *ow; const float *ox; float *oy; bool has_o; } pb;
-                                           /* such a product not yet launched (with the norm it took, has_pn;
-                                            * with the o product before that norm's add, has_o: ob_take):
+    struct { const cu_weight *w[2]; const float *x; float *y[2]; cu_pnorm pn; bool has_pn, on; } pb;
+                                           /* such a product not yet launched (with the norm it took, has_pn):
                                             * a following act_mul of its outputs runs in it (pb_flush: as it is) */
-    int op_pair;                           /* a batch-1 dense bf16 o product, the add and the norm after it, the
-                                            * gate/up pair of the norm's output and its act_mul in one launch
-                                            * (MLXCEL_CUDA_OP_PAIR; k_mv_ring_bf<.., OP>): 0 never, 1 o's rows
-                                            * dealt to the blocks, 2 taken from a counter */
-    unsigned *op_bar;                      /* its grid barrier (arrivals, generation), mode 2's unit counter */
-    int n_op_pair;                         /* its launches (tests) */
-    struct { const cu_weight *w; const float *x; float *y; const float *ra, *rb; float *sum; int64_t count;
-             const float *g; float eps, add_one; float *yn; int d, stage; bool on; } ob;
-                                           /* such an o product not yet launched: stage 0 the product,
-                                            * 1 the add of its output waits too, 2 the norm of the sum */
     struct cu_scale { const float *a, *g; float eps, add_one; float *y; float *part; int np; };   /* a norm
                                             * whose scale a ring product applies (mr_norm's SC fields) */
     struct { const cu_weight *w[2]; const float *x; float *y[2]; bool on, in2, sc; cu_scale scn; } pr;
@@ -410,7 +398,7 @@ static pdl_launch<KArgs...> PL(cu_ctx *c, void (*k)(KArgs...), dim3 g, dim3 b, s
  * the default; anything else is an error naming the variable and what it takes. */
 enum { GM_AUTO, GM_CUBLAS, GM_MMA, GM_WG, GM_NMODES };   /* MLXCEL_CUDA_GEMM, in k_gemm_modes' order */
 static const char *const k_gemm_modes[] = {"auto", "cublas", "mma", "wgmma"};
-struct cu_switches { int att_o, op_pair, attn, attn_dec, attn_prep, gqa, gemm, gemm_rot, gemm_sk, gemm_pair, sum_norm, sum_qkv, att_gq, pdl, mv, profile, kv, graphs, fused, mv_ring, ring_norm, ring_bf, ring_pair, ring_act, ring_epi, i8_epi, ring_long, attn_early, dense_short, fast_replay, topk_one, chain; long dq_mb, fused_pf, mr_kb, mr_slot, mr_warps, attn_l2pf, trace_max, epi_blocks, mv_pf; int pair_half; };   /* kv: checked here, read by kv_init */
+struct cu_switches { int att_o, attn, attn_dec, attn_prep, gqa, gemm, gemm_rot, gemm_sk, gemm_pair, sum_norm, sum_qkv, att_gq, pdl, mv, profile, kv, graphs, fused, mv_ring, ring_norm, ring_bf, ring_pair, ring_act, ring_epi, i8_epi, ring_long, attn_early, dense_short, fast_replay, topk_one, chain; long dq_mb, fused_pf, mr_kb, mr_slot, mr_warps, attn_l2pf, trace_max, epi_blocks, mv_pf; int pair_half; };   /* kv: checked here, read by kv_init */
 static mx_status env_choice(const char *name, const char *const *vals, int n, int def, int *out) {
     const char *e = getenv(name);
     *out = def;
@@ -469,7 +457,6 @@ static mx_status read_switches(cu_switches *sw) {
         (st = env_choice("MLXCEL_CUDA_RING_NORM", ring_norm, 3, 1, &sw->ring_norm)) ||
         (st = env_choice("MLXCEL_CUDA_MV_RING_BF16", ring_bf, 4, 3, &sw->ring_bf)) ||
         (st = env_choice("MLXCEL_CUDA_RING_PAIR", onoff, 2, 1, &sw->ring_pair)) ||
-        (st = env_choice("MLXCEL_CUDA_OP_PAIR", pdl, 3, 0, &sw->op_pair)) ||
         (st = env_choice("MLXCEL_CUDA_RING_ACT", onoff, 2, 0, &sw->ring_act)) ||
         (st = env_choice("MLXCEL_CUDA_RING_EPI", onoff, 2, 1, &sw->ring_epi)) ||
         (st = env_choice("MLXCEL_CUDA_I8_EPI", onoff, 2, 1, &sw->i8_epi)) ||
@@ -3445,10 +3432,8 @@ static void psum_launch(cu_ctx *c, const cu_ctx::cu_psum *p);
 static void pn_flush(cu_ctx *c);
 static void pe_flush(cu_ctx *c);
 static void at_flush(cu_ctx *c);
-static void ob_flush(cu_ctx *c);
 static void pend_flush(cu_ctx *c) {
     at_flush(c);   /* (a deferred attention: before anything reads its output or the cache) */
-    ob_flush(c);   /* (a deferred bf16 o: with the add and the norm that wait with it) */
     pe_flush(c);   /* (first: it was deferred before anything else waited, and leaves an add and a norm) */
     pb_flush(c);   /* (first: it may take the norm) */
     pr_flush(c);
@@ -3721,9 +3706,6 @@ static int mr_slots(int fit, int need) {
     return fit < 2 ? 0 : fit;
 }
 
-/* two buffers of n floats from a and b apart; of na from a and nb from b */
-static bool apart(const float *a, const float *b, int64_t n) { return !(a < b + n && b < a + n); }
-static bool apart2(const float *a, int64_t na, const float *b, int64_t nb) { return !(a < b + nb && b < a + na); }
 /* a ring product may run the norm nm of its x (K values) in its prologue: the norm's buffers
  * 16-byte aligned and apart from the product's outputs (blocks write those while others read a) */
 static bool rn_apart(const mr_norm *nm, int64_t K, int nw, const cu_weight *const *w, float *const *ys) {
@@ -3743,18 +3725,9 @@ static bool rn_apart(const mr_norm *nm, int64_t K, int nw, const cu_weight *cons
  * pair >= 0 (an mx_act): a gate/up pair (nw 2, equal rows, outputs apart) with the act_mul of
  * its outputs in place over ys[0] in the same launch (k_mv_ring_bf<.., PAIR>); dry: only whether
  * it applies (nothing launched, no state changed) */
-struct mrb_o { const cu_weight *w; const float *x; float *y; };   /* o before a pair (k_mv_ring_bf<.., OP>) */
 static bool mv_ring_bf(cu_ctx *c, int nw, const cu_weight *const *w, const float *x, float *const *ys, const mr_norm *nm,
-                       int pair = -1, bool dry = false, const mrb_o *o = NULL) {
+                       int pair = -1, bool dry = false) {
     const int64_t K = w[0]->cols;
-    if (o) {   /* (OP: x is o's input; the pair's is the norm's output, which nm computes from b, o's output) */
-        const cu_weight *ow = o->w;
-        if (!c->op_bar || pair < 0 || !nm || !nm->a || nm->b != o->y || ow->bits || ow->dtype != MX_DTYPE_BF16 || ow->cols != K ||
-            ((uintptr_t)ow->w & 15) || x != o->x || ((uintptr_t)o->y & 15) || !apart2(o->y, ow->rows, o->x, K) ||
-            ow->rows != K || (nm->y && !apart(nm->y, o->x, K)) || (nm->sum && !apart(nm->sum, o->x, K)))
-            return false;
-        for (int k = 0; k < nw; k++) if (!apart2(ys[k], w[k]->rows, o->y, ow->rows)) return false;
-    }
     if (!c->mr_on || c->prop.major < 9 || nw < 1 || nw > 4 || K % 256 || ((uintptr_t)x & 15)) return false;
     if (pair >= 0 && (nw != 2 || w[1]->rows != w[0]->rows || (ys[0] < ys[1] + w[1]->rows && ys[1] < ys[0] + w[0]->rows)))
         return false;
@@ -3764,7 +3737,7 @@ static bool mv_ring_bf(cu_ctx *c, int nw, const cu_weight *const *w, const float
         if (w[k]->bits || w[k]->dtype != MX_DTYPE_BF16 || w[k]->cols != K || ((uintptr_t)w[k]->w & 15)) return false;
         if (ys[k] < x + K && x < ys[k] + w[k]->rows) return false;   /* blocks write y while others stage x */
     }
-    const int64_t optin = (int64_t)c->prop.sharedMemPerBlockOptin - (o ? 2048 : 1024), xb = K * 4, rowb = K * 2;   /* (static) */
+    const int64_t optin = (int64_t)c->prop.sharedMemPerBlockOptin - 1024, xb = K * 4, rowb = K * 2;   /* (-1024: static) */
     int64_t ring = (int64_t)c->mr_kb << 10;
     if (ring > optin - xb) ring = optin - xb;
     auto slots_of = [&](int64_t b) { return ring > 0 ? (int)(ring / (nwarp * (b + 8))) : 0; };   /* (+8: a slot's mbarrier) */
@@ -3790,37 +3763,23 @@ static bool mv_ring_bf(cu_ctx *c, int nw, const cu_weight *const *w, const float
     set.nw = nw;
     set.act = pair;
     const int per = (pair >= 0 ? 2 : 1) * set.nseg;   /* items a unit of rs rows */
-    int need = (int)(((run + rs - 1) / rs + nwarp - 1) / nwarp) * per;
-    mrb_op op;
-    memset(&op, 0, sizeof op);
-    const int opf = o ? c->op_pair : 0;   /* (1: o's rows dealt, 2: taken from a counter) */
-    if (o) {   /* o's rows on the same blocks (one a multiprocessor: resident at once for the grid barrier) */
-        if (blk > c->prop.multiProcessorCount || opf < 1 || opf > 2 || (opf == 2 && set.nseg > 16)) return false;
-        const int64_t orun = (o->w->rows + blk - 1) / blk;
-        need += (int)(((orun + rs - 1) / rs + nwarp - 1) / nwarp) * set.nseg;
-        op.W = (const uint8_t *)o->w->w; op.bias = o->w->bias; op.y = o->y; op.rows = (int)o->w->rows; op.bar = c->op_bar;
-    }
-    if (!(set.slots = mr_slots(slots_of(set.slot_b), need))) return false;
+    if (!(set.slots = mr_slots(slots_of(set.slot_b), (int)(((run + rs - 1) / rs + nwarp - 1) / nwarp) * per))) return false;
     const size_t shm = (size_t)xb + (size_t)nwarp * set.slots * (set.slot_b + 8);
-    typedef void (*mrb_fn)(const mrb_set, const float *, const mr_norm, const mrb_op);
-    static const mrb_fn forms[4][3] = {{k_mv_ring_bf<1, false>, k_mv_ring_bf<2, false>, k_mv_ring_bf<4, false>},
-                                       {k_mv_ring_bf<1, true>, k_mv_ring_bf<2, true>, k_mv_ring_bf<4, true>},
-                                       {k_mv_ring_bf<1, true, 1>, k_mv_ring_bf<2, true, 1>, k_mv_ring_bf<4, true, 1>},
-                                       {k_mv_ring_bf<1, true, 2>, k_mv_ring_bf<2, true, 2>, k_mv_ring_bf<4, true, 2>}};
-    const int ri = rs == 4 ? 2 : rs == 2 ? 1 : 0, pi = o ? 1 + opf : pair >= 0;
-    const int form = (pi == 3 ? 60 : pi == 2 ? 44 : pi ? 28 : 12) + ri;   /* (bits 0-11, 16-27, 32-43, 48-59: k_mv_ring's forms) */
+    typedef void (*mrb_fn)(const mrb_set, const float *, const mr_norm);
+    static const mrb_fn forms[2][3] = {{k_mv_ring_bf<1, false>, k_mv_ring_bf<2, false>, k_mv_ring_bf<4, false>},
+                                       {k_mv_ring_bf<1, true>, k_mv_ring_bf<2, true>, k_mv_ring_bf<4, true>}};
+    const int ri = rs == 4 ? 2 : rs == 2 ? 1 : 0, pi = pair >= 0;
+    const int form = (pi ? 28 : 12) + ri;   /* (bits 0-11 and 16-27: k_mv_ring's forms) */
     if (dry) return true;
     if (!mr_raise(c, (const void *)forms[pi][ri], form, (int)optin)) return false;
     mr_norm no;
     memset(&no, 0, sizeof no);
-    PL(c, forms[pi][ri], (unsigned)blk, nwarp * 32, shm)(set, x, nm ? *nm : no, op);
-    LAUNCHED(c, pi >= 2 ? "matvec (bf16 o, then gate/up, bulk-copied) + add + rmsnorm + act_mul"
-                : pi ? (nm ? "matvec (bf16 gate/up, bulk-copied) + rmsnorm + act_mul" : "matvec (bf16 gate/up, bulk-copied) + act_mul")
-                     : nm ? "matvec (bf16, bulk-copied weights) + rmsnorm" : "matvec (bf16, bulk-copied weights)");
+    PL(c, forms[pi][ri], (unsigned)blk, nwarp * 32, shm)(set, x, nm ? *nm : no);
+    LAUNCHED(c, pi ? (nm ? "matvec (bf16 gate/up, bulk-copied) + rmsnorm + act_mul" : "matvec (bf16 gate/up, bulk-copied) + act_mul")
+                   : nm ? "matvec (bf16, bulk-copied weights) + rmsnorm" : "matvec (bf16, bulk-copied weights)");
     c->n_ring++;
     if (nm) c->n_ring_norm++;
     if (pi) c->n_ring_pair++;
-    if (pi >= 2) c->n_op_pair++;
     return true;
 }
 
@@ -4100,8 +4059,6 @@ static void pn_norm(const cu_ctx *c, const cu_ctx::cu_pnorm *pn, mr_norm *nm);
 static void multi_run(cu_ctx *c, int nw, const cu_weight *const *w, const float *x, float *const *ys, int n);
 static bool rn_product(cu_ctx *c, int nw, const cu_weight *const *w, const float *x, float *const *ys, const mr_norm *nm, int d);
 static bool pe_take(cu_ctx *c, int nw, const cu_weight *const *w, const float *x, float *const *ys, int n);
-static bool ob_defer(cu_ctx *c, const cu_weight *w, const float *x, float *y, int n);
-static bool ob_take(cu_ctx *c, int nw, const cu_weight *const *w, const float *x, float *const *ys, int n);
 static void c_matmul(void *ctx, const mx_weight *wt, const float *x, float *y, int n) {
     cu_ctx *c = (cu_ctx *)ctx;
     pdl_mode(c, n <= MV_I8_MAX);   /* before GOP_PURE: also ahead of a replayed graph */
@@ -4124,7 +4081,6 @@ static void c_matmul(void *ctx, const mx_weight *wt, const float *x, float *y, i
     if (w && pa_product(c, w, x, y, n)) { forget_overlap(c, y, (int64_t)n * w->rows); return; }
     FLUSH_ALL(c);
     if (!w || n <= 0) return;
-    if (ob_defer(c, w, x, y, n)) return;   /* (a bf16 o: waits for the add, the norm and the gate/up pair) */
     int xb_have = 0;
     c->ps_allow = true;   /* a split-k sum may wait for the add that reads y (MLXCEL_CUDA_SUM_NORM) */
     c->pe_allow = true;   /* a ring product may wait for the add and the norm after it (MLXCEL_CUDA_RING_EPI) */
@@ -4159,7 +4115,6 @@ static bool pb_defer(cu_ctx *c, int nw, const cu_weight *const *w, const float *
     c->pb.w[0] = w[0]; c->pb.w[1] = w[1]; c->pb.x = x; c->pb.y[0] = ys[0]; c->pb.y[1] = ys[1];
     c->pb.has_pn = pn != NULL;
     if (pn) c->pb.pn = *pn;
-    c->pb.has_o = false;
     c->pb.on = true;
     return true;
 }
@@ -4171,11 +4126,9 @@ static void pair_as_product(cu_ctx *c, const cu_weight *const *w, const float *x
     c->ring_pair = rp;
 }
 /* the deferred gate/up pair as it is: its norm waits again, and the product is issued as then */
-static void ob_product(cu_ctx *c, const cu_weight *w, const float *x, float *y);
 static void pb_flush(cu_ctx *c) {
     if (!c->pb.on) return;
     c->pb.on = false;
-    if (c->pb.has_o) { c->pb.has_o = false; ob_product(c, c->pb.ow, c->pb.ox, c->pb.oy); }   /* (the norm's b) */
     if (c->pb.has_pn) { c->pn = c->pb.pn; c->pn.on = true; }
     pair_as_product(c, c->pb.w, c->pb.x, c->pb.y);
 }
@@ -4271,6 +4224,7 @@ static void i8e_launch(cu_ctx *c, const cu_weight *w, const int8_t *xq, const fl
     mv_i8_regs(c, 1, &w, xq, xds, &y, 1, &e);   /* (one row of x: the grid of MV_WARPS rows a block) */
     c->n_i8_epi++;
 }
+static bool apart(const float *a, const float *b, int64_t n) { return !(a < b + n && b < a + n); }
 /* y = a + b of the waiting product's output and another buffer (the residual), y that one or apart */
 static bool pe_add(cu_ctx *c, const float *a, const float *b, float *y, int64_t count) {
     if (!c->pe.on || c->pe.stage != 0 || count != c->pe.w->rows) return false;
@@ -4356,76 +4310,11 @@ static bool pe_take(cu_ctx *c, int nw, const cu_weight *const *w, const float *x
     for (int k = 0; k < nw; k++) forget_overlap(c, ys[k], w[k]->rows);
     return true;
 }
-/* MLXCEL_CUDA_OP_PAIR: a batch-1 dense bf16 product (o) waits (ob_defer), then the residual add of
- * its output (ob_add) and the rmsnorm of the sum (ob_norm) wait with it, until a gate/up pair of the
- * norm's output takes them (ob_take: deferred as pb_defer's, o with it), whose act_mul then launches
- * all in one k_mv_ring_bf<.., OP>; any other op launches them as they were (ob_flush). */
-static bool ob_defer(cu_ctx *c, const cu_weight *w, const float *x, float *y, int n) {
-    if (!c->op_pair || !c->op_bar || !c->ring_pair || !c->mr_bf || !c->mr_on || !c->rn_count || c->mv_f32 || c->prop.major < 9 ||
-        n != 1 || w->bits || w->dtype != MX_DTYPE_BF16 || w->cols % 256 || w->rows > 256 * c->mr_warps ||   /* (the norm's row) */
-        c->ob.on || c->pe.on || c->pb.on ||
-        (((uintptr_t)x | (uintptr_t)y) & 15) || !apart2(y, w->rows, x, w->cols))
-        return false;
-    memset(&c->ob, 0, sizeof c->ob);
-    c->ob.w = w; c->ob.x = x; c->ob.y = y; c->ob.on = true;
-    return true;
-}
-/* y = a + b of the waiting o's output and the residual (y either or apart from both) */
-static bool ob_add(cu_ctx *c, const float *a, const float *b, float *y, int64_t count) {
-    if (!c->ob.on || c->ob.stage != 0 || count != c->ob.w->rows) return false;
-    const float *py = c->ob.y, *r = a == py ? b : b == py ? a : NULL;
-    if (!r || !apart(r, py, count) || (y != r && y != py && (!apart(y, r, count) || !apart(y, py, count)))) return false;
-    c->ob.ra = a; c->ob.rb = b; c->ob.sum = y; c->ob.count = count; c->ob.stage = 1;
-    return true;
-}
-/* the one-row rmsnorm of that sum into a buffer apart from it */
-static bool ob_norm(cu_ctx *c, const float *x, const float *gd, float eps, float add_one, float *y, int n, int d) {
-    if (!c->ob.on || c->ob.stage != 1 || x != c->ob.sum || n != 1 || d != c->ob.count || !apart(y, x, d) ||
-        ((uintptr_t)gd & 15))
-        return false;
-    c->ob.g = gd; c->ob.eps = eps; c->ob.add_one = add_one; c->ob.yn = y; c->ob.d = d; c->ob.stage = 2;
-    return true;
-}
-/* o as the product it was (not deferred again) */
-static void ob_product(cu_ctx *c, const cu_weight *w, const float *x, float *y) {
-    const int op = c->op_pair;
-    c->op_pair = 0;
-    int xb_have = 0;
-    mm_impl(c, w, x, y, 1, &xb_have);
-    c->op_pair = op;
-    forget_overlap(c, y, w->rows);
-}
-/* the waiting o launched as it is, then the add and the norm that waited with it */
-static void ob_flush(cu_ctx *c) {
-    if (!c->ob.on) return;
-    c->ob.on = false;
-    ob_product(c, c->ob.w, c->ob.x, c->ob.y);
-    if (c->ob.stage >= 1) add_run(c, c->ob.ra, c->ob.rb, c->ob.sum, c->ob.count);
-    if (c->ob.stage >= 2) rms_run(c, c->ob.sum, c->ob.g, c->ob.eps, c->ob.add_one, c->ob.yn, 1, c->ob.d);
-}
-/* a gate/up pair of x, the waiting norm's output: deferred with o, the add and the norm (true) */
-static bool ob_take(cu_ctx *c, int nw, const cu_weight *const *w, const float *x, float *const *ys, int n) {
-    if (!c->ob.on || c->ob.stage != 2 || x != c->ob.yn || n != 1 || nw != 2) return false;
-    const cu_ctx::cu_pnorm pn = {c->ob.ra == c->ob.y ? c->ob.rb : c->ob.ra, c->ob.y, c->ob.sum, c->ob.g, c->ob.eps,
-                                 c->ob.add_one, c->ob.yn, c->ob.d, false};
-    mr_norm nm;
-    pn_norm(c, &pn, &nm);
-    const mrb_o o = {c->ob.w, c->ob.x, c->ob.y};
-    for (int k = 0; k < 2; k++) if (w[k]->bits || w[k]->dtype != MX_DTYPE_BF16 || w[k]->cols != (int64_t)c->ob.d) return false;
-    if (!mv_ring_bf(c, 2, w, o.x, ys, &nm, 0, true, &o)) return false;
-    hq_flush(c);
-    c->ob.on = false;
-    c->pb.w[0] = w[0]; c->pb.w[1] = w[1]; c->pb.x = x; c->pb.y[0] = ys[0]; c->pb.y[1] = ys[1];
-    c->pb.has_pn = true; c->pb.pn = pn;
-    c->pb.ow = o.w; c->pb.ox = o.x; c->pb.oy = o.y; c->pb.has_o = true;
-    c->pb.on = true;
-    return true;
-}
 /* c_matmul_multi's products (the weights found) */
 static void multi_run(cu_ctx *c, int nw, const cu_weight *const *w, const float *x, float *const *ys, int n) {
     mr_norm nm;
     int d;
-    if (pe_take(c, nw, w, x, ys, n) || ob_take(c, nw, w, x, ys, n)) return;
+    if (pe_take(c, nw, w, x, ys, n)) return;
     if (rn_take(c, x, n, &nm, &d)) {   /* x is the deferred norm's output */
         const cu_ctx::cu_pnorm pn = c->pn;   /* (what rn_take read) */
         FLUSH_ALL(c);
@@ -4816,7 +4705,7 @@ static void c_rmsnorm(void *ctx, const float *x, const mx_vec *g, float eps, flo
     GOP_PURE(c, 3, PU(x), PU(g), fbits(eps), fbits(add_one), PU(y), (uint64_t)n, (uint64_t)d);
     const float *gd = get_v(c, g);
     if (g && !gd) return;
-    if (pe_norm(c, x, gd, eps, add_one, y, n, d) || ob_norm(c, x, gd, eps, add_one, y, n, d)) return;   /* (waits with the product and the add before it) */
+    if (pe_norm(c, x, gd, eps, add_one, y, n, d)) return;   /* (waits with the product and the add before it) */
     rms_run(c, x, gd, eps, add_one, y, n, d);
 }
 static void rms_run(cu_ctx *c, const float *x, const float *gd, float eps, float add_one, float *y, int n, int d) {
@@ -5455,11 +5344,8 @@ static void c_act_mul(void *ctx, mx_act act, const float *gate, const float *up,
         hq_flush(c);
         mr_norm nm;
         if (c->pb.has_pn) pn_norm(c, &c->pb.pn, &nm);
-        const mrb_o o = {c->pb.ow, c->pb.ox, c->pb.oy};
-        if (c->pb.has_o ? mv_ring_bf(c, 2, c->pb.w, o.x, c->pb.y, &nm, (int)act, false, &o)
-                        : mv_ring_bf(c, 2, c->pb.w, c->pb.x, c->pb.y, c->pb.has_pn ? &nm : NULL, (int)act)) {
-            if (c->pb.has_o) forget_overlap(c, o.y, o.w->rows);
-            c->pb.on = c->pb.has_o = false;
+        if (mv_ring_bf(c, 2, c->pb.w, c->pb.x, c->pb.y, c->pb.has_pn ? &nm : NULL, (int)act)) {
+            c->pb.on = false;
             for (int k = 0; k < 2; k++) forget_overlap(c, c->pb.y[k], c->pb.w[k]->rows);
             xq_forget(c);   /* (no int8 form of y: a q4/q8 product of it quantizes it itself) */
             return;
@@ -5542,7 +5428,7 @@ static void c_act(void *ctx, mx_act act, const float *x, float *y, int64_t count
 static void c_add(void *ctx, const float *a, const float *b, float *y, int64_t count) {
     cu_ctx *c = (cu_ctx *)ctx;
     GOP_PURE(c, 9, PU(a), PU(b), PU(y), (uint64_t)count);
-    if (pe_add(c, a, b, y, count) || ob_add(c, a, b, y, count)) return;   /* (waits with the product whose output it adds) */
+    if (pe_add(c, a, b, y, count)) return;   /* (waits with the product whose output it adds) */
     add_run(c, a, b, y, count);
 }
 static void add_run(cu_ctx *c, const float *a, const float *b, float *y, int64_t count) {
@@ -6110,7 +5996,6 @@ extern "C" mx_status mx_backend_cuda_init(mx_backend *out) {
         c->rn_on = sw.ring_norm;
         c->mr_bf = sw.ring_bf;
         c->ring_pair = sw.ring_pair;
-        c->op_pair = sw.op_pair;
         c->ring_act = sw.ring_act;
         c->ring_epi = sw.ring_epi;
         c->i8_epi = sw.i8_epi;
@@ -6210,12 +6095,6 @@ extern "C" mx_status mx_backend_cuda_init(mx_backend *out) {
         cudaGetLastError();
         if (c->rn_count) cudaFree(c->rn_count);
         c->rn_count = NULL;
-    }
-    if (cudaMalloc((void **)&c->op_bar, 4 * sizeof(unsigned)) != cudaSuccess ||
-        cudaMemsetAsync(c->op_bar, 0, 4 * sizeof(unsigned), c->st) != cudaSuccess) {   /* (without: no OP_PAIR) */
-        cudaGetLastError();
-        if (c->op_bar) cudaFree(c->op_bar);
-        c->op_bar = NULL;
     }
     if (cudaMalloc((void **)&c->epi_part, 2 * MR_PARTS * sizeof(float)) != cudaSuccess) {   /* (without: no RING_EPI) */
         cudaGetLastError();
@@ -6322,8 +6201,6 @@ extern "C" int mx_backend_cuda_set_ring_norm(mx_backend *b, int mode) { return s
 extern "C" int mx_backend_cuda_ring_norm_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_ring_norm; }
 extern "C" bool mx_backend_cuda_set_ring_pair(mx_backend *b, bool on) { return set_flag(&switch_ctx(b)->ring_pair, on); }
 extern "C" int mx_backend_cuda_ring_pair_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_ring_pair; }
-extern "C" int mx_backend_cuda_set_op_pair(mx_backend *b, int mode) { return set_mode3(&switch_ctx(b)->op_pair, mode); }
-extern "C" int mx_backend_cuda_op_pair_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_op_pair; }
 extern "C" bool mx_backend_cuda_set_ring_act(mx_backend *b, bool on) { return set_flag(&switch_ctx(b)->ring_act, on); }
 extern "C" int mx_backend_cuda_ring_act_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_ring_act; }
 extern "C" bool mx_backend_cuda_set_ring_epi(mx_backend *b, bool on) { return set_flag(&switch_ctx(b)->ring_epi, on); }
@@ -6890,7 +6767,6 @@ extern "C" void mx_backend_cuda_free(mx_backend *b) {
     if (c->strk_cnt) cudaFree(c->strk_cnt);
     if (c->rn_count) cudaFree(c->rn_count);
     if (c->epi_part) cudaFree(c->epi_part);
-    if (c->op_bar) cudaFree(c->op_bar);
     if (c->i8e_cnt) cudaFree(c->i8e_cnt);
     if (c->att_cnt) cudaFree(c->att_cnt);
     if (c->ao_part) cudaFree(c->ao_part);

@@ -459,152 +459,49 @@ struct mrb_set {                 /* up to 4 dense bf16 weights of equal columns 
     int act;                     /* PAIR: the activation (an mx_act) */
 };
 
-/* OP (MLXCEL_CUDA_OP_PAIR): the product before a PAIR (o) on the same blocks: x is o's input; each
- * warp's items are o's then the pair's, in one ring, so the pair's first weights stream in while o
- * ends and during the grid barrier after it (mr_grid_sync: every block has stored its o rows); then
- * the norm nm of a + b, b being o's output, into x's place, and the pair as PAIR. The grid is one
- * block a multiprocessor at most (all resident at once). OP 1: o's rows dealt to the blocks and
- * warps as a plain product's; OP 2: a warp takes o's units (RS rows) one by one from a counter
- * (bar[2]) as it issues their copies, so blocks placed early take more of them (a slot's item is
- * then in mr_si: unit << 4 | segment, or -1 for the pair's). */
-struct mrb_op {
-    const uint8_t *W;            /* o: rows x set.cols dense bf16 */
-    const float *bias;
-    float *y;                    /* o's output (= nm.b) */
-    int rows;
-    unsigned *bar;               /* the grid barrier: arrivals (zero between launches), generation; OP 2's
-                                  * unit counter (zero between launches) */
-};
-
-/* every block of the grid here before any goes on, and the writes of all before visible to all:
- * sense by generation (read before arriving; the last to arrive resets the count and bar[2], then
- * moves it), so it holds across launches and graph replays with no reset. (The wait trace: a record
- * a block, its arrival and its release, block number with bit 31 set.) */
-__device__ __forceinline__ void mr_grid_sync(unsigned *bar) {
-    __syncthreads();
-    if (threadIdx.x == 0) {
-#ifdef MLXCEL_CUDA_TRACE
-        const unsigned long long ta = trace_now();
-#endif
-        unsigned gen, got;
-        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(gen) : "l"(bar + 1) : "memory");
-        __threadfence();
-        asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(got) : "l"(bar), "r"(1u) : "memory");
-        if (got == gridDim.x - 1) {
-            asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" ::"l"(bar), "r"(0u) : "memory");
-            asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" ::"l"(bar + 2), "r"(0u) : "memory");
-            asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(bar + 1), "r"(gen + 1u) : "memory");
-        } else {
-            do asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(got) : "l"(bar + 1) : "memory");
-            while (got == gen);
-        }
-        __threadfence();
-#ifdef MLXCEL_CUDA_TRACE
-        const unsigned long long tr_ = trace_now();
-        cu_trace_rec *const tr = (cu_trace_rec *)__ldcg((const unsigned long long *)&g_trace);
-        if (tr) {
-            unsigned long long grid;
-            unsigned sm;
-            asm volatile("mov.u64 %0, %%gridid;" : "=l"(grid));
-            asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
-            const unsigned i = atomicAdd(&g_trace_n, 1u);
-            if (i < g_trace_cap) { cu_trace_rec r = {grid, ta, tr_, tr_, sm, blockIdx.x | 0x80000000u}; tr[i] = r; }
-        }
-#endif
-    }
-    __syncthreads();
-}
-
 /* PAIR (MLXCEL_CUDA_RING_PAIR): a gate/up pair (nw 2, equal rows) and the act_mul after it, one
  * launch: every block takes the same run of both weights' rows, a warp's items go unit by unit,
  * the gate's segments then the up's, so the warp holds the gate's sums when the up's are done and
  * writes y[1] = up, y[0] = act(gate) * up (act_mul in place over gate: what the two ops leave) */
-template <int RS, bool PAIR, int OP = 0>
+template <int RS, bool PAIR>
 __global__ void __launch_bounds__(512, 1)
-k_mv_ring_bf(const mrb_set set, const float *__restrict__ x, const mr_norm nm, const mrb_op op) {
+k_mv_ring_bf(const mrb_set set, const float *__restrict__ x, const mr_norm nm) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    static_assert(!OP || PAIR, "o before a pair only");
-    constexpr bool DYN = OP == 2;
     extern __shared__ __align__(128) uint8_t mr_smem[];
     __shared__ float sh[33];
-    __shared__ int mr_si[DYN ? 16 * MR_MAXSLOTS : 1];   /* (OP 2) what each warp's slots hold */
     bool waited = pdl_entry_weights_first();
-    int rb0, rb1, k = 0, ob0 = 0, ob1 = 0;
+    int rb0, rb1, k = 0;
     if constexpr (PAIR) {
         rb0 = (int)((int64_t)blockIdx.x * set.rows[0] / gridDim.x);
         rb1 = (int)((int64_t)(blockIdx.x + 1) * set.rows[0] / gridDim.x);
     } else {
         k = mr_block(set, &rb0, &rb1);
     }
-    if constexpr (OP) {
-        ob0 = (int)((int64_t)blockIdx.x * op.rows / gridDim.x);
-        ob1 = (int)((int64_t)(blockIdx.x + 1) * op.rows / gridDim.x);
-    }
     const int nwarp = (int)(blockDim.x >> 5), wid = (int)(threadIdx.x >> 5), lane = (int)(threadIdx.x & 31);
     const int nunit = (rb1 - rb0 + RS - 1) / RS, S = set.slots, nseg = set.nseg, cols = set.cols;
     constexpr int NK = PAIR ? 2 : 1;   /* weights a unit */
     const int per = NK * nseg;         /* items a unit */
-    const int nuo = OP == 1 ? (ob1 - ob0 + RS - 1) / RS : (op.rows + RS - 1) / RS;   /* (OP 2: all of o's units) */
-    /* o's items of this warp, first (OP 2: known once its take from the counter fails), then the pair's */
-    int na = OP == 1 ? (nuo > wid ? (nuo - wid + nwarp - 1) / nwarp : 0) * nseg : 0;
-    const int npair = (nunit > wid ? (nunit - wid + nwarp - 1) / nwarp : 0) * per;
-    int nitem = DYN ? INT_MAX : na + npair;
-    int cu = 0, cj = 0;     /* (OP 2, lane 0) the o unit being issued, its next segment */
-    bool odone = !DYN;      /* (OP 2, lane 0) the counter ran out */
-    int *si = mr_si + (DYN ? wid * MR_MAXSLOTS : 0);
+    const int nitem = (nunit > wid ? (nunit - wid + nwarp - 1) / nwarp : 0) * per;
     float *xs = (float *)mr_smem;
     uint8_t *ring = mr_smem + (size_t)cols * 4 + (size_t)wid * S * set.slot_b;
     uint64_t *bar = (uint64_t *)(mr_smem + (size_t)cols * 4 + (size_t)nwarp * S * set.slot_b) + wid * S;
     const uint8_t *Wk = set.W[k];
     const uint64_t pol = mr_evict_first();
-    /* item t of this warp: o's (OP, t < na: kk -1) or unit (t - na) / per, of it weight (t % per) /
-     * nseg (PAIR), segment t % nseg; its first row r0, rows nr, first column c0 */
-    auto geom = [&](int t, int &kk, int &j, int &r0, int &nr) {
-        if (OP == 1 && t < na) {
-            const int u = t / nseg;
-            kk = -1; j = t - u * nseg;
-            r0 = ob0 + (wid + nwarp * u) * RS; nr = min(RS, ob1 - r0);
-            return;
-        }
-        t -= na;
-        const int u = t / per, e = t - u * per;
-        kk = PAIR ? e / nseg : k; j = PAIR ? e - kk * nseg : e;
-        r0 = rb0 + (wid + nwarp * u) * RS; nr = min(RS, rb1 - r0);
-    };
-    /* (lane 0) item t of this warp into its slot (OP 2: items in order; takes o's units, and records
-     * what the slot holds; none past the last) */
+    /* (lane 0) item t of this warp into its slot: unit t / per; of it weight (t % per) / nseg
+     * (PAIR), segment t % nseg */
     auto issue = [&](int t) {
-        int kk, j, r0, nr;
-        if (DYN && !odone) {
-            if (cj == 0) {
-                cu = (int)atomicAdd(op.bar + 2, 1u);
-                if (cu >= nuo) { odone = true; na = t; nitem = na + npair; }
-            }
-        }
-        if (DYN && !odone) {
-            si[t % S] = cu << 4 | cj;
-            kk = -1; j = cj; r0 = cu * RS; nr = min(RS, op.rows - r0);
-            cj = cj + 1 == nseg ? 0 : cj + 1;
-        } else {
-            if (DYN) {
-                si[t % S] = -1;
-                if (t >= nitem) return;
-            }
-            geom(t, kk, j, r0, nr);
-        }
+        const int u = t / per, e = t - u * per, kk = PAIR ? e / nseg : k, j = PAIR ? e - kk * nseg : e;
+        const int r0 = rb0 + (wid + nwarp * u) * RS, nr = min(RS, rb1 - r0);
         const int c0 = j * set.seg, sc = min(set.seg, cols - c0);
         const uint32_t bytes = (uint32_t)(nr * sc * 2);
         uint64_t *b = bar + t % S;
-        const uint8_t *src = OP && kk < 0 ? op.W : PAIR ? set.W[kk] : Wk;   /* (kk -1: o's) */
         fd_mbar_expect(b, bytes);
-        fd_bulk(ring + (size_t)(t % S) * set.slot_b, src + ((size_t)r0 * cols + c0) * 2, bytes, b, pol);
+        fd_bulk(ring + (size_t)(t % S) * set.slot_b, (PAIR ? set.W[kk] : Wk) + ((size_t)r0 * cols + c0) * 2, bytes, b, pol);
     };
     mr_start(bar, S, nitem, lane, waited, issue);
     float4 nv[2], no[2];   /* (the norm: what this block stores at the end if it is the last) */
     unsigned tok = 0;
-    /* the norm (nm.a): float4 f = thread + blockDim j of the row, j < 2; b through L2 (OP: o's
-     * output, stored by other blocks of this grid) */
-    auto norm_x = [&]() {
+    if (nm.a) {   /* the norm (nm.a): float4 f = thread + blockDim j of the row, j < 2 */
         float ss = 0.f;
 #pragma unroll
         for (int j = 0; j < 2; j++) {   /* (gamma loaded with a and b: one round trip) */
@@ -612,9 +509,9 @@ k_mv_ring_bf(const mrb_set set, const float *__restrict__ x, const mr_norm nm, c
             nv[j] = make_float4(0.f, 0.f, 0.f, 0.f);
             no[j] = make_float4(1.f, 1.f, 1.f, 1.f);
             if (f < cols / 4) {
-                nv[j] = __ldcg((const float4 *)nm.a + f);
+                nv[j] = ((const float4 *)nm.a)[f];
                 if (nm.b) {
-                    const float4 w = __ldcg((const float4 *)nm.b + f);
+                    const float4 w = ((const float4 *)nm.b)[f];
                     nv[j].x += w.x; nv[j].y += w.y; nv[j].z += w.z; nv[j].w += w.w;
                 }
                 if (nm.g) {
@@ -637,9 +534,6 @@ k_mv_ring_bf(const mrb_set set, const float *__restrict__ x, const mr_norm nm, c
             no[j] = o;
             *(float4 *)(xs + (vv >> 5) * 256 + (f & 1) * 128 + (vv & 31) * 4) = o;
         }
-    };
-    if (nm.a && !OP) {
-        norm_x();
     } else {
         for (int f = (int)threadIdx.x; f < cols / 4; f += (int)blockDim.x) {
             const int v = f >> 1;
@@ -652,83 +546,52 @@ k_mv_ring_bf(const mrb_set set, const float *__restrict__ x, const mr_norm nm, c
     float a0[RS], a1[RS], gs[RS];   /* (gs: PAIR, the gate's sums of the unit) */
 #pragma unroll
     for (int r = 0; r < RS; r++) a0[r] = a1[r] = gs[r] = 0.f;
-    /* item t of this warp (kk -1: o's) */
-    auto body = [&](int t, int kk, int j, int r0, int nr) {
-        {
-            const int c0 = j * set.seg, sc = min(set.seg, cols - c0), nv = sc >> 3, nc = sc >> 8;
-            fd_mbar_wait(bar + t % S, (uint32_t)(t / S) & 1u);
-            const uint4 *d = (const uint4 *)(ring + (size_t)(t % S) * set.slot_b) + lane;
-            const float *xc = xs + c0 + lane * 4;
-            /* the lane's vector of chunk i (256 columns) times x, into a */
-            auto vec = [&](int i, float (&a)[RS]) {
-                const float4 xa = *(const float4 *)(xc + 256 * i), xb = *(const float4 *)(xc + 256 * i + 128);
+    for (int t = 0; t < nitem; t++) {
+        const int u = t / per, e = t - u * per, kk = PAIR ? e / nseg : k, j = PAIR ? e - kk * nseg : e;
+        const int r0 = rb0 + (wid + nwarp * u) * RS, nr = min(RS, rb1 - r0);
+        const int c0 = j * set.seg, sc = min(set.seg, cols - c0), nv = sc >> 3, nc = sc >> 8;
+        fd_mbar_wait(bar + t % S, (uint32_t)(t / S) & 1u);
+        const uint4 *d = (const uint4 *)(ring + (size_t)(t % S) * set.slot_b) + lane;
+        const float *xc = xs + c0 + lane * 4;
+        /* the lane's vector of chunk i (256 columns) times x, into a */
+        auto vec = [&](int i, float (&a)[RS]) {
+            const float4 xa = *(const float4 *)(xc + 256 * i), xb = *(const float4 *)(xc + 256 * i + 128);
 #pragma unroll
-                for (int r = 0; r < RS; r++) {
-                    if (r >= nr) break;
-                    float f[8];
-                    unpack_vec<__nv_bfloat16>(d[r * nv + 32 * i], f);
-                    float s = a[r];
-                    s = fmaf(f[0], xa.x, s); s = fmaf(f[1], xa.y, s); s = fmaf(f[2], xa.z, s); s = fmaf(f[3], xa.w, s);
-                    s = fmaf(f[4], xb.x, s); s = fmaf(f[5], xb.y, s); s = fmaf(f[6], xb.z, s); s = fmaf(f[7], xb.w, s);
-                    a[r] = s;
-                }
-            };
-            int i = 0;
-            for (; i + 1 < nc; i += 2) { vec(i, a0); vec(i + 1, a1); }
-            if (i < nc) vec(i, a0);
-            __syncwarp();   /* every lane has read the slot: it may be refilled */
-            if (lane == 0 && t + S < nitem) issue(t + S);
-            if (j == nseg - 1) {
+            for (int r = 0; r < RS; r++) {
+                if (r >= nr) break;
+                float f[8];
+                unpack_vec<__nv_bfloat16>(d[r * nv + 32 * i], f);
+                float s = a[r];
+                s = fmaf(f[0], xa.x, s); s = fmaf(f[1], xa.y, s); s = fmaf(f[2], xa.z, s); s = fmaf(f[3], xa.w, s);
+                s = fmaf(f[4], xb.x, s); s = fmaf(f[5], xb.y, s); s = fmaf(f[6], xb.z, s); s = fmaf(f[7], xb.w, s);
+                a[r] = s;
+            }
+        };
+        int i = 0;
+        for (; i + 1 < nc; i += 2) { vec(i, a0); vec(i + 1, a1); }
+        if (i < nc) vec(i, a0);
+        __syncwarp();   /* every lane has read the slot: it may be refilled */
+        if (lane == 0 && t + S < nitem) issue(t + S);
+        if (j == nseg - 1) {
 #pragma unroll
-                for (int r = 0; r < RS; r++) {
-                    if (OP && kk < 0) {
-                        const float a = warp_sum(a0[r] + a1[r]);
-                        if (lane == 0 && r < nr) op.y[r0 + r] = a + (op.bias ? op.bias[r0 + r] : 0.f);
-                    } else if constexpr (!PAIR) {
-                        const float a = warp_sum(a0[r] + a1[r]);
-                        if (lane == 0 && r < nr) y[r0 + r] = a + (bias ? bias[r0 + r] : 0.f);
-                    } else {
-                        const float *bk = set.bias[kk];
-                        const float a = warp_sum(a0[r] + a1[r]) + (bk && r < nr ? bk[r0 + r] : 0.f);
-                        if (kk == 0) {
-                            gs[r] = a;
-                        } else if (lane == 0 && r < nr) {
-                            set.y[1][r0 + r] = a;
-                            set.y[0][r0 + r] = act_f(set.act, gs[r]) * a;
-                        }
+            for (int r = 0; r < RS; r++) {
+                if constexpr (!PAIR) {
+                    const float a = warp_sum(a0[r] + a1[r]);
+                    if (lane == 0 && r < nr) y[r0 + r] = a + (bias ? bias[r0 + r] : 0.f);
+                } else {
+                    const float *bk = set.bias[kk];
+                    const float a = warp_sum(a0[r] + a1[r]) + (bk && r < nr ? bk[r0 + r] : 0.f);
+                    if (kk == 0) {
+                        gs[r] = a;
+                    } else if (lane == 0 && r < nr) {
+                        set.y[1][r0 + r] = a;
+                        set.y[0][r0 + r] = act_f(set.act, gs[r]) * a;
                     }
-                    a0[r] = a1[r] = 0.f;
                 }
+                a0[r] = a1[r] = 0.f;
             }
         }
-    };
-    /* this warp's items t0 .. t1 - 1 */
-    auto run = [&](int t0, int t1) {
-        for (int t = t0; t < t1; t++) {
-            int kk, j, r0, nr;
-            geom(t, kk, j, r0, nr);
-            body(t, kk, j, r0, nr);
-        }
-    };
-    if constexpr (OP) {   /* o, every block's o rows stored, the norm of a + o into x's place, the pair */
-        if constexpr (DYN) {   /* the items lane 0 took, until the first of the pair's */
-            int t = 0;
-            for (;; t++) {
-                __syncwarp();   /* (lane 0's record of the slot, written when it issued it) */
-                const int info = si[t % S];
-                if (info < 0) break;
-                const int r0 = (info >> 4) * RS;
-                body(t, -1, info & 15, r0, min(RS, op.rows - r0));
-            }
-            na = t; nitem = na + npair;
-        } else {
-            run(0, na);
-        }
-        mr_grid_sync(op.bar);
-        norm_x();
-        __syncthreads();
     }
-    run(na, nitem);
     if (nm.a && mr_end(nm, tok, sh)) {   /* the last block to have read a and b stores what the norm would */
 #pragma unroll
         for (int j = 0; j < 2; j++) {
