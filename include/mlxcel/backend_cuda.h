@@ -142,12 +142,6 @@ int64_t mx_backend_cuda_attn_l2pf_bytes(mx_backend *b);
  * a GPU; MLXCEL_CUDA_MV_DENSE_SHORT=1 at init. Returns the previous setting; the count is of its
  * launches. */
 bool mx_backend_cuda_set_mv_dense_short(mx_backend *b, bool on);
-/* One-row k_mv_dense_sk launches on at most `blocks` blocks a multiprocessor, which take the row
- * groups in turn (MLXCEL_CUDA_DENSE_CAP; 0, no cap, by default), so that the next kernel's blocks
- * fit beside them; the outputs are the same bits. Returns the previous cap. Then: how many launches
- * were capped (tests). */
-int mx_backend_cuda_set_dense_cap(mx_backend *b, int blocks);
-int mx_backend_cuda_dense_cap_launches(mx_backend *b);
 int mx_backend_cuda_mv_dense_short_launches(mx_backend *b);
 /* Decode attention with the query heads of a KV head in one block (each K/V row read once for
  * them): 1 (default) when the batch has enough blocks for it, 0 never (MLXCEL_CUDA_ATTN_GQA=0 at

@@ -1228,52 +1228,33 @@ static void check_dense_short(const ds_case *dc) {
     int64_t tot, off[3];
     const int nw = set_make(t, dc->rows, dc->cols, 0, 0, MX_DTYPE_BF16, dc->bias, ws, off, &tot);
     if (nw < 0) return;
-    float *x = malloc((size_t)dc->cols * 4), *ref = malloc((size_t)tot * 4), *cy[3], *out[4];
+    float *x = malloc((size_t)dc->cols * 4), *ref = malloc((size_t)tot * 4), *cy[3], *out[2];
     fill(x, dc->cols, 1.f);
     for (int k = 0; k < nw; k++) cy[k] = ref + off[k];
     C.i->matmul_multi(C.ctx, nw, ws, x, cy, 1);
     float *dx = gup(x, dc->cols);
     const int was_bf = mx_backend_cuda_set_mv_ring_bf16(&G, 0);
-    int blocks = 0, nsm = 0;   /* k_mv_dense_sk's blocks (4 rows each), the multiprocessors */
-    for (int k = 0; k < nw; k++) blocks += (dc->rows[k] + 3) / 4;
-    {
-        char desc[300];
-        mx_backend_cuda_describe(&G, desc, sizeof desc);
-        const char *p = strstr(desc, " SMs");
-        while (p && p > desc && p[-1] >= '0' && p[-1] <= '9') p--;
-        nsm = p ? atoi(p) : 0;
-    }
-    TREQUIRE(nsm > 0, "no multiprocessor count in the device description");
-    /* runs 2 and 3: the U = 4 and U = 2 forms on at most 1 and 2 blocks a multiprocessor
-     * (MLXCEL_CUDA_DENSE_CAP: blocks take the row groups in turn), a capped launch counted where
-     * the grid is larger than that */
-    for (int run = 0; run < 4; run++) {
-        const bool was = mx_backend_cuda_set_mv_dense_short(&G, run & 1);
-        const int was_cap = mx_backend_cuda_set_dense_cap(&G, run >= 2 ? run - 1 : 0);
+    for (int run = 0; run < 2; run++) {
+        const bool was = mx_backend_cuda_set_mv_dense_short(&G, run == 1);
         float *dy = gnan(tot), *gy[3];
         for (int k = 0; k < nw; k++) gy[k] = dy + off[k];
-        const int before = mx_backend_cuda_mv_dense_short_launches(&G), cbefore = mx_backend_cuda_dense_cap_launches(&G);
+        const int before = mx_backend_cuda_mv_dense_short_launches(&G);
         if (nw > 1) G.i->matmul_multi(G.ctx, nw, ws, dx, gy, 1);
         else G.i->matmul(G.ctx, ws[0], dx, dy, 1);
         out[run] = gdown(dy, tot);
-        const int got = mx_backend_cuda_mv_dense_short_launches(&G) - before, want = (run & 1) && dc->taken ? 1 : 0;
+        const int got = mx_backend_cuda_mv_dense_short_launches(&G) - before, want = run == 1 && dc->taken ? 1 : 0;
         TCHECK(got == want, "run %d: %d short-form launches, expected %d", run, got, want);
-        const int cgot = mx_backend_cuda_dense_cap_launches(&G) - cbefore, cwant = run >= 2 && blocks > (run - 1) * nsm ? 1 : 0;
-        TCHECK(cgot == cwant, "run %d: %d capped launches, expected %d", run, cgot, cwant);
-        mx_backend_cuda_set_dense_cap(&G, was_cap);
         mx_backend_cuda_set_mv_dense_short(&G, was);
         G.i->free(G.ctx, dy);
         const double e = relerr(out[run], ref, tot);
         TCHECK(e < 2e-5, "run %d: rel err %.3g against the CPU (y[0] %g, ref %g)", run, e, out[run][0], ref[0]);
     }
     mx_backend_cuda_set_mv_ring_bf16(&G, was_bf);
-    for (int run = 1; run < 4; run++) {
-        int64_t diff = 0;
-        for (int64_t i = 0; i < tot; i++) diff += memcmp(&out[run][i], &out[0][i], 4) != 0;
-        TCHECK(diff == 0, "run %d: %lld of %lld outputs differ from the U = 4 form's", run, (long long)diff, (long long)tot);
-    }
+    int64_t diff = 0;
+    for (int64_t i = 0; i < tot; i++) diff += memcmp(&out[1][i], &out[0][i], 4) != 0;
+    TCHECK(diff == 0, "%lld of %lld outputs differ from the U = 4 form", (long long)diff, (long long)tot);
     TCHECK(mx_backend_cuda_status(&G) == MX_OK, "status: %s", mx_last_error());
-    for (int run = 0; run < 4; run++) free(out[run]);
+    free(out[0]); free(out[1]);
     G.i->free(G.ctx, dx);
     free(x); free(ref);
     for (int k = 0; k < nw; k++) tw_free(&t[k]);
@@ -1282,7 +1263,6 @@ static const ds_case g_ds[] = {
     {"cuda_dense_short_llama_o", {4096, 0, 0}, 4096, false, true},
     {"cuda_dense_short_qwen_o_bias", {1024, 0, 0}, 2048, true, true},
     {"cuda_dense_short_set_1000_cols", {300, 64, 37}, 1000, true, true},   /* 125 vectors a row: most lanes idle */
-    {"cuda_dense_short_set_capped", {3000, 1500, 1500}, 1024, true, true},   /* 1,500 blocks over three weights */
     {"cuda_dense_short_not_4104", {64, 0, 0}, 4104, false, false},
 };
 

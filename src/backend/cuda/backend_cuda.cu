@@ -154,9 +154,6 @@ struct cu_ctx {
     } ch;
     const mx_step_inputs *sr_in;           /* the inputs step_replay was given for the step being walked */
     uint64_t sr_key;                       /* (its key) */
-    int dense_cap;                         /* k_mv_dense_sk's blocks a multiprocessor at most, one row of x (0: all;
-                                            * MLXCEL_CUDA_DENSE_CAP) */
-    int n_dense_cap;                       /* its capped launches (tests) */
     int mv_dense_short;                    /* one-row dense bf16 matvecs of up to 4,096 columns in
                                               k_mv_dense_sk's U = 2 form (MLXCEL_CUDA_MV_DENSE_SHORT) */
     int n_dense_short;                     /* its launches (tests) */
@@ -401,7 +398,7 @@ static pdl_launch<KArgs...> PL(cu_ctx *c, void (*k)(KArgs...), dim3 g, dim3 b, s
  * the default; anything else is an error naming the variable and what it takes. */
 enum { GM_AUTO, GM_CUBLAS, GM_MMA, GM_WG, GM_NMODES };   /* MLXCEL_CUDA_GEMM, in k_gemm_modes' order */
 static const char *const k_gemm_modes[] = {"auto", "cublas", "mma", "wgmma"};
-struct cu_switches { int att_o, attn, attn_dec, attn_prep, gqa, gemm, gemm_rot, gemm_sk, gemm_pair, sum_norm, sum_qkv, att_gq, pdl, mv, profile, kv, graphs, fused, mv_ring, ring_norm, ring_bf, ring_pair, ring_act, ring_epi, i8_epi, ring_long, attn_early, dense_short, fast_replay, topk_one, chain; long dense_cap, dq_mb, fused_pf, mr_kb, mr_slot, mr_warps, attn_l2pf, trace_max, epi_blocks, mv_pf; int pair_half; };   /* kv: checked here, read by kv_init */
+struct cu_switches { int att_o, attn, attn_dec, attn_prep, gqa, gemm, gemm_rot, gemm_sk, gemm_pair, sum_norm, sum_qkv, att_gq, pdl, mv, profile, kv, graphs, fused, mv_ring, ring_norm, ring_bf, ring_pair, ring_act, ring_epi, i8_epi, ring_long, attn_early, dense_short, fast_replay, topk_one, chain; long dq_mb, fused_pf, mr_kb, mr_slot, mr_warps, attn_l2pf, trace_max, epi_blocks, mv_pf; int pair_half; };   /* kv: checked here, read by kv_init */
 static mx_status env_choice(const char *name, const char *const *vals, int n, int def, int *out) {
     const char *e = getenv(name);
     *out = def;
@@ -472,7 +469,6 @@ static mx_status read_switches(cu_switches *sw) {
         (st = env_choice("MLXCEL_CUDA_PAIR_HALF", off_on_auto, 3, 2, &sw->pair_half)))
         return st;
     if ((st = env_long("MLXCEL_CUDA_FUSED_PF", 0, 64, 0, "chunks", &sw->fused_pf)) ||
-        (st = env_long("MLXCEL_CUDA_DENSE_CAP", 0, 8, 0, "blocks a multiprocessor (0: no cap)", &sw->dense_cap)) ||
         (st = env_long("MLXCEL_CUDA_MV_RING_KB", 8, MR_RING_KB_MAX, MR_RING_KB, "KB", &sw->mr_kb)) ||
         (st = env_long("MLXCEL_CUDA_MV_RING_SLOT", 512, 65536, MR_SLOT, "bytes", &sw->mr_slot)) ||
         (st = env_long("MLXCEL_CUDA_MV_RING_WARPS", 1, 16, MR_WARPS, "warps", &sw->mr_warps)) ||
@@ -945,18 +941,15 @@ k_mv_dense_sk(const dn_set set, const float *__restrict__ x, int cols, int n) {
     bool waited = pdl_entry_weights_first();
     constexpr int VPV = 16 / sizeof(WT), STEP = MV_WARPS * 32;
     __shared__ float part[MV_WARPS][R][NB];
-    /* block bi's rows (a grid of fewer blocks, MLXCEL_CUDA_DENSE_CAP, takes them in turn) */
-    for (int bi = (int)blockIdx.x; bi < set.blk0[set.nw]; bi += (int)gridDim.x) {
-    if (bi != (int)blockIdx.x) __syncthreads();   /* (part: the last turn's sums read) */
     int k = 0;
 #pragma unroll
-    for (int i = 1; i < 4; i++) if (i < set.nw && bi >= set.blk0[i]) k = i;
+    for (int i = 1; i < 4; i++) if (i < set.nw && (int)blockIdx.x >= set.blk0[i]) k = i;
     const WT *__restrict__ W = (const WT *)set.W[k];
     const float *__restrict__ bias = set.bias[k];
     float *__restrict__ y = set.y[k];
     const int rows = set.rows[k];
     const int nvec = cols / VPV, lane = threadIdx.x & 31, wp = threadIdx.x >> 5;
-    const int r0 = (bi - set.blk0[k]) * R;
+    const int r0 = ((int)blockIdx.x - set.blk0[k]) * R;
     const uint4 *wr[R];
 #pragma unroll
     for (int r = 0; r < R; r++) wr[r] = (const uint4 *)(W + (size_t)min(r0 + r, rows - 1) * cols);
@@ -1016,7 +1009,6 @@ k_mv_dense_sk(const dn_set set, const float *__restrict__ x, int cols, int n) {
             for (int w = 0; w < MV_WARPS; w++) a += part[w][r][t];
             y[(size_t)t * rows + r0 + r] = a + (bias ? bias[r0 + r] : 0.f);
         }
-    }
     }
 }
 
@@ -3816,13 +3808,7 @@ static bool mv_dense_set(cu_ctx *c, int nw, const cu_weight *const *w, const flo
     }
     set.nw = nw;
     typedef __nv_bfloat16 T;
-    unsigned grid = (unsigned)set.blk0[nw];
-    /* one row of x: at most MLXCEL_CUDA_DENSE_CAP blocks a multiprocessor, which take the row
-     * groups in turn (so that the next kernel's blocks fit beside them and load before this ends) */
-    if (n == 1 && c->dense_cap > 0 && grid > (unsigned)(c->dense_cap * c->prop.multiProcessorCount)) {
-        grid = (unsigned)(c->dense_cap * c->prop.multiProcessorCount);
-        c->n_dense_cap++;
-    }
+    const unsigned grid = (unsigned)set.blk0[nw];
     if (n <= 1 && c->mv_dense_short && cols <= 2 * MV_WARPS * 32 * (int)(16 / sizeof(T))) {
         PL(c, (k_mv_dense_sk<T, 1, 4, 2>), grid, MV_WARPS * 32, 0)(set, x, cols, n);
         c->n_dense_short++;
@@ -5981,7 +5967,6 @@ extern "C" mx_status mx_backend_cuda_init(mx_backend *out) {
         c->attn_early = sw.attn_early;
         c->apf_cap = (int64_t)sw.attn_l2pf << 20;
         c->mv_dense_short = sw.dense_short;
-        c->dense_cap = (int)sw.dense_cap;
         c->fast_replay = sw.fast_replay;
         c->topk_one = sw.topk_one;
         c->ch.on = sw.chain;
@@ -6260,8 +6245,6 @@ extern "C" int mx_backend_cuda_set_attn_l2pf(mx_backend *b, int mib) {
 extern "C" int mx_backend_cuda_attn_l2pf_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_apf; }
 extern "C" int64_t mx_backend_cuda_attn_l2pf_bytes(mx_backend *b) { return ((const cu_ctx *)b->ctx)->apf_bytes; }
 extern "C" bool mx_backend_cuda_set_mv_dense_short(mx_backend *b, bool on) { return set_flag(&switch_ctx(b)->mv_dense_short, on); }
-extern "C" int mx_backend_cuda_set_dense_cap(mx_backend *b, int blocks) { return set_mode(&switch_ctx(b)->dense_cap, blocks, 8); }
-extern "C" int mx_backend_cuda_dense_cap_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_dense_cap; }
 extern "C" bool mx_backend_cuda_set_fast_replay(mx_backend *b, bool on) { return set_flag(&switch_ctx(b)->fast_replay, on); }
 extern "C" int mx_backend_cuda_fast_replays(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_fast_replays; }
 extern "C" bool mx_backend_cuda_set_topk_one(mx_backend *b, bool on) { return set_flag(&switch_ctx(b)->topk_one, on); }
