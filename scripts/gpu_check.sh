@@ -38,7 +38,8 @@
 #           kernel of a step, when it could go on and how long until the next could
 #           (tools/cuda_trace.py; GPU_CHECK_TRACE: config names, default "qwen3-0.6b llama3.1-8b",
 #           q4/g64, NAME:bf16 for bf16; batch 1, the defaults; GPU_CHECK_TRACE_ENV: switches for
-#           those runs; the first one's records come back as trace-NAME.bin.xz in logs.tgz)
+#           those runs; GPU_CHECK_TRACE_ARGS: their bench arguments, default "-p 0 -n 48"; the first
+#           one's records come back as trace-NAME.bin.xz in logs.tgz)
 #   ring    the batch-1 q4 products of Llama-8B and Qwen3-0.6B and Llama-8B's bf16 ones through the
 #           register forms and the rings' geometries (test_backend_cuda --bench-ring;
 #           MLXCEL_BENCH_RINGS="kb/warps/slot,...", MLXCEL_BENCH_SHAPES=substring, e.g. l8b-)
@@ -276,7 +277,7 @@ if has models && [ $full = 1 ]; then
   # the same goldens through them
   # (GPU_CHECK_MODEL_VARIANTS adds variants; GPU_CHECK_MODEL_VARIANTS_ONLY replaces the list: words,
   # the switches of one variant joined by commas)
-  variants=(MLXCEL_CUDA_ATTN=tiled "MLXCEL_CUDA_ATTN=pertoken MLXCEL_CUDA_PDL=0" MLXCEL_CUDA_GEMM=mma MLXCEL_CUDA_GEMM=wgmma MLXCEL_CUDA_GEMM=cublas MLXCEL_CUDA_PDL=1 MLXCEL_CUDA_ATTN_DEC=lanes MLXCEL_CUDA_GEMM_PAIR=1 MLXCEL_CUDA_SUM_NORM=0 MLXCEL_CUDA_SUM_QKV=0 MLXCEL_CUDA_ATT_GQ=0 MLXCEL_CUDA_GRAPHS=auto MLXCEL_CUDA_FUSED=1 MLXCEL_CUDA_MV_RING=0 MLXCEL_CUDA_RING_NORM=0 MLXCEL_CUDA_RING_NORM=1 MLXCEL_CUDA_MV_RING_BF16=1 MLXCEL_CUDA_MV_RING_BF16=norm MLXCEL_CUDA_ATTN_PREP=0 MLXCEL_CUDA_ATTN_PREP=1 MLXCEL_CUDA_RING_PAIR=0 MLXCEL_CUDA_RING_ACT=1 MLXCEL_CUDA_ATTN_EARLY=0 MLXCEL_CUDA_ATTN_L2PF=16 MLXCEL_CUDA_MV_DENSE_SHORT=1 "MLXCEL_CUDA_FAST_REPLAY=0 MLXCEL_CUDA_TOPK_ONE=0 MLXCEL_CUDA_GRAPHS=auto" MLXCEL_CUDA_FAST_REPLAY=0 MLXCEL_CUDA_TOPK_ONE=0 MLXCEL_CUDA_RING_EPI=0 "MLXCEL_CUDA_RING_NORM=1 MLXCEL_CUDA_ATTN_PREP=1" MLXCEL_CUDA_EPI_BLOCKS=160 MLXCEL_CUDA_PAIR_HALF=1 MLXCEL_CUDA_PAIR_HALF=0 MLXCEL_CUDA_RING_LONG=0 MLXCEL_CUDA_CHAIN=0 ${GPU_CHECK_MODEL_VARIANTS:-})
+  variants=(MLXCEL_CUDA_ATTN=tiled "MLXCEL_CUDA_ATTN=pertoken MLXCEL_CUDA_PDL=0" MLXCEL_CUDA_GEMM=mma MLXCEL_CUDA_GEMM=wgmma MLXCEL_CUDA_GEMM=cublas MLXCEL_CUDA_PDL=1 MLXCEL_CUDA_ATTN_DEC=lanes MLXCEL_CUDA_GEMM_PAIR=1 MLXCEL_CUDA_SUM_NORM=0 MLXCEL_CUDA_SUM_QKV=0 MLXCEL_CUDA_ATT_GQ=0 MLXCEL_CUDA_GRAPHS=auto MLXCEL_CUDA_FUSED=1 MLXCEL_CUDA_MV_RING=0 MLXCEL_CUDA_RING_NORM=0 MLXCEL_CUDA_RING_NORM=1 MLXCEL_CUDA_MV_RING_BF16=1 MLXCEL_CUDA_MV_RING_BF16=norm MLXCEL_CUDA_ATTN_PREP=0 MLXCEL_CUDA_ATTN_PREP=1 MLXCEL_CUDA_RING_PAIR=0 MLXCEL_CUDA_RING_ACT=1 MLXCEL_CUDA_ATTN_EARLY=0 MLXCEL_CUDA_ATTN_L2PF=16 MLXCEL_CUDA_MV_DENSE_SHORT=1 "MLXCEL_CUDA_FAST_REPLAY=0 MLXCEL_CUDA_TOPK_ONE=0 MLXCEL_CUDA_GRAPHS=auto" MLXCEL_CUDA_FAST_REPLAY=0 MLXCEL_CUDA_TOPK_ONE=0 MLXCEL_CUDA_RING_EPI=0 "MLXCEL_CUDA_RING_NORM=1 MLXCEL_CUDA_ATTN_PREP=1" MLXCEL_CUDA_EPI_BLOCKS=160 MLXCEL_CUDA_PAIR_HALF=1 MLXCEL_CUDA_PAIR_HALF=0 MLXCEL_CUDA_RING_LONG=0 MLXCEL_CUDA_CHAIN=0 MLXCEL_CUDA_RING_DYN=1 ${GPU_CHECK_MODEL_VARIANTS:-})
   # shellcheck disable=SC2206
   [ -n "${GPU_CHECK_MODEL_VARIANTS_ONLY:-}" ] && variants=($GPU_CHECK_MODEL_VARIANTS_ONLY)
   for v in "${variants[@]}"; do
@@ -532,7 +533,7 @@ if has trace; then   # the wait trace of replayed batch-1 steps (a build with -D
       echo "== wait trace, $name $fdesc batch 1 ${GPU_CHECK_TRACE_ENV:-}"
       # shellcheck disable=SC2086
       env MLXCEL_DEVICE=gpu MLXCEL_CUDA_TRACE="$OUTD/trace-$tag.bin" ${GPU_CHECK_TRACE_ENV:-} timeout 300 $B/mlxcel-trace bench \
-        --config bench/configs/$name.json --random $fmt -p 0 -n 48 -r 1 >"$OUTD/trace-$tag.log" 2>&1
+        --config bench/configs/$name.json --random $fmt ${GPU_CHECK_TRACE_ARGS:--p 0 -n 48} -r 1 >"$OUTD/trace-$tag.log" 2>&1
       python3 tools/cuda_trace.py "$OUTD/trace-$tag.bin" --steps 8 >"$OUTD/trace-$tag.txt" 2>&1
       # the first model's records come back too (xz; ~16 MB raw for Qwen3-0.6B q4), to be read again here
       [ "$item" = "$first" ] && xz -T0 -3 -f "$OUTD/trace-$tag.bin"
