@@ -27,10 +27,6 @@ typedef struct layer {
     mx_attn_params attn_own;        /* attn_sinks: this layer's parameters with its sinks */
 } layer;
 
-/* the activation buffers a forward uses (backend memory), a row each token */
-typedef struct { float *x, *h, *q, *k, *v, *att, *g, *u, *rows, *logits; } act_set;
-#define N_SMALL 8   /* forwards of at most this many tokens use the compact set (mx_model_prepare) */
-
 struct mx_model {
     mx_model_config cfg;
     mx_decoder_opts opts;
@@ -47,12 +43,7 @@ struct mx_model {
     size_t weight_bytes;
     /* set by prepare */
     int n_blocks, block_size, max_tokens;
-    float *x, *h, *q, *k, *v, *att, *g, *u, *rows, *logits; /* backend buffers: the set of this forward */
-    act_set big;                /* those buffers for max_tokens rows */
-    act_set small;              /* for forwards of at most n_small tokens (decode steps), carved from one
-                                 * allocation (small_base) so that they share a few pages (n_small 0: big) */
-    float *small_base;
-    int n_small;
+    float *x, *h, *q, *k, *v, *att, *g, *u, *rows, *logits; /* backend buffers */
     int32_t *slot;              /* host [max_tokens] */
     bool has_moe;
     float *moe_in, *moe_y, *moe_out, *router;   /* backend buffers (MoE models only) */
@@ -99,23 +90,13 @@ static mx_status prep_v(mx_model *m, mx_vec *v) {
     return m->be->i->vec_prepare ? m->be->i->vec_prepare(m->be->ctx, v) : MX_OK;
 }
 
-/* the activation buffers of the next forward */
-static void use_set(mx_model *m, const act_set *a) {
-    m->x = a->x; m->h = a->h; m->q = a->q; m->k = a->k; m->v = a->v;
-    m->att = a->att; m->g = a->g; m->u = a->u; m->rows = a->rows; m->logits = a->logits;
-}
-
 static void free_buffers(mx_model *m) {
     const mx_backend_i *bi = m->be->i;
     mx_model_greedy_drain(m);   /* (launched steps still use the buffers) */
-    float **bufs[] = {&m->big.x, &m->big.h, &m->big.q, &m->big.k, &m->big.v, &m->big.att, &m->big.g, &m->big.u,
-                      &m->big.rows, &m->big.logits, &m->small_base,
+    float **bufs[] = {&m->x, &m->h, &m->q, &m->k, &m->v, &m->att, &m->g, &m->u, &m->rows, &m->logits,
                       &m->moe_in, &m->moe_y, &m->moe_out, &m->router, &m->mla_a, &m->mla_s, &m->mla_o};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (*bufs[i]) { bi->free(m->be->ctx, *bufs[i]); *bufs[i] = NULL; }
-    memset(&m->small, 0, sizeof m->small);
-    m->n_small = 0;
-    use_set(m, &m->big);
     free(m->slot);
     m->slot = NULL;
     free(m->router_host); free(m->ex_w); free(m->ex_rows); free(m->ex_cnt); free(m->tok_done);
@@ -474,27 +455,11 @@ mx_status mx_model_prepare(mx_model *m, int n_blocks, int block_size, int max_to
     if (m->has_moe && (size_t)m->opts.moe_inter > I) I = (size_t)m->opts.moe_inter;
     if (m->has_moe && (size_t)m->opts.shared_inter > I) I = (size_t)m->opts.shared_inter;
     size_t att = qd > H ? qd : H;
-#define ALLOC(f, n) if (!(m->big.f = bi->alloc(bc, (n) * sizeof(float)))) goto nomem;
+#define ALLOC(f, n) if (!(m->f = bi->alloc(bc, (n) * sizeof(float)))) goto nomem;
     ALLOC(x, T * H) ALLOC(h, T * att) ALLOC(q, T * qd) ALLOC(k, T * kvd) ALLOC(v, T * kvd)
     ALLOC(att, T * att) ALLOC(g, T * I) ALLOC(u, T * I) ALLOC(rows, T * H)
     ALLOC(logits, T * (size_t)c->vocab_size)
 #undef ALLOC
-    use_set(m, &m->big);
-    /* Decode steps (a few tokens) get a set of their own, one allocation with the logits last:
-     * the big set's buffers lie megabytes apart when max_tokens is large, the small one's rows
-     * together (a step's kernels then touch a few pages, as with max_tokens 1) */
-    if (T > N_SMALL) {
-        const size_t S = N_SMALL, al = 64;   /* (each buffer 256-byte aligned) */
-        const size_t len[10] = {S * H, S * att, S * qd, S * kvd, S * kvd, S * att, S * I, S * I, S * H, S * (size_t)c->vocab_size};
-        size_t tot = 0;
-        for (int i = 0; i < 10; i++) tot += (len[i] + al - 1) / al * al;
-        if (!(m->small_base = bi->alloc(bc, tot * sizeof(float)))) goto nomem;
-        float **f[10] = {&m->small.x, &m->small.h, &m->small.q, &m->small.k, &m->small.v, &m->small.att,
-                         &m->small.g, &m->small.u, &m->small.rows, &m->small.logits};
-        float *p = m->small_base;
-        for (int i = 0; i < 10; i++) { *f[i] = p; p += (len[i] + al - 1) / al * al; }
-        m->n_small = N_SMALL;
-    }
     m->slot = malloc(T * sizeof *m->slot);
     if (!m->slot) goto nomem;
     if (m->opts.mla) {
@@ -888,7 +853,6 @@ static mx_status forward_run(mx_model *m, const mx_batch *b) {
     mx_status st0 = batch_check(m, b);
     if (st0) return st0;
     if (!b->tokens) return mx_errorf(MX_ERR_INVALID_ARG, "a batch without token ids");
-    use_set(m, n <= m->n_small ? &m->small : &m->big);
     mx_attn_meta meta = {n, b->pos, m->slot, b->seq, b->n_seqs, b->max_blocks, b->block_tables};
     bool step = is_step(m, b);
     /* Its host inputs: a backend that recorded the step may launch it again with these without

@@ -365,78 +365,6 @@ static void decoder_head_rows(void) {
     mx_model_free(m);
     mx_backend_cpu_set_precise(&g_cpu, false);
 }
-/* Forwards of at most 8 tokens (decode steps) use a compact set of activation buffers when the model
- * is prepared for more tokens a batch: on a CPU backend with alloc and embed wrapped, a model for 64
- * tokens makes one allocation more than a model for 8, its prompt (12 tokens) embeds into the big set
- * and its decode steps into that allocation, and every logit row (the prompt's, two decode steps',
- * read back after each forward, bit for bit the same through mx_model_read_logits) within 1e-4 of the
- * model for 8 tokens, which has no second set (its prompt in two forwards of 8 and 4, which round
- * differently from one of 12; a step reading the wrong set's rows would be off by far more). */
-static double maxdiff(const float *a, const float *b, int n) {
-    double m = 0;
-    for (int i = 0; i < n; i++) m = fmax(m, fabs((double)a[i] - b[i]));
-    return m;
-}
-static int g_allocs;
-static const char *g_alloc_lo, *g_alloc_hi;
-static float *g_embed_out;
-static void *(*g_alloc_cpu)(void *, size_t);
-static void (*g_embed_cpu)(void *, const mx_weight *, const int32_t *, int, float *);
-static void *alloc_counted(void *ctx, size_t bytes) {
-    void *p = g_alloc_cpu(ctx, bytes);
-    g_allocs++;
-    if (p) { g_alloc_lo = (const char *)p; g_alloc_hi = (const char *)p + bytes; }   /* (the last one) */
-    return p;
-}
-static void embed_seen(void *ctx, const mx_weight *w, const int32_t *ids, int n, float *out) {
-    g_embed_out = out;
-    g_embed_cpu(ctx, w, ids, n, out);
-}
-static void decoder_small_set(void) {
-    mx_backend_i wi = *g_cpu.i;
-    g_alloc_cpu = wi.alloc; g_embed_cpu = wi.embed;
-    wi.alloc = alloc_counted; wi.embed = embed_seen;
-    mx_backend w = {&wi, g_cpu.ctx};
-    mx_backend_cpu_set_precise(&g_cpu, true);
-    const char *js = "{\"model_type\": \"llama\", " TINY "}";
-    g_allocs = 0;
-    mx_model *ms = random_prepared(js, MX_DTYPE_F32, 11, &w, 8, 4, 8);
-    const int allocs8 = g_allocs;
-    g_allocs = 0;
-    /* (the compact set is the last allocation of prepare, after the big set's) */
-    mx_model *mb = random_prepared(js, MX_DTYPE_F32, 11, &w, 8, 4, 64);
-    const int allocs64 = g_allocs;
-    if (!ms || !mb) { mx_model_free(ms); mx_model_free(mb); mx_backend_cpu_set_precise(&g_cpu, false); return; }
-    TCHECK(allocs64 == allocs8 + 1, "%d allocations for 64 tokens, %d for 8: expected one more", allocs64, allocs8);
-    const int32_t bt[4] = {0, 1, 2, 3};
-    int32_t tok[12], pos[12], seq[12], last[1] = {11}, r8[1] = {7}, r4[1] = {3}, r0[1] = {0};
-    for (int i = 0; i < 12; i++) { tok[i] = (i * 7 + 3) % 64; pos[i] = i; seq[i] = 0; }
-    float a[64], b[64], c[64];
-    /* the prompt: 12 tokens at once (big set), against 8 + 4 on the model for 8 */
-    mx_batch pb = {12, tok, pos, seq, 1, 4, bt, 1, last, 0};
-    TCHECK(mx_model_forward(mb, &pb, a) == MX_OK, "prompt: %s", mx_last_error());
-    const float *const big_x = g_embed_out;
-    TCHECK(!(big_x >= (const float *)g_alloc_lo && big_x < (const float *)g_alloc_hi), "the prompt embedded into the compact set");
-    mx_batch p8 = {8, tok, pos, seq, 1, 4, bt, 1, r8, 0}, p4 = {4, tok + 8, pos + 8, seq + 8, 1, 4, bt, 1, r4, 0};
-    TCHECK(mx_model_forward(ms, &p8, b) == MX_OK && mx_model_forward(ms, &p4, b) == MX_OK, "prompt (8 + 4): %s", mx_last_error());
-    TCHECK(maxdiff(a, b, 64) < 1e-4, "the prompt's logits %g apart between the models", maxdiff(a, b, 64));
-    for (int step = 0; step < 2 && !t_case_failed; step++) {
-        int32_t dt[1] = {(17 + 5 * step) % 64}, dp[1] = {12 + step}, ds[1] = {0};
-        mx_batch db = {1, dt, dp, ds, 1, 4, bt, 1, r0, 1};
-        TCHECK(mx_model_forward(mb, &db, a) == MX_OK, "step %d: %s", step, mx_last_error());
-        TCHECK(g_embed_out >= (const float *)g_alloc_lo && g_embed_out < (const float *)g_alloc_hi, "step %d: not in the compact set", step);
-        TCHECK(mx_model_forward(ms, &db, b) == MX_OK, "step %d (model for 8): %s", step, mx_last_error());
-        TCHECK(maxdiff(a, b, 64) < 1e-4, "step %d: the logits %g apart between the models", step, maxdiff(a, b, 64));
-        TCHECK(mx_model_read_logits(mb, 0, c) == MX_OK && !memcmp(a, c, sizeof a), "step %d: read_logits: %s", step, mx_last_error());
-    }
-    /* a prompt again after the steps: back in the big set, and read_logits reads its row */
-    mx_batch pb2 = {12, tok, pos, seq, 1, 4, bt, 1, last, 0};
-    TCHECK(mx_model_forward(mb, &pb2, a) == MX_OK && g_embed_out == big_x, "the second prompt: %s", mx_last_error());
-    TCHECK(mx_model_read_logits(mb, 0, c) == MX_OK && !memcmp(a, c, sizeof a), "the second prompt's read_logits");
-    mx_model_free(ms);
-    mx_model_free(mb);
-    mx_backend_cpu_set_precise(&g_cpu, false);
-}
 static void decoder_step_replay(void) {
     mx_backend_i wi = *g_cpu.i;
     wi.step_begin = sr_begin; wi.step_end = sr_end; wi.step_replay = sr_replay;
@@ -779,7 +707,6 @@ int main(void) {
     RUN(random_quantized_families);
     RUN(decoder_head_rows);
     RUN(decoder_step_replay);
-    RUN(decoder_small_set);
     RUN(greedy_chain);
 #ifdef MLXCEL_HAVE_CUDA
     if (g_gpu) RUN(greedy_chain_gpu);
