@@ -212,12 +212,6 @@ int mx_backend_cuda_ring_norm_launches(mx_backend *b);
  * bit. Returns the previous on/off. Then: how many launches ran a pair that way (tests). */
 bool mx_backend_cuda_set_ring_pair(mx_backend *b, bool on);
 int mx_backend_cuda_ring_pair_launches(mx_backend *b);
-/* The batch-1 dense bf16 ring products (k_mv_ring_bf: plain, with the norm, the gate/up pair)
- * with their blocks taking units of rows from a counter as they go, instead of equal runs dealt
- * in advance, so that blocks placed early take more (MLXCEL_CUDA_RING_DYN; off by default). The
- * outputs are the same bits. Returns the previous on/off. Then: how many launches ran so (tests). */
-bool mx_backend_cuda_set_ring_dyn(mx_backend *b, bool on);
-int mx_backend_cuda_ring_dyn_launches(mx_backend *b);
 /* A batch-1 act_mul (y = act(gate) * up) run in the prologue of the q4/q8 ring product (k_mv_ring)
  * that reads y (MLXCEL_CUDA_RING_ACT; off by default: Qwen3-0.6B q4 decode 8-11% slower on the
  * H200): the act_mul waits for the next op, and launches as it is if that is not such a product.

@@ -1180,25 +1180,20 @@ static void check_ring(const rg_case *rc) {
     float *cy[3];
     for (int k = 0; k < nw; k++) cy[k] = ref + off[k];
     C.i->matmul_multi(C.ctx, nw, ws, x, cy, 1);
-    float *dx = gup(x, K), *out[5] = {NULL, NULL, NULL, NULL, NULL};
+    float *dx = gup(x, K), *out[3] = {NULL, NULL, NULL};
     const bool sm90 = gpu_sm90();
-    /* run 0: the register form; 1, 2: the ring with this case's geometry; 3, 4: the same with the
-     * blocks taking units of rows from a counter (MLXCEL_CUDA_RING_DYN, dense bf16 only: counted) */
-    for (int run = 0; run < 5; run++) {
+    /* run 0: the register form; 1, 2: the ring with this case's geometry */
+    for (int run = 0; run < 3; run++) {
         const bool was = mx_backend_cuda_set_mv_ring(&G, run > 0, run ? rc->kb : 0, run ? rc->warps : 0, run ? rc->slot : 0);
         const int was_bf = mx_backend_cuda_set_mv_ring_bf16(&G, 2);   /* (bf16: all products, not only those after a norm) */
-        const bool was_dyn = mx_backend_cuda_set_ring_dyn(&G, run >= 3);
         float *dy = gnan(tot), *gy[3];
         for (int k = 0; k < nw; k++) gy[k] = dy + off[k];
-        const int before = mx_backend_cuda_ring_launches(&G), dbefore = mx_backend_cuda_ring_dyn_launches(&G);
+        const int before = mx_backend_cuda_ring_launches(&G);
         if (nw > 1) G.i->matmul_multi(G.ctx, nw, ws, dx, gy, 1);
         else G.i->matmul(G.ctx, ws[0], dx, dy, 1);
         out[run] = gdown(dy, tot);
         const int got = mx_backend_cuda_ring_launches(&G) - before, want = run > 0 && sm90 && rc->taken ? 1 : 0;
         TCHECK(got == want, "run %d: %d ring launches, expected %d", run, got, want);
-        const int dgot = mx_backend_cuda_ring_dyn_launches(&G) - dbefore, dwant = run >= 3 && want && !rc->bits ? 1 : 0;
-        TCHECK(dgot == dwant, "run %d: %d launches taking rows from the counter, expected %d", run, dgot, dwant);
-        mx_backend_cuda_set_ring_dyn(&G, was_dyn);
         mx_backend_cuda_set_mv_ring(&G, was, -1, -1, -1);   /* the geometry of init */
         mx_backend_cuda_set_mv_ring_bf16(&G, was_bf);
         G.i->free(G.ctx, dy);
@@ -1215,10 +1210,8 @@ static void check_ring(const rg_case *rc) {
     TCHECK(!rc->bits || diff == 0, "%lld of %lld outputs differ from the register form (first %lld: %.9g against %.9g)", (long long)diff,
            (long long)tot, (long long)first, first >= 0 ? out[1][first] : 0.f, first >= 0 ? out[0][first] : 0.f);
     TCHECK(!memcmp(out[1], out[2], (size_t)tot * 4), "two launches differ");
-    for (int run = 3; run < 5; run++)
-        TCHECK(!memcmp(out[run], out[1], (size_t)tot * 4), "run %d (rows from the counter) differs from run 1", run);
     TCHECK(mx_backend_cuda_status(&G) == MX_OK, "status: %s", mx_last_error());
-    for (int i = 0; i < 5; i++) free(out[i]);
+    for (int i = 0; i < 3; i++) free(out[i]);
     G.i->free(G.ctx, dx);
     free(x); free(ref);
     for (int k = 0; k < nw; k++) tw_free(&t[k]);
@@ -1823,9 +1816,8 @@ static const rn_case g_rn[] = {
 /* The batch-1 gate/up pair on the ring with the act_mul of its outputs in the same launch
  * (MLXCEL_CUDA_RING_PAIR), dense bf16 (k_mv_ring_bf) or q4/q8 (k_mv_ring<.., 3>, bits): as the
  * decoder issues it (h = h + o, x = rmsnorm(h) when norm, gate/up of x into g and u, g = act(g) * u
- * in place, then a down product of g), with the switch off and on, and on with the blocks taking
- * units of rows from a counter (MLXCEL_CUDA_RING_DYN), twice each: every buffer bit for bit equal
- * across the modes (after a bf16 pair the down product of a q4 down weight quantizes g
+ * in place, then a down product of g), with the switch off and on, twice each: every buffer bit for
+ * bit equal across the modes (after a bf16 pair the down product of a q4 down weight quantizes g
  * itself: no stale int8 form; after a q4/q8 pair it reads the int8 form the pair wrote, which must
  * be k_act_mul's for its output to be equal) and within 2e-5 (q4/q8: 1e-2) of the CPU; one pair
  * launch counted where it applies, none where it must not (an act_mul into another buffer, an op
@@ -1866,11 +1858,9 @@ static void check_ring_pair(const rp_case *rc) {
     C.i->act_mul(C.ctx, rc->act, guc, guc + R, R, cout, 1, R);
     C.i->matmul(C.ctx, &dn.w, cout, dc, 1);
     const bool sm90 = gpu_sm90();
-    float *dov = gup(o, D), *dz = gup(z, D), *res[3][2][3];
-    /* mode 2: mode 1 with the blocks taking units of rows from a counter (MLXCEL_CUDA_RING_DYN) */
-    for (int mode = 0; mode < 3; mode++) {
-        const bool was = mx_backend_cuda_set_ring_pair(&G, mode >= 1);
-        const bool was_dyn = mx_backend_cuda_set_ring_dyn(&G, mode == 2);
+    float *dov = gup(o, D), *dz = gup(z, D), *res[2][2][3];
+    for (int mode = 0; mode < 2; mode++) {
+        const bool was = mx_backend_cuda_set_ring_pair(&G, mode == 1);
         const int was_bf = mx_backend_cuda_set_mv_ring_bf16(&G, rc->norm ? 1 : 2);   /* (no norm: all bf16 products on the ring) */
         const bool was_ring = mx_backend_cuda_set_mv_ring(&G, true, rc->kb, rc->warps, rc->slot);
         for (int rep = 0; rep < 2; rep++) {
@@ -1885,7 +1875,7 @@ static void check_ring_pair(const rp_case *rc) {
             if (rc->how == 2) G.i->matmul(G.ctx, ws[0], dz, dw, 1);
             G.i->act_mul(G.ctx, rc->act, gy[0], gy[1], R, gout, 1, R);
             G.i->matmul(G.ctx, &dn.w, gout, dd, 1);
-            const int got = mx_backend_cuda_ring_pair_launches(&G) - before, want = mode >= 1 && sm90 && rc->taken ? 1 : 0;
+            const int got = mx_backend_cuda_ring_pair_launches(&G) - before, want = mode == 1 && sm90 && rc->taken ? 1 : 0;
             TCHECK(got == want, "mode %d rep %d: %d pair launches, expected %d", mode, rep, got, want);
             res[mode][rep][0] = gdown(dh, D); res[mode][rep][1] = gdown(dgu, 3 * (int64_t)R); res[mode][rep][2] = gdown(dd, D);
             G.i->free(G.ctx, dh); G.i->free(G.ctx, dx); G.i->free(G.ctx, dgu); G.i->free(G.ctx, dd); G.i->free(G.ctx, dw);
@@ -1899,10 +1889,9 @@ static void check_ring_pair(const rp_case *rc) {
         mx_backend_cuda_set_mv_ring(&G, was_ring, -1, -1, -1);
         mx_backend_cuda_set_mv_ring_bf16(&G, was_bf);
         mx_backend_cuda_set_ring_pair(&G, was);
-        mx_backend_cuda_set_ring_dyn(&G, was_dyn);
     }
     const int64_t ng = rc->how == 1 ? 3 * (int64_t)R : 2 * (int64_t)R;
-    for (int mode = 0; mode < 3; mode++)
+    for (int mode = 0; mode < 2; mode++)
         for (int rep = 0; rep < 2; rep++) {
             if (mode == 0 && rep == 0) continue;
             int64_t first = -1;
@@ -1911,7 +1900,7 @@ static void check_ring_pair(const rp_case *rc) {
                    (long long)first, first >= 0 ? res[mode][rep][1][first] : 0.f, first >= 0 ? res[0][0][1][first] : 0.f);
             TCHECK(!memcmp(res[mode][rep][2], res[0][0][2], (size_t)D * 4), "mode %d rep %d: the down product differs from the switch off's", mode, rep);
         }
-    for (int m = 0; m < 3; m++)
+    for (int m = 0; m < 2; m++)
         for (int r = 0; r < 2; r++)
             for (int i = 0; i < 3; i++) free(res[m][r][i]);
     G.i->free(G.ctx, dov); G.i->free(G.ctx, dz);

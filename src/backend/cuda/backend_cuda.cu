@@ -240,11 +240,6 @@ struct cu_ctx {
     int n_ring_norm;                       /* ring launches that ran the norm (tests) */
     struct cu_pnorm { const float *a, *b; float *sum; const float *g; float eps, add_one; float *y; int d; bool on; } pn;
                                            /* that norm (one row) not yet launched: a product of y takes it */
-    int ring_dyn;                          /* k_mv_ring_bf's blocks take units of rows from a counter as they go
-                                            * (MLXCEL_CUDA_RING_DYN: 1 every form, 2 the gate/up pair's alone) */
-    unsigned *dyn_cnt;                     /* its counters: 4 sets of 8 (zero between launches) */
-    unsigned dyn_seq;                      /* the set of the next launch (in turn) */
-    int n_ring_dyn;                        /* its launches (tests) */
     int ring_pair;                         /* a batch-1 gate/up product on the ring (dense bf16, q4, q8) and the
                                             * act_mul of its outputs in one launch (MLXCEL_CUDA_RING_PAIR) */
     int n_ring_pair;                       /* its launches (tests) */
@@ -403,7 +398,7 @@ static pdl_launch<KArgs...> PL(cu_ctx *c, void (*k)(KArgs...), dim3 g, dim3 b, s
  * the default; anything else is an error naming the variable and what it takes. */
 enum { GM_AUTO, GM_CUBLAS, GM_MMA, GM_WG, GM_NMODES };   /* MLXCEL_CUDA_GEMM, in k_gemm_modes' order */
 static const char *const k_gemm_modes[] = {"auto", "cublas", "mma", "wgmma"};
-struct cu_switches { int att_o, attn, attn_dec, attn_prep, gqa, gemm, gemm_rot, gemm_sk, gemm_pair, sum_norm, sum_qkv, att_gq, pdl, mv, profile, kv, graphs, fused, mv_ring, ring_norm, ring_bf, ring_pair, ring_dyn, ring_act, ring_epi, i8_epi, ring_long, attn_early, dense_short, fast_replay, topk_one, chain; long dq_mb, fused_pf, mr_kb, mr_slot, mr_warps, attn_l2pf, trace_max, epi_blocks, mv_pf; int pair_half; };   /* kv: checked here, read by kv_init */
+struct cu_switches { int att_o, attn, attn_dec, attn_prep, gqa, gemm, gemm_rot, gemm_sk, gemm_pair, sum_norm, sum_qkv, att_gq, pdl, mv, profile, kv, graphs, fused, mv_ring, ring_norm, ring_bf, ring_pair, ring_act, ring_epi, i8_epi, ring_long, attn_early, dense_short, fast_replay, topk_one, chain; long dq_mb, fused_pf, mr_kb, mr_slot, mr_warps, attn_l2pf, trace_max, epi_blocks, mv_pf; int pair_half; };   /* kv: checked here, read by kv_init */
 static mx_status env_choice(const char *name, const char *const *vals, int n, int def, int *out) {
     const char *e = getenv(name);
     *out = def;
@@ -438,7 +433,7 @@ static mx_status read_switches(cu_switches *sw) {
                              *const pdl[] = {"0", "1", "2", "3"},
                              *const mv[] = {"i8", "f32"}, *const kv[] = {"bf16", "f32"},
                              *const off_on_auto[] = {"0", "1", "auto"}, *const ring_bf[] = {"0", "norm", "1", "long"},
-                             *const ring_norm[] = {"0", "bf16", "1"}, *const ring_dyn[] = {"0", "1", "pair"};
+                             *const ring_norm[] = {"0", "bf16", "1"};
     mx_status st;
     if ((st = env_choice("MLXCEL_CUDA_ATTN", attn, 3, 0, &sw->attn)) ||
         (st = env_choice("MLXCEL_CUDA_ATTN_DEC", attn_dec, 2, 0, &sw->attn_dec)) ||
@@ -462,7 +457,6 @@ static mx_status read_switches(cu_switches *sw) {
         (st = env_choice("MLXCEL_CUDA_RING_NORM", ring_norm, 3, 1, &sw->ring_norm)) ||
         (st = env_choice("MLXCEL_CUDA_MV_RING_BF16", ring_bf, 4, 3, &sw->ring_bf)) ||
         (st = env_choice("MLXCEL_CUDA_RING_PAIR", onoff, 2, 1, &sw->ring_pair)) ||
-        (st = env_choice("MLXCEL_CUDA_RING_DYN", ring_dyn, 3, 0, &sw->ring_dyn)) ||
         (st = env_choice("MLXCEL_CUDA_RING_ACT", onoff, 2, 0, &sw->ring_act)) ||
         (st = env_choice("MLXCEL_CUDA_RING_EPI", onoff, 2, 1, &sw->ring_epi)) ||
         (st = env_choice("MLXCEL_CUDA_I8_EPI", onoff, 2, 1, &sw->i8_epi)) ||
@@ -3743,8 +3737,7 @@ static bool mv_ring_bf(cu_ctx *c, int nw, const cu_weight *const *w, const float
         if (w[k]->bits || w[k]->dtype != MX_DTYPE_BF16 || w[k]->cols != K || ((uintptr_t)w[k]->w & 15)) return false;
         if (ys[k] < x + K && x < ys[k] + w[k]->rows) return false;   /* blocks write y while others stage x */
     }
-    /* (-2048: static shared memory, the DYN form's slot records included) */
-    const int64_t optin = (int64_t)c->prop.sharedMemPerBlockOptin - 2048, xb = K * 4, rowb = K * 2;
+    const int64_t optin = (int64_t)c->prop.sharedMemPerBlockOptin - 1024, xb = K * 4, rowb = K * 2;   /* (-1024: static) */
     int64_t ring = (int64_t)c->mr_kb << 10;
     if (ring > optin - xb) ring = optin - xb;
     auto slots_of = [&](int64_t b) { return ring > 0 ? (int)(ring / (nwarp * (b + 8))) : 0; };   /* (+8: a slot's mbarrier) */
@@ -3773,27 +3766,20 @@ static bool mv_ring_bf(cu_ctx *c, int nw, const cu_weight *const *w, const float
     if (!(set.slots = mr_slots(slots_of(set.slot_b), (int)(((run + rs - 1) / rs + nwarp - 1) / nwarp) * per))) return false;
     const size_t shm = (size_t)xb + (size_t)nwarp * set.slots * (set.slot_b + 8);
     typedef void (*mrb_fn)(const mrb_set, const float *, const mr_norm);
-    static const mrb_fn forms[2][2][3] = {{{k_mv_ring_bf<1, false>, k_mv_ring_bf<2, false>, k_mv_ring_bf<4, false>},
-                                           {k_mv_ring_bf<1, true>, k_mv_ring_bf<2, true>, k_mv_ring_bf<4, true>}},
-                                          {{k_mv_ring_bf<1, false, true>, k_mv_ring_bf<2, false, true>, k_mv_ring_bf<4, false, true>},
-                                           {k_mv_ring_bf<1, true, true>, k_mv_ring_bf<2, true, true>, k_mv_ring_bf<4, true, true>}}};
+    static const mrb_fn forms[2][3] = {{k_mv_ring_bf<1, false>, k_mv_ring_bf<2, false>, k_mv_ring_bf<4, false>},
+                                       {k_mv_ring_bf<1, true>, k_mv_ring_bf<2, true>, k_mv_ring_bf<4, true>}};
     const int ri = rs == 4 ? 2 : rs == 2 ? 1 : 0, pi = pair >= 0;
-    /* MLXCEL_CUDA_RING_DYN: the blocks take units of rows from a counter (one of 4 sets, in turn:
-     * a launch's blocks may take while the one before still runs); items a unit <= 32 */
-    const int di = (c->ring_dyn == 1 || (c->ring_dyn == 2 && pi)) && c->dyn_cnt && per <= 32 ? 1 : 0;   /* (pair: the pair's alone) */
-    const int form = (di ? (pi ? 60 : 44) : pi ? 28 : 12) + ri;   /* (bits 0-11, 16-27, 32-43, 48-59: k_mv_ring's forms) */
+    const int form = (pi ? 28 : 12) + ri;   /* (bits 0-11 and 16-27: k_mv_ring's forms) */
     if (dry) return true;
-    if (!mr_raise(c, (const void *)forms[di][pi][ri], form, (int)optin)) return false;
-    if (di) set.cnt = c->dyn_cnt + 8 * (c->dyn_seq++ & 3);
+    if (!mr_raise(c, (const void *)forms[pi][ri], form, (int)optin)) return false;
     mr_norm no;
     memset(&no, 0, sizeof no);
-    PL(c, forms[di][pi][ri], (unsigned)blk, nwarp * 32, shm)(set, x, nm ? *nm : no);
+    PL(c, forms[pi][ri], (unsigned)blk, nwarp * 32, shm)(set, x, nm ? *nm : no);
     LAUNCHED(c, pi ? (nm ? "matvec (bf16 gate/up, bulk-copied) + rmsnorm + act_mul" : "matvec (bf16 gate/up, bulk-copied) + act_mul")
                    : nm ? "matvec (bf16, bulk-copied weights) + rmsnorm" : "matvec (bf16, bulk-copied weights)");
     c->n_ring++;
     if (nm) c->n_ring_norm++;
     if (pi) c->n_ring_pair++;
-    if (di) c->n_ring_dyn++;
     return true;
 }
 
@@ -6010,7 +5996,6 @@ extern "C" mx_status mx_backend_cuda_init(mx_backend *out) {
         c->rn_on = sw.ring_norm;
         c->mr_bf = sw.ring_bf;
         c->ring_pair = sw.ring_pair;
-        c->ring_dyn = sw.ring_dyn;
         c->ring_act = sw.ring_act;
         c->ring_epi = sw.ring_epi;
         c->i8_epi = sw.i8_epi;
@@ -6110,12 +6095,6 @@ extern "C" mx_status mx_backend_cuda_init(mx_backend *out) {
         cudaGetLastError();
         if (c->rn_count) cudaFree(c->rn_count);
         c->rn_count = NULL;
-    }
-    if (cudaMalloc((void **)&c->dyn_cnt, 32 * sizeof(unsigned)) != cudaSuccess ||
-        cudaMemsetAsync(c->dyn_cnt, 0, 32 * sizeof(unsigned), c->st) != cudaSuccess) {   /* (without: no RING_DYN) */
-        cudaGetLastError();
-        if (c->dyn_cnt) cudaFree(c->dyn_cnt);
-        c->dyn_cnt = NULL;
     }
     if (cudaMalloc((void **)&c->epi_part, 2 * MR_PARTS * sizeof(float)) != cudaSuccess) {   /* (without: no RING_EPI) */
         cudaGetLastError();
@@ -6222,8 +6201,6 @@ extern "C" int mx_backend_cuda_set_ring_norm(mx_backend *b, int mode) { return s
 extern "C" int mx_backend_cuda_ring_norm_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_ring_norm; }
 extern "C" bool mx_backend_cuda_set_ring_pair(mx_backend *b, bool on) { return set_flag(&switch_ctx(b)->ring_pair, on); }
 extern "C" int mx_backend_cuda_ring_pair_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_ring_pair; }
-extern "C" bool mx_backend_cuda_set_ring_dyn(mx_backend *b, bool on) { return set_flag(&switch_ctx(b)->ring_dyn, on); }
-extern "C" int mx_backend_cuda_ring_dyn_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_ring_dyn; }
 extern "C" bool mx_backend_cuda_set_ring_act(mx_backend *b, bool on) { return set_flag(&switch_ctx(b)->ring_act, on); }
 extern "C" int mx_backend_cuda_ring_act_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_ring_act; }
 extern "C" bool mx_backend_cuda_set_ring_epi(mx_backend *b, bool on) { return set_flag(&switch_ctx(b)->ring_epi, on); }
@@ -6790,7 +6767,6 @@ extern "C" void mx_backend_cuda_free(mx_backend *b) {
     if (c->strk_cnt) cudaFree(c->strk_cnt);
     if (c->rn_count) cudaFree(c->rn_count);
     if (c->epi_part) cudaFree(c->epi_part);
-    if (c->dyn_cnt) cudaFree(c->dyn_cnt);
     if (c->i8e_cnt) cudaFree(c->i8e_cnt);
     if (c->att_cnt) cudaFree(c->att_cnt);
     if (c->ao_part) cudaFree(c->ao_part);

@@ -457,63 +457,41 @@ struct mrb_set {                 /* up to 4 dense bf16 weights of equal columns 
     int cols, seg, nseg;         /* columns; columns a segment (= cols unless RS == 1), segments a row */
     int slots, slot_b;           /* slots a warp, bytes a slot */
     int act;                     /* PAIR: the activation (an mx_act) */
-    unsigned *cnt;               /* DYN: the units taken of each weight [4], the blocks done [1] (zero
-                                  * between launches: the last block done resets them) */
 };
 
 /* PAIR (MLXCEL_CUDA_RING_PAIR): a gate/up pair (nw 2, equal rows) and the act_mul after it, one
  * launch: every block takes the same run of both weights' rows, a warp's items go unit by unit,
  * the gate's segments then the up's, so the warp holds the gate's sums when the up's are done and
  * writes y[1] = up, y[0] = act(gate) * up (act_mul in place over gate: what the two ops leave) */
-template <int RS, bool PAIR, bool DYN = false>
+template <int RS, bool PAIR>
 __global__ void __launch_bounds__(512, 1)
 k_mv_ring_bf(const mrb_set set, const float *__restrict__ x, const mr_norm nm) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     extern __shared__ __align__(128) uint8_t mr_smem[];
     __shared__ float sh[33];
-    __shared__ int mr_si[DYN ? 16 * MR_MAXSLOTS : 1];   /* (DYN) what each warp's slots hold */
     bool waited = pdl_entry_weights_first();
     int rb0, rb1, k = 0;
     if constexpr (PAIR) {
-        rb0 = DYN ? 0 : (int)((int64_t)blockIdx.x * set.rows[0] / gridDim.x);
-        rb1 = DYN ? set.rows[0] : (int)((int64_t)(blockIdx.x + 1) * set.rows[0] / gridDim.x);
+        rb0 = (int)((int64_t)blockIdx.x * set.rows[0] / gridDim.x);
+        rb1 = (int)((int64_t)(blockIdx.x + 1) * set.rows[0] / gridDim.x);
     } else {
         k = mr_block(set, &rb0, &rb1);
-        if (DYN) { rb0 = 0; rb1 = set.rows[k]; }   /* (the weight's blocks take its units from cnt[k]) */
     }
     const int nwarp = (int)(blockDim.x >> 5), wid = (int)(threadIdx.x >> 5), lane = (int)(threadIdx.x & 31);
     const int nunit = (rb1 - rb0 + RS - 1) / RS, S = set.slots, nseg = set.nseg, cols = set.cols;
     constexpr int NK = PAIR ? 2 : 1;   /* weights a unit */
     const int per = NK * nseg;         /* items a unit */
-    /* DYN: lane 0 takes units from the counter as it issues their items, in order, and records what
-     * each slot holds (unit << 5 | item of the unit, or -1 past the last), which the warp reads */
-    const int nitem = DYN ? INT_MAX : (nunit > wid ? (nunit - wid + nwarp - 1) / nwarp : 0) * per;
-    int du = 0, de = 0;      /* (DYN, lane 0) the unit being issued, its next item */
-    bool dend = false;       /* (DYN, lane 0) the counter ran out */
-    int *si = mr_si + (DYN ? wid * MR_MAXSLOTS : 0);
+    const int nitem = (nunit > wid ? (nunit - wid + nwarp - 1) / nwarp : 0) * per;
     float *xs = (float *)mr_smem;
     uint8_t *ring = mr_smem + (size_t)cols * 4 + (size_t)wid * S * set.slot_b;
     uint64_t *bar = (uint64_t *)(mr_smem + (size_t)cols * 4 + (size_t)nwarp * S * set.slot_b) + wid * S;
     const uint8_t *Wk = set.W[k];
     const uint64_t pol = mr_evict_first();
     /* (lane 0) item t of this warp into its slot: unit t / per; of it weight (t % per) / nseg
-     * (PAIR), segment t % nseg (DYN: the unit taken, the items in order) */
+     * (PAIR), segment t % nseg */
     auto issue = [&](int t) {
-        int u, e;
-        if constexpr (DYN) {
-            if (!dend && de == 0) {
-                du = (int)atomicAdd(set.cnt + k, 1u);
-                dend = du >= nunit;
-            }
-            if (dend) { si[t % S] = -1; return; }
-            si[t % S] = du << 5 | de;
-            u = du; e = de;
-            de = de + 1 == per ? 0 : de + 1;
-        } else {
-            u = t / per; e = t - u * per;
-        }
-        const int kk = PAIR ? e / nseg : k, j = PAIR ? e - kk * nseg : e;
-        const int r0 = rb0 + (DYN ? u : wid + nwarp * u) * RS, nr = min(RS, rb1 - r0);
+        const int u = t / per, e = t - u * per, kk = PAIR ? e / nseg : k, j = PAIR ? e - kk * nseg : e;
+        const int r0 = rb0 + (wid + nwarp * u) * RS, nr = min(RS, rb1 - r0);
         const int c0 = j * set.seg, sc = min(set.seg, cols - c0);
         const uint32_t bytes = (uint32_t)(nr * sc * 2);
         uint64_t *b = bar + t % S;
@@ -569,17 +547,8 @@ k_mv_ring_bf(const mrb_set set, const float *__restrict__ x, const mr_norm nm) {
 #pragma unroll
     for (int r = 0; r < RS; r++) a0[r] = a1[r] = gs[r] = 0.f;
     for (int t = 0; t < nitem; t++) {
-        int u, e;
-        if constexpr (DYN) {
-            __syncwarp();   /* (lane 0's record of the slot, written when it issued it) */
-            const int info = si[t % S];
-            if (info < 0) break;
-            u = info >> 5; e = info & 31;
-        } else {
-            u = t / per; e = t - u * per;
-        }
-        const int kk = PAIR ? e / nseg : k, j = PAIR ? e - kk * nseg : e;
-        const int r0 = rb0 + (DYN ? u : wid + nwarp * u) * RS, nr = min(RS, rb1 - r0);
+        const int u = t / per, e = t - u * per, kk = PAIR ? e / nseg : k, j = PAIR ? e - kk * nseg : e;
+        const int r0 = rb0 + (wid + nwarp * u) * RS, nr = min(RS, rb1 - r0);
         const int c0 = j * set.seg, sc = min(set.seg, cols - c0), nv = sc >> 3, nc = sc >> 8;
         fd_mbar_wait(bar + t % S, (uint32_t)(t / S) & 1u);
         const uint4 *d = (const uint4 *)(ring + (size_t)(t % S) * set.slot_b) + lane;
@@ -630,12 +599,6 @@ k_mv_ring_bf(const mrb_set set, const float *__restrict__ x, const mr_norm nm) {
             if (f >= cols / 4) break;
             if (nm.b) ((float4 *)nm.sum)[f] = nv[j];
             ((float4 *)nm.y)[f] = no[j];
-        }
-    }
-    if constexpr (DYN) {   /* the last block done resets the counters (every take has been made) */
-        __syncthreads();
-        if (threadIdx.x == 0 && atomicAdd(set.cnt + 4, 1u) == gridDim.x - 1) {
-            for (int i = 0; i < 5; i++) set.cnt[i] = 0;
         }
     }
 #else
