@@ -38,7 +38,10 @@
 #           kernel of a step, when it could go on and how long until the next could
 #           (tools/cuda_trace.py; GPU_CHECK_TRACE: config names, default "qwen3-0.6b llama3.1-8b",
 #           q4/g64, NAME:bf16 for bf16; batch 1, the defaults; GPU_CHECK_TRACE_ENV: switches for
-#           those runs; GPU_CHECK_TRACE_ARGS: their bench arguments, default "-p 0 -n 48"; the first
+#           those runs; GPU_CHECK_TRACE_ARGS: their bench arguments, default "-p 0 -n 48"; with a
+#           prompt test, e.g. "-p 512 -n 48", also GPU_CHECK_TRACE_ENV=MLXCEL_CUDA_TRACE_MAX=40000000
+#           (the prefill's records fill the default 4M) and GPU_CHECK_TRACE_KERNELS=N, the kernels of
+#           a decode step (163 for Llama-8B q4), which the prefill's groups outnumber; the first
 #           one's records come back as trace-NAME.bin.xz in logs.tgz)
 #   ring    the batch-1 q4 products of Llama-8B and Qwen3-0.6B and Llama-8B's bf16 ones through the
 #           register forms and the rings' geometries (test_backend_cuda --bench-ring;
@@ -534,7 +537,7 @@ if has trace; then   # the wait trace of replayed batch-1 steps (a build with -D
       # shellcheck disable=SC2086
       env MLXCEL_DEVICE=gpu MLXCEL_CUDA_TRACE="$OUTD/trace-$tag.bin" ${GPU_CHECK_TRACE_ENV:-} timeout 300 $B/mlxcel-trace bench \
         --config bench/configs/$name.json --random $fmt ${GPU_CHECK_TRACE_ARGS:--p 0 -n 48} -r 1 >"$OUTD/trace-$tag.log" 2>&1
-      python3 tools/cuda_trace.py "$OUTD/trace-$tag.bin" --steps 8 >"$OUTD/trace-$tag.txt" 2>&1
+      python3 tools/cuda_trace.py "$OUTD/trace-$tag.bin" --steps 8 ${GPU_CHECK_TRACE_KERNELS:+--kernels $GPU_CHECK_TRACE_KERNELS} >"$OUTD/trace-$tag.txt" 2>&1
       # the first model's records come back too (xz; ~16 MB raw for Qwen3-0.6B q4), to be read again here
       [ "$item" = "$first" ] && xz -T0 -3 -f "$OUTD/trace-$tag.bin"
       rm -f "$OUTD/trace-$tag.bin"

@@ -2,7 +2,7 @@
 """tools/cuda_trace.py: read the wait trace of a CUDA run (a build configured with
 -DMLXCEL_CUDA_TRACE=ON, run with MLXCEL_CUDA_TRACE=FILE) and print where a step's time goes.
 
-    python3 tools/cuda_trace.py FILE [--steps N] [--gap US] [--split US] [--labels FILE]
+    python3 tools/cuda_trace.py FILE [--steps N] [--gap US] [--split US] [--labels FILE] [--kernels N]
 
 Every block that waits for its predecessor (pdl_wait) recorded its grid, the time
 it reached the wait (t0) and the time the wait let it go (t1). A grid id is one launch, except in a
@@ -19,7 +19,10 @@ before its wait). The kernels are ordered by
 --gap us after the one before let its last block go, the host's part between replays (without
 --gap: of 8, 50 and 200, the one whose most common step is the longest, seen 3 times at least, the
 smaller on a tie: long kernels that hold the next one's blocks off the multiprocessors until they end,
-as dense bf16 products do, leave gaps of tens of us inside a step).
+as dense bf16 products do, leave gaps of tens of us inside a step). --kernels N: the steps of N
+kernels are the ones read, whatever length is most common (and without --gap, the gap that gives
+most of them): a run with a prompt test before its decode steps (`-p 512`) leaves many short
+groups of prefill kernels that outnumber them.
 Per step: its kernels and its span (first go to the next step's first go). For the last --steps
 steps (default 3) of the most common length, per kernel position: `next`, the time from its go to
 the next kernel's go (the critical path, kernel by kernel), averaged, and the blocks; --labels
@@ -94,7 +97,7 @@ def steps_of(ks, gap_ns):
 
 def main(argv):
     args = argv[1:]
-    opts = {"--steps": "3", "--gap": "", "--split": "100", "--labels": ""}
+    opts = {"--steps": "3", "--gap": "", "--split": "100", "--labels": "", "--kernels": ""}
     path = None
     i = 0
     while i < len(args):
@@ -111,11 +114,12 @@ def main(argv):
     try:
         nsteps, split = int(opts["--steps"]), float(opts["--split"]) * 1000
         gaps = [float(opts["--gap"]) * 1000] if opts["--gap"] else [8000.0, 50000.0, 200000.0]
+        want = int(opts["--kernels"]) if opts["--kernels"] else None
     except ValueError:
-        sys.exit(f"--steps takes a whole number, --gap and --split a number of us "
-                 f"(got {opts['--steps']!r}, {opts['--gap']!r}, {opts['--split']!r})")
-    if nsteps < 1 or not all(g > 0 for g in gaps) or not split > 0:
-        sys.exit("--steps, --gap and --split must be positive")
+        sys.exit(f"--steps and --kernels take a whole number, --gap and --split a number of us "
+                 f"(got {opts['--steps']!r}, {opts['--kernels']!r}, {opts['--gap']!r}, {opts['--split']!r})")
+    if nsteps < 1 or not all(g > 0 for g in gaps) or not split > 0 or (want is not None and want < 1):
+        sys.exit("--steps, --kernels, --gap and --split must be positive")
     try:
         labels = [l.rstrip("\n") for l in open(opts["--labels"])] if opts["--labels"] else []
     except OSError as e:
@@ -128,7 +132,7 @@ def main(argv):
     for g in gaps:
         st = steps_of(ks, g)
         n, cnt = Counter(len(s) for s in st).most_common(1)[0]
-        key = (cnt >= 3 or len(gaps) == 1, n)
+        key = (cnt >= 3 or len(gaps) == 1, n) if want is None else (sum(len(s) == want for s in st), -g)
         if best is None or key > best[0]:
             best = (key, g, st)
     _, gap, steps = best
@@ -137,6 +141,9 @@ def main(argv):
     lens = Counter(len(s) for s in steps)
     common, count = lens.most_common(1)[0]
     print(f"kernels a step: {dict(sorted(lens.items()))}; the most common, {common}, {count} steps")
+    if want is not None:
+        common = want
+        print(f"read: the steps of {want} kernels ({lens.get(want, 0)})")
     sel = [j for j, s in enumerate(steps) if len(s) == common and j + 1 < len(steps)][-nsteps:]
     if not sel:
         sys.exit("no complete step of that length with a step after it")

@@ -7,16 +7,18 @@ source "$(dirname "$0")/lib.sh"
 T=$(mktemp -d /tmp/mlxcel-trace-XXXXXX)
 trap 'rm -rf "$T"' EXIT
 PY="python3 $MLXCEL_ROOT/tools/cuda_trace.py"
-# mk OUT FORM SPACING_NS GRIDS "start,go,last,t2a,t2b ..." (ns into a step; t2 after go and after last):
-# four steps SPACING apart, each kernel two blocks (block 0 let go at go, block 1 at last); GRIDS
+# mk OUT FORM SPACING_NS GRIDS "start,go,last,t2a,t2b ..." [T0 NSTEPS] (ns into a step; t2 after go and
+# after last): four steps (NSTEPS) SPACING apart from 1 ms (T0), each kernel two blocks (block 0 let go at go, block 1 at last); GRIDS
 # "new" gives every launch its own grid id, "reuse" the first step's ids to every step (a graph)
 cat >"$T/mk.py" <<'PY'
 import struct, sys
 out, form, spacing, grids = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 kern = [tuple(int(v) for v in k.split(",")) for k in sys.argv[5].split()]
+# (optional: the first step's time, ns, and how many steps; default 1 ms, 4)
+t0, nst = (int(sys.argv[6]), int(sys.argv[7])) if len(sys.argv) > 7 else (1_000_000, 4)
 recs, grid = [], 100
-for s in range(4):
-    base = 1_000_000 + s * spacing
+for s in range(nst):
+    base = t0 + s * spacing
     for i, (start, go, last, ta, tb) in enumerate(kern):
         grid = grid + 1 if grids == "new" else 101 + i
         recs.append((grid, base + start, base + go, base + go + ta, 3, 0))
@@ -70,6 +72,24 @@ echo "$out" | grep -q "^24 records, 12 kernels, 4 steps (a new step where a kern
   echo "$out" | grep -q "the most common, 3, 4 steps" && pass trace_gap_auto || fail trace_gap_auto "$out"
 $PY "$T/l.bin" --gap 8 2>&1 | grep -q "^24 records, 12 kernels, 12 steps" && pass trace_gap_given ||
   fail trace_gap_given "$($PY "$T/l.bin" --gap 8 2>&1)"
+# --kernels: a prompt test's short groups before the decode steps (here ten steps of one kernel, then
+# the four of three from t.bin): the most common length is 1, --kernels 3 reads the four steps
+$MK "$T/p1.bin" 1 100000 new "0,1000,1200,0,0" 100000 10
+$MK "$T/p3.bin" 1 100000 new "0,1000,1200,0,0 500,5000,5500,0,0 4000,12000,13000,0,0" 2000000 4
+python3 - "$T/p1.bin" "$T/p3.bin" "$T/p.bin" <<'MERGE'
+import struct, sys
+a, b = (open(f, "rb").read() for f in sys.argv[1:3])
+n = struct.unpack("<Q", a[8:16])[0] + struct.unpack("<Q", b[8:16])[0]
+open(sys.argv[3], "wb").write(a[:8] + struct.pack("<Q", n) + a[16:] + b[16:])
+MERGE
+out=$($PY "$T/p.bin" --steps 2 --gap 50 2>&1)
+echo "$out" | grep -q "the most common, 1, 10 steps" && ! echo "$out" | grep -qE "^ +1 +[0-9]" &&
+  pass trace_kernels_default || fail trace_kernels_default "$out"
+out=$($PY "$T/p.bin" --steps 2 --kernels 3 2>&1)
+if echo "$out" | grep -q "read: the steps of 3 kernels (4)" && echo "$out" | grep -qE "^ +1 +7\.00 +4\.50 +0\.50 +2" &&
+   echo "$out" | grep -qE "^ +2 +89\.00 "; then pass trace_kernels_given; else fail trace_kernels_given "$out"; fi
+expect_fail trace_kernels_none "no complete step" $PY "$T/p.bin" --kernels 7
+expect_fail trace_bad_kernels "whole number" $PY "$T/t.bin" --kernels three
 expect_fail trace_bad_split "must be positive" $PY "$T/t.bin" --split 0
 expect_fail trace_bad_gap "a number of us" $PY "$T/t.bin" --gap 8us
 expect_fail trace_zero_gap "must be positive" $PY "$T/t.bin" --gap 0
