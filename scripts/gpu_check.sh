@@ -33,6 +33,8 @@
 #   mvprobe tools/cuda_probe/mv_probe.cu: the batch-1 matvecs' weight reads alone (Llama-8B's q4
 #           matrix sizes), loaded into registers as k_mv_i8 does or streamed through shared memory
 #   sweep   bench rows listed in the file GPU_CHECK_SWEEP ("LABEL [VAR=VALUE...] -- bench args" a line)
+#           (any stage's bench rows: GPU_CHECK_CLOCKS=1 adds each row's SM clock and power, sampled by
+#           nvidia-smi every 50 ms while it runs)
 #   synth   the op-level benchmarks (test_backend_cuda --bench: matvec table, ring table, synthetic steps)
 #   trace   the wait trace of replayed decode steps (the prebuilt's mlxcel-trace, --pack-trace): per
 #           kernel of a step, when it could go on and how long until the next could
@@ -76,6 +78,20 @@ src_hash() {
   # (notes, *.md, are left out: editing them after --pack must not make a call rebuild)
   find src include tests/unit tests/test.h CMakeLists.txt -type f ! -name '*.md' | LC_ALL=C sort | xargs sha1sum | sha1sum | cut -c1-40
 }
+# the SM clock (MHz: minimum, median, maximum; the samples above 1000 MHz, the card at work), memory
+# clock and power (median W) of nvidia-smi's CSV samples in FILE
+clock_summary() {
+  awk -F', *' '$1 + 0 > 1000 { n++; sm[n] = $1 + 0; mem[n] = $2 + 0; pw[n] = $3 + 0 }
+    function med(a, n,   i, j, t) { for (i = 2; i <= n; i++) { t = a[i]; for (j = i - 1; j >= 1 && a[j] > t; j--) a[j + 1] = a[j]; a[j + 1] = t } return a[int((n + 1) / 2)] }
+    END { if (!n) { print "no samples at work"; exit }
+          lo = hi = sm[1]; for (i = 1; i <= n; i++) { if (sm[i] < lo) lo = sm[i]; if (sm[i] > hi) hi = sm[i] }
+          printf "SM %d / %d / %d MHz (min / median / max of %d samples), memory %d MHz, power %.0f W (median)\n", lo, med(sm, n), hi, n, med(mem, n), med(pw, n) }' "$1"
+}
+if [ "${1:-}" = --clock-summary ]; then   # (what GPU_CHECK_CLOCKS prints for a row, from a file of samples; tests)
+  [ -f "${2:-}" ] || { echo "usage: $0 --clock-summary FILE (nvidia-smi's CSV samples of clocks.sm, clocks.mem, power.draw)" >&2; exit 2; }
+  clock_summary "$2"
+  exit 0
+fi
 # configure SRC into BUILD for packing: any x86-64, libraries found beside the binaries (DT_RPATH)
 pack_configure() {
   cmake -S "$1" -B "$2" -DCMAKE_BUILD_TYPE=Release -DMLXCEL_CUDA=ON -DMLXCEL_NATIVE=OFF -DCMAKE_CUDA_FLAGS=--compress-mode=none -DCMAKE_EXE_LINKER_FLAGS=-Wl,--disable-new-dtags \
@@ -295,8 +311,18 @@ fi
 bench() {   # label args...: one `mlxcel bench` run on the GPU, its table rows into the summary
   local label=$1; shift
   echo "== bench $label: mlxcel bench $*"
+  # GPU_CHECK_CLOCKS=1: the card's SM clock and power sampled every 50 ms while the row runs
+  local smi=""
+  if [ "${GPU_CHECK_CLOCKS:-0}" = 1 ] && command -v nvidia-smi >/dev/null; then
+    nvidia-smi --query-gpu=clocks.sm,clocks.mem,power.draw --format=csv,noheader,nounits -lms 50 >"$OUTD/clocks.txt" 2>/dev/null &
+    smi=$!
+  fi
   MLXCEL_DEVICE=gpu timeout "${GPU_CHECK_BENCH_TIMEOUT:-180}" $M bench "$@" 2>&1 | tee -a "$OUTD/bench.log" | tee "$OUTD/last.txt"
   local rc=${PIPESTATUS[0]}
+  if [ -n "$smi" ]; then
+    kill "$smi" 2>/dev/null; wait "$smi" 2>/dev/null
+    say "$label clocks: $(clock_summary "$OUTD/clocks.txt")"
+  fi
   # a failed run says so in the summary (its rows would otherwise just be missing)
   if [ "$rc" = 124 ]; then say "$label: timed out"
   elif [ "$rc" != 0 ]; then say "$label: FAILED (exit $rc): $(grep -m1 -iE 'error|fail' "$OUTD/last.txt" | cut -c1-200)"
