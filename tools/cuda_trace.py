@@ -24,7 +24,7 @@ kernels are the ones read, whatever length is most common (and without --gap, th
 most of them): a run with a prompt test before its decode steps (`-p 512`) leaves many short
 groups of prefill kernels that outnumber them.
 Per step: its kernels and its span (first go to the next step's first go). For the last --steps
-steps (default 3) of the most common length, per kernel position: `next`, the time from its go to
+steps (default 3) of the most common length (or of --kernels), per kernel position: `next`, the time from its go to
 the next kernel's go (the critical path, kernel by kernel), averaged, and the blocks; --labels
 FILE names the positions (one label a line, in launch order, e.g. from MLXCEL_CUDA_PROFILE's
 order). Kernels that never wait (cuBLAS, ones without PDL) are not in the trace.

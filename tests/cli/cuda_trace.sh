@@ -8,8 +8,9 @@ T=$(mktemp -d /tmp/mlxcel-trace-XXXXXX)
 trap 'rm -rf "$T"' EXIT
 PY="python3 $MLXCEL_ROOT/tools/cuda_trace.py"
 # mk OUT FORM SPACING_NS GRIDS "start,go,last,t2a,t2b ..." [T0 NSTEPS] (ns into a step; t2 after go and
-# after last): four steps (NSTEPS) SPACING apart from 1 ms (T0), each kernel two blocks (block 0 let go at go, block 1 at last); GRIDS
-# "new" gives every launch its own grid id, "reuse" the first step's ids to every step (a graph)
+# after last): four steps (NSTEPS) SPACING apart from 1 ms (T0), each kernel two blocks (block 0 let
+# go at go, block 1 at last); GRIDS "new" gives every launch its own grid id, "reuse" the first
+# step's ids to every step (a graph)
 cat >"$T/mk.py" <<'PY'
 import struct, sys
 out, form, spacing, grids = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]

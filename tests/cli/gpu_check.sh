@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # tests/cli/gpu_check.sh: the parts of scripts/gpu_check.sh that need no GPU. --clock-summary reads
 # nvidia-smi's CSV samples (SM clock, memory clock, power) as GPU_CHECK_CLOCKS=1 takes them during a
-# bench row: the samples of a card at work (SM above 1000 MHz) give the minimum, median (the lower of two middles) and maximum
-# SM clock and the median memory clock and power; idle samples are left out.
+# bench row: the samples of a card at work (SM above 1000 MHz) give the minimum, median (the lower
+# of two middles) and maximum SM clock and the median memory clock and power; idle samples are left
+# out.
 source "$(dirname "$0")/lib.sh"
 T=$(mktemp -d /tmp/mlxcel-gpucheck-XXXXXX)
 trap 'rm -rf "$T"' EXIT
