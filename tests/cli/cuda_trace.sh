@@ -91,6 +91,7 @@ if echo "$out" | grep -q "read: the steps of 3 kernels (4)" && echo "$out" | gre
    echo "$out" | grep -qE "^ +2 +89\.00 "; then pass trace_kernels_given; else fail trace_kernels_given "$out"; fi
 expect_fail trace_kernels_none "no complete step" $PY "$T/p.bin" --kernels 7
 expect_fail trace_bad_kernels "whole number" $PY "$T/t.bin" --kernels three
+expect_fail trace_zero_kernels "must be positive" $PY "$T/t.bin" --kernels 0
 expect_fail trace_bad_split "must be positive" $PY "$T/t.bin" --split 0
 expect_fail trace_bad_gap "a number of us" $PY "$T/t.bin" --gap 8us
 expect_fail trace_zero_gap "must be positive" $PY "$T/t.bin" --gap 0
