@@ -316,11 +316,6 @@ void mx_backend_cuda_set_pdl_entry(mx_backend *b, bool on);
  * MLXCEL_CUDA_FUSED_PF=N (0..64, default 0) also prefetches N chunks of weights into L2 ahead of
  * its ring (slower so far too). */
 void mx_backend_cuda_set_fused(mx_backend *b, bool on);
-/* MLXCEL_CUDA_FUSED_HOLD=S (0..5, default 0: off): the decode_layers kernel issues a layer's weight
- * copies only once its consumers have begun stage S (1 norm + q/k/v, 2 attention, 3 o, 4 gate/up,
- * 5 down) of the layer before, so that no copy is in flight during that layer's earlier stages.
- * The same results, bit for bit. */
-void mx_backend_cuda_set_fused_hold(mx_backend *b, int stage);
 /* How many times decode_layers ran its kernel so far (tests). */
 int mx_backend_cuda_fused_launches(mx_backend *b);
 

@@ -59,7 +59,6 @@ static void test_select(void) {
                                          {"MLXCEL_CUDA_SUM_QKV", "on"}, {"MLXCEL_CUDA_GRAPHS", "2"},
                                          {"MLXCEL_CUDA_ATT_GQ", "yes"}, {"MLXCEL_CUDA_FUSED", "on"},
                                          {"MLXCEL_CUDA_FUSED_PF", "65"}, {"MLXCEL_CUDA_FUSED_PF", "-1"},
-                                         {"MLXCEL_CUDA_FUSED_HOLD", "6"}, {"MLXCEL_CUDA_FUSED_HOLD", "down"},
                                          {"MLXCEL_CUDA_GEMM_SK", "auto"}, {"MLXCEL_CUDA_MV_RING", "yes"},
                                          {"MLXCEL_CUDA_MV_RING_KB", "500"}, {"MLXCEL_CUDA_MV_RING_WARPS", "0"},
                                          {"MLXCEL_CUDA_MV_RING_SLOT", "32k"}, {"MLXCEL_CUDA_RING_NORM", "on"}, {"MLXCEL_CUDA_RING_NORM", "2"},
@@ -91,7 +90,6 @@ static void test_select(void) {
     setenv("MLXCEL_CUDA_ATTN_DEC", "lanes", 1); setenv("MLXCEL_CUDA_GEMM", "wgmma", 1); setenv("MLXCEL_CUDA_GEMM_ROT", "0", 1); setenv("MLXCEL_CUDA_GEMM_PAIR", "0", 1); setenv("MLXCEL_CUDA_SUM_NORM", "0", 1);
     setenv("MLXCEL_CUDA_GRAPHS", "auto", 1); setenv("MLXCEL_CUDA_SUM_QKV", "0", 1); setenv("MLXCEL_CUDA_ATT_GQ", "0", 1);
     setenv("MLXCEL_CUDA_FUSED", "1", 1); setenv("MLXCEL_CUDA_FUSED_PF", "4", 1); setenv("MLXCEL_CUDA_GEMM_SK", "0", 1);
-    setenv("MLXCEL_CUDA_FUSED_HOLD", "5", 1);
     setenv("MLXCEL_CUDA_MV_RING", "0", 1); setenv("MLXCEL_CUDA_MV_RING_KB", "64", 1); setenv("MLXCEL_CUDA_MV_RING_WARPS", "8", 1);
     setenv("MLXCEL_CUDA_MV_RING_SLOT", "16384", 1); setenv("MLXCEL_CUDA_RING_NORM", "bf16", 1);
     setenv("MLXCEL_CUDA_MV_RING_BF16", "norm", 1); setenv("MLXCEL_CUDA_ATTN_PREP", "0", 1);
@@ -110,7 +108,7 @@ static void test_select(void) {
     unsetenv("MLXCEL_CUDA_CHAIN"); unsetenv("MLXCEL_CUDA_ATT_O");
     unsetenv("MLXCEL_CUDA_ATTN_PREP"); unsetenv("MLXCEL_CUDA_RING_PAIR"); unsetenv("MLXCEL_CUDA_RING_ACT");
     unsetenv("MLXCEL_CUDA_ATTN_EARLY"); unsetenv("MLXCEL_CUDA_ATTN_L2PF"); unsetenv("MLXCEL_CUDA_MV_DENSE_SHORT");
-    unsetenv("MLXCEL_CUDA_FUSED"); unsetenv("MLXCEL_CUDA_FUSED_PF"); unsetenv("MLXCEL_CUDA_FUSED_HOLD"); unsetenv("MLXCEL_CUDA_GEMM_SK");
+    unsetenv("MLXCEL_CUDA_FUSED"); unsetenv("MLXCEL_CUDA_FUSED_PF"); unsetenv("MLXCEL_CUDA_GEMM_SK");
     unsetenv("MLXCEL_CUDA_MV_RING"); unsetenv("MLXCEL_CUDA_MV_RING_KB"); unsetenv("MLXCEL_CUDA_MV_RING_WARPS"); unsetenv("MLXCEL_CUDA_MV_RING_SLOT");
     unsetenv("MLXCEL_CUDA_RING_NORM"); unsetenv("MLXCEL_CUDA_MV_RING_BF16");
     unsetenv("MLXCEL_CUDA_ATTN_DEC"); unsetenv("MLXCEL_CUDA_GEMM"); unsetenv("MLXCEL_CUDA_GEMM_ROT"); unsetenv("MLXCEL_CUDA_GEMM_PAIR"); unsetenv("MLXCEL_CUDA_SUM_NORM"); unsetenv("MLXCEL_CUDA_GRAPHS"); unsetenv("MLXCEL_CUDA_SUM_QKV"); unsetenv("MLXCEL_CUDA_ATT_GQ");
@@ -2261,23 +2259,6 @@ static void check_decode_layers(const dl_case *dc) {
     mx_backend_cuda_set_graphs(&G, 1, 0);
     bool ok_g = dl_run(&G, m, dc, true, true, lgp, xgp, xin);
     graphs_default();
-    /* the producer held back (MLXCEL_CUDA_FUSED_HOLD): when the copies go out, not what they
-     * hold, so the same bits */
-    {
-        float *lh = malloc((size_t)S * V * 4), *xh = malloc((size_t)S * H * 4);
-        static const int holds[] = {5, 2};
-        for (int i = 0; i < 2; i++) {
-            mx_backend_cuda_set_fused_hold(&G, holds[i]);
-            const int n0 = mx_backend_cuda_fused_launches(&G);
-            bool ok_h = dl_run(&G, m, dc, true, false, lh, xh, xin);
-            TCHECK(ok_h && mx_backend_cuda_fused_launches(&G) - n0 == S, "hold %d: ran %d, %d launches for %d steps: %s", holds[i], ok_h,
-                   mx_backend_cuda_fused_launches(&G) - n0, S, mx_last_error());
-            TCHECK(ok_h && ok_f && memcmp(lh, lf, (size_t)S * V * 4) == 0 && memcmp(xh, xf, (size_t)S * H * 4) == 0,
-                   "hold %d: the logits or the residual differ from the kernel's without it", holds[i]);
-        }
-        mx_backend_cuda_set_fused_hold(&G, 0);
-        free(lh); free(xh);
-    }
     bool ok_c = dl_run(&C, m, dc, false, false, lc, xc, xin);   /* the CPU's ops, for the record */
     mx_backend_cuda_set_ring_epi(&G, epi);
     TCHECK(ok_r && ok_f && ok_g && ok_c, "runs: ops %d, fused %d, fused in graphs %d, cpu %d: %s", ok_r, ok_f, ok_g, ok_c, mx_last_error());

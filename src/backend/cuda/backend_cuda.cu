@@ -354,7 +354,6 @@ struct cu_ctx {
     int fd_epoch;                          /* bumped by kv_init / kv_free: the model's weights may change */
     bool fused;                            /* decode_layers on (MLXCEL_CUDA_FUSED=1; off by default: slower so far) */
     int fused_pf;                          /* its L2 prefetch depth in chunks (MLXCEL_CUDA_FUSED_PF) */
-    int fused_hold;                        /* its producer held back until a stage (MLXCEL_CUDA_FUSED_HOLD) */
     int n_fused;                           /* its launches (tests) */
     void *trace; const char *trace_path;   /* the wait trace's records and file (MLXCEL_CUDA_TRACE) */
     long trace_cap;                        /* its most records (MLXCEL_CUDA_TRACE_MAX) */
@@ -399,7 +398,7 @@ static pdl_launch<KArgs...> PL(cu_ctx *c, void (*k)(KArgs...), dim3 g, dim3 b, s
  * the default; anything else is an error naming the variable and what it takes. */
 enum { GM_AUTO, GM_CUBLAS, GM_MMA, GM_WG, GM_NMODES };   /* MLXCEL_CUDA_GEMM, in k_gemm_modes' order */
 static const char *const k_gemm_modes[] = {"auto", "cublas", "mma", "wgmma"};
-struct cu_switches { int att_o, attn, attn_dec, attn_prep, gqa, gemm, gemm_rot, gemm_sk, gemm_pair, sum_norm, sum_qkv, att_gq, pdl, mv, profile, kv, graphs, fused, mv_ring, ring_norm, ring_bf, ring_pair, ring_act, ring_epi, i8_epi, ring_long, attn_early, dense_short, fast_replay, topk_one, chain; long dq_mb, fused_pf, fused_hold, mr_kb, mr_slot, mr_warps, attn_l2pf, trace_max, epi_blocks, mv_pf; int pair_half; };   /* kv: checked here, read by kv_init */
+struct cu_switches { int att_o, attn, attn_dec, attn_prep, gqa, gemm, gemm_rot, gemm_sk, gemm_pair, sum_norm, sum_qkv, att_gq, pdl, mv, profile, kv, graphs, fused, mv_ring, ring_norm, ring_bf, ring_pair, ring_act, ring_epi, i8_epi, ring_long, attn_early, dense_short, fast_replay, topk_one, chain; long dq_mb, fused_pf, mr_kb, mr_slot, mr_warps, attn_l2pf, trace_max, epi_blocks, mv_pf; int pair_half; };   /* kv: checked here, read by kv_init */
 static mx_status env_choice(const char *name, const char *const *vals, int n, int def, int *out) {
     const char *e = getenv(name);
     *out = def;
@@ -470,7 +469,6 @@ static mx_status read_switches(cu_switches *sw) {
         (st = env_choice("MLXCEL_CUDA_PAIR_HALF", off_on_auto, 3, 2, &sw->pair_half)))
         return st;
     if ((st = env_long("MLXCEL_CUDA_FUSED_PF", 0, 64, 0, "chunks", &sw->fused_pf)) ||
-        (st = env_long("MLXCEL_CUDA_FUSED_HOLD", 0, 5, 0, "stage", &sw->fused_hold)) ||
         (st = env_long("MLXCEL_CUDA_MV_RING_KB", 8, MR_RING_KB_MAX, MR_RING_KB, "KB", &sw->mr_kb)) ||
         (st = env_long("MLXCEL_CUDA_MV_RING_SLOT", 512, 65536, MR_SLOT, "bytes", &sw->mr_slot)) ||
         (st = env_long("MLXCEL_CUDA_MV_RING_WARPS", 1, 16, MR_WARPS, "warps", &sw->mr_warps)) ||
@@ -5801,7 +5799,7 @@ static int c_decode_layers(void *ctx, const mx_dstack *s, float *x, float *logit
     const int ret = f->has_head ? 2 : 1;
     if (c->gmode == G_REPLAY) return ret;
     fd_args a = f->a;
-    a.x = x; a.logits = logits; a.hold = c->fused_hold;
+    a.x = x; a.logits = logits;
     a.pos = dm.pos; a.slot = dm.slot; a.seq = dm.seq; a.bt = dm.bt; a.maxb = meta->max_blocks;
     cudaLaunchConfig_t cfg = {};
     cudaLaunchAttribute at[1] = {};
@@ -5992,7 +5990,6 @@ extern "C" mx_status mx_backend_cuda_init(mx_backend *out) {
         c->graph_auto_bytes = (int64_t)1 << 30;
         c->fused = sw.fused;
         c->fused_pf = (int)sw.fused_pf;
-        c->fused_hold = (int)sw.fused_hold;
         c->mr_on = sw.mv_ring;
         c->mr_kb = (int)sw.mr_kb; c->mr_slot = (int)sw.mr_slot; c->mr_warps = (int)sw.mr_warps;
         c->mr_init[0] = c->mr_kb; c->mr_init[1] = c->mr_warps; c->mr_init[2] = c->mr_slot;
@@ -6263,7 +6260,6 @@ extern "C" void mx_backend_cuda_set_gqa_attention(mx_backend *b, int mode) {
     switch_ctx(b)->attn_gqa = mode < 0 ? 0 : mode > 2 ? 2 : mode;
 }
 extern "C" void mx_backend_cuda_set_fused(mx_backend *b, bool on) { switch_ctx(b)->fused = on; }
-extern "C" void mx_backend_cuda_set_fused_hold(mx_backend *b, int stage) { switch_ctx(b)->fused_hold = stage < 0 ? 0 : stage > 5 ? 5 : stage; }
 extern "C" int mx_backend_cuda_fused_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_fused; }
 extern "C" void mx_backend_cuda_set_exact_matvec(mx_backend *b, bool on) {
     cu_ctx *c = switch_ctx(b);

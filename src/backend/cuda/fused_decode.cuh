@@ -71,8 +71,6 @@ struct fd_args {
     int gs_shift, sdt;                 /* q4/q8: log2 of the group size, the scales' SDT_* */
     int slot_bytes, nslot, ra;         /* ring geometry; ra: row alignment of chunks */
     int pf;                            /* chunks prefetched into L2 ahead of the ring (0: none) */
-    int hold;                          /* 0, or 1..5: layer l's weights are issued only once the consumers
-                                        * have begun stage `hold` of layer l - 1 (MLXCEL_CUDA_FUSED_HOLD) */
 };
 
 /* a chunk's geometry for weights of K columns: packed row bytes, scale bytes a row, units of a row
@@ -166,12 +164,10 @@ __device__ __forceinline__ float fd_h2f(uint16_t h, int sdt) {
     return sdt == SDT_BF16 ? __uint_as_float((uint32_t)h << 16) : __half2float(__ushort_as_half(h));
 }
 
-/* The chunks of the whole step, in the consumers' order, to f; lh(l) before layer l's (and
- * lh(nl) before the head's). */
-template <int FMT, class F, class LH>
-__device__ __forceinline__ void fd_all_chunks(const fd_args &a, F f, LH lh) {
+/* The chunks of the whole step, in the consumers' order, to f. */
+template <int FMT, class F>
+__device__ __forceinline__ void fd_all_chunks(const fd_args &a, F f) {
     for (int l = 0; l < a.nl; l++) {
-        lh(l);
         const fd_layer &L = a.L[l];
         const fd_mat qkv[3] = {L.q, L.k, L.v}, gu[2] = {L.gate, L.up};
         fd_chunks(a, FMT, qkv, 3, false, a.H, f);
@@ -179,18 +175,13 @@ __device__ __forceinline__ void fd_all_chunks(const fd_args &a, F f, LH lh) {
         fd_chunks(a, FMT, gu, 2, true, a.H, f);
         fd_chunks(a, FMT, &L.down, 1, false, a.I, f);
     }
-    if (a.head.w) { lh(a.nl); fd_chunks(a, FMT, &a.head, 1, false, a.H, f); }
+    if (a.head.w) fd_chunks(a, FMT, &a.head, 1, false, a.H, f);
 }
-template <int FMT, class F>
-__device__ __forceinline__ void fd_all_chunks(const fd_args &a, F f) { fd_all_chunks<FMT>(a, f, [](int) {}); }
 /* The producer (lane 0 of warp 0): every chunk of the step into the ring, in the consumers' order;
- * *issued counts them. With a.hold, layer l's first chunk waits until *cstage (the consumers'
- * stage, 5 l + s for stage s + 1 of layer l) reaches stage a.hold of layer l - 1, so that no copy
- * is in flight during that layer's earlier stages (the L2 round trips there are the step's
- * critical path; a ring that streams slows them, eighth session, NOTES.md). */
+ * *issued counts them. */
 template <int FMT>
 __device__ void fd_produce(const fd_args &a, uint8_t *ring, uint64_t *full, uint64_t *empty, unsigned long long *sprof,
-                           volatile int *issued, const volatile int *cstage) {
+                           volatile int *issued) {
     uint64_t pol;
     asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
     const bool prof = a.prof != nullptr;
@@ -210,13 +201,6 @@ __device__ void fd_produce(const fd_args &a, uint8_t *ring, uint64_t *full, uint
         }
         ci++;
         *issued = ci;
-    }, [&](int l) {
-        if (a.hold > 0 && l > 0) {
-            const int need = 5 * (l - 1) + a.hold - 1;
-            const long long w0 = clock64();
-            while (*cstage < need) __nanosleep(32);
-            if (prof) sprof[5] += (unsigned long long)(clock64() - w0);
-        }
     });
 }
 /* The prefetcher (lane 1 of warp 0): the a.pf chunks after those the ring can take next into L2,
@@ -542,20 +526,19 @@ __global__ void __launch_bounds__(FD_THREADS, 1) k_fused_decode(const fd_args a)
     unsigned long long *sprof = (unsigned long long *)(empty + FD_MAXSLOT);   /* [FD_NPROF] this block's counters */
     float *gsm = (float *)(sprof + FD_NPROF);               /* [FD_CW][FD_RPW] gate sums of a pair's rows */
     float *red = gsm + FD_GSM;                              /* [32] */
-    int *flag = (int *)(red + 32);                          /* [4]: [0] the attention's last-task flag, [1] chunks issued, [2] the consumers' stage */
-    volatile int *issued = flag + 1, *cstage = flag + 2;
+    int *flag = (int *)(red + 32);                          /* [4]: [0] the attention's last-task flag, [1] chunks issued */
+    volatile int *issued = flag + 1;
     float *U = (float *)(flag + 4);                         /* the union region (16-byte aligned) */
     if (threadIdx.x == 0) {
         for (int s = 0; s < a.nslot; s++) { fd_mbar_init(&full[s], 1); fd_mbar_init(&empty[s], FD_CW); }
         for (int k = 0; k < FD_NPROF; k++) sprof[k] = 0;
         *issued = 0;
-        *cstage = 0;   /* (stage 1 of layer 0) */
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     if (warp == 0) {   /* weights only: they may stream before the previous kernel is done */
-        if (lane == 0) fd_produce<FMT>(a, ring, full, empty, sprof, issued, cstage);
+        if (lane == 0) fd_produce<FMT>(a, ring, full, empty, sprof, issued);
         else if (lane == 1 && a.pf > 0) fd_prefetch<FMT>(a, issued);
         return;
     }
@@ -582,7 +565,6 @@ __global__ void __launch_bounds__(FD_THREADS, 1) k_fused_decode(const fd_args a)
         nsync++;
         fd_grid_sync(&a.ctr[0], nsync * (unsigned)G, ctid);
         FD_PROF(2, t0);
-        if (ctid == 0) *cstage = (int)nsync;   /* (stage nsync % 5 + 1 of layer nsync / 5 begins) */
     };
     const int s0 = (int)((long long)H * blockIdx.x / G), s1 = (int)((long long)H * (blockIdx.x + 1) / G);
     /* rmsnorm of rin (+ din), this block's slice of the sum stored to wout, into the activations
