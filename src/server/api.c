@@ -2,6 +2,7 @@
  * /metrics (Prometheus text with llama-server's llamacpp: names), /tokenize, /detokenize,
  * /apply-template, and the chat rendering shared with gen.c. Not the HTTP plumbing (http.c). */
 #include "server/internal.h"
+#include "mlxcel/backend_cuda.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -80,7 +81,12 @@ enum MHD_Result mx_api_props(mx_srv *s, struct MHD_Connection *c) {
                           "build_info", "mlxcel " MX_VERSION,
                           "modalities", "vision", 0, "audio", 0,
                           "endpoint_metrics", s->p->metrics);
-    if (j) json_object_set_new(j, "model_alias", json_string(s->model_id));
+    if (j) {
+        json_object_set_new(j, "model_alias", json_string(s->model_id));
+        /* (mlxcel's own: where the forward passes run; clients and tests that compare greedy text
+         * across batch sizes need it, since the GPU's kernels for 1 and many rows round differently) */
+        json_object_set_new(j, "device", json_string(mx_backend_is_gpu(&s->be) ? "gpu" : "cpu"));
+    }
     return mx_send_json(c, 200, j);
 }
 

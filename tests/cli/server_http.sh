@@ -18,6 +18,12 @@ c=$(get /models); [ "$c" = 200 ] && [ "$(jget "j['data'][0]['id']")" = fortune-6
 c=$(get /props)
 [ "$c" = 200 ] && [ "$(jget "j['total_slots']")" = 4 ] && [ "$(jget "j['default_generation_settings']['n_ctx']")" = 1024 ] \
   && jget "j['chat_template']" | grep -q im_start && pass props || fail props "$c $(body | head -c 300)"
+# the device the server runs on: MLXCEL_DEVICE's choice when set, else the automatic one
+dev=$(jget "j['device']")
+case "${MLXCEL_DEVICE:-}" in
+  cpu|gpu) [ "$dev" = "$MLXCEL_DEVICE" ] && pass props_device || fail props_device "device '$dev' under MLXCEL_DEVICE=$MLXCEL_DEVICE" ;;
+  *) { [ "$dev" = cpu ] || [ "$dev" = gpu ]; } && pass props_device || fail props_device "device '$dev'" ;;
+esac
 c=$(get /slots); [ "$c" = 200 ] && [ "$(jget "len(j)")" = 4 ] && [ "$(jget "j[0]['is_processing']")" = False ] && pass slots || fail slots "$c $(body)"
 
 # ---- tokenizer endpoints ----
