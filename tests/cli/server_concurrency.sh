@@ -53,24 +53,49 @@ def worker(i): together[i] = run(prompts[i], True)
 ts = [threading.Thread(target=worker, args=(i,)) for i in range(32)]
 for t in ts: t.start()
 for t in ts: t.join()
+# one prompt's two runs: None (the same), ("tie", margin) (parted at an allowed near-tie) or
+# ("fail", why)
+def judge(ta, ea, tb, eb, tol):
+    if len(ea) != 40 or len(eb) != 40:
+        return ("fail", f"{len(ea)} / {len(eb)} tokens with log-probabilities, not 40 ({ta[:80]!r})")
+    k = next((j for j in range(40) if ea[j]["bytes"] != eb[j]["bytes"]), None)
+    if k is None:
+        return None if ta == tb else ("fail", f"the same tokens, different text: {ta!r} vs {tb!r}")
+    top = ea[k]["top_logprobs"]
+    margin = top[0]["logprob"] - top[1]["logprob"] if len(top) > 1 else float("inf")
+    if top[0]["bytes"] != ea[k]["bytes"] or len(top) < 2 or top[1]["bytes"] != eb[k]["bytes"] or margin > tol:
+        return ("fail", f"token {k} alone {ea[k]['token']!r} batched {eb[k]['token']!r}; alone's two best "
+                        f"{[(e['token'], round(e['logprob'], 4)) for e in top]} (margin {margin:.4f}, allowed {tol}); "
+                        f"alone {ta!r} vs together {tb!r}")
+    return ("tie", margin)
+
+# the rule itself, on made-up runs: a parting at a near-tie passes, one past the tolerance, at the
+# third choice or at a token the alone run did not rank first fails; equal runs pass
+def ent(t, lp, tops): return {"token": t, "bytes": list(t.encode()), "logprob": lp,
+                              "top_logprobs": [{"token": a, "bytes": list(a.encode()), "logprob": b} for a, b in tops]}
+same = [ent("a", -0.1, [("a", -0.1), ("b", -2.0)])] * 39
+def pair(tok_b, tops): return same + [ent("x", tops[0][1], tops)], same + [ent(tok_b, -1.0, [])]
+cases = [("equal", *pair("x", [("x", -0.5), ("y", -0.6)]), 0.25, False),
+         ("near-tie", *pair("y", [("x", -0.5), ("y", -0.6)]), 0.25, True),
+         ("past the tolerance", *pair("y", [("x", -0.5), ("y", -0.9)]), 0.25, False),
+         ("third choice", *pair("z", [("x", -0.5), ("y", -0.6)]), 0.25, False),
+         ("exact on the CPU", *pair("y", [("x", -0.5), ("y", -0.5)]), 0.0, True)]
+bad_rule = []
+for name, ea, eb, tol, parted in cases:
+    ta, tb = "".join(e["token"] for e in ea), "".join(e["token"] for e in eb)
+    r = judge(ta, ea, tb, eb, tol)
+    want = {"equal": None, "near-tie": "tie", "past the tolerance": "fail", "third choice": "fail", "exact on the CPU": "tie"}[name]
+    if (r[0] if r else None) != want: bad_rule.append(f"{name}: {r}")
+r = judge("a" * 39 + "x", same + [ent("x", -0.5, [("y", -0.4), ("x", -0.5)])], "a" * 39 + "y", same + [ent("y", -1.0, [])], 0.25)
+if not r or r[0] != "fail": bad_rule.append(f"a token not ranked first: {r}")
+print("PASS greedy_parting_rule" if not bad_rule else "FAIL greedy_parting_rule: " + "; ".join(bad_rule))
+
 fails, ties = [], []
 for i in range(32):
     (ta, ea), (tb, eb) = alone[i], together[i]
-    if len(ea) != 40 or len(eb) != 40:
-        fails.append(f"#{i}: {len(ea)} / {len(eb)} tokens with log-probabilities, not 40 ({ta[:80]!r})")
-        continue
-    k = next((j for j in range(40) if ea[j]["bytes"] != eb[j]["bytes"]), None)
-    if k is None:
-        if ta != tb: fails.append(f"#{i}: the same tokens, different text: {ta!r} vs {tb!r}")
-        continue
-    top = ea[k]["top_logprobs"]
-    margin = top[0]["logprob"] - top[1]["logprob"] if len(top) > 1 else float("inf")
-    if top[0]["bytes"] != ea[k]["bytes"] or len(top) < 2 or top[1]["bytes"] != eb[k]["bytes"] or margin > TOL:
-        fails.append(f"#{i}: token {k} alone {ea[k]['token']!r} batched {eb[k]['token']!r}; alone's two best "
-                     f"{[(e['token'], round(e['logprob'], 4)) for e in top]} (margin {margin:.4f}, allowed {TOL}); "
-                     f"alone {ta!r} vs together {tb!r}")
-    else:
-        ties.append(margin)
+    r = judge(ta, ea, tb, eb, TOL)
+    if r and r[0] == "fail": fails.append(f"#{i}: {r[1]}")
+    elif r: ties.append(r[1])
 if fails:
     print(f"FAIL concurrent_32_same_greedy_text ({device}): {len(fails)} of 32 differ beyond a near-tie; " + fails[0])
 elif len(set(t for t, _ in alone)) < 8:
