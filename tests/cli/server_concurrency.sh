@@ -102,7 +102,14 @@ for i in range(32):
     if r and r[0] == "fail": fails.append(f"#{i}: {r[1]}")
     elif r: ties.append(r[1])
 if fails:
-    print(f"FAIL concurrent_32_same_greedy_text ({device}): {len(fails)} of 32 differ beyond a near-tie; " + fails[0])
+    # every parting's margin where the batched run took the alone run's second choice (a tolerance to weigh)
+    def second_margin(ea, eb):
+        k = next((j for j in range(min(len(ea), len(eb))) if ea[j]["bytes"] != eb[j]["bytes"]), None)
+        top = ea[k]["top_logprobs"] if k is not None else []
+        return round(top[0]["logprob"] - top[1]["logprob"], 4) if len(top) > 1 and top[1]["bytes"] == eb[k]["bytes"] else None
+    ms = sorted(m for m in (second_margin(alone[i][1], together[i][1]) for i in range(32)) if m is not None)
+    print(f"FAIL concurrent_32_same_greedy_text ({device}): {len(fails)} of 32 differ beyond a near-tie "
+          f"(second-choice partings' margins {ms}); " + fails[0])
 elif len(set(t for t, _ in alone)) < 8:
     print(f"FAIL concurrent_32_same_greedy_text: prompts gave too few distinct texts ({len(set(t for t, _ in alone))})")
 else:

@@ -125,12 +125,13 @@ c=$(post /v1/chat/completions '{"messages":[{"role":"user","content":"Hi"}],"max
 # ---- stop strings: cut at the first occurrence, never leak a partial stop (whole and streamed) ----
 c=$(post /v1/completions '{"prompt":"The computer","max_tokens":40,"temperature":0,"ignore_eos":true}')
 full=$(jget "j['choices'][0]['text']")
-read -r STOP_JSON PREFIX_JSON < <(python3 - "$full" <<'PY'
+# (tab-separated: the JSON strings may hold spaces, never a raw tab)
+IFS=$'\t' read -r STOP_JSON PREFIX_JSON < <(python3 - "$full" <<'PY'
 import json,sys
 t=sys.argv[1]
 # a stop string of 2-5 characters starting in the middle of the text, likely spanning tokens
 s=t[len(t)//2:len(t)//2+4]
-print(json.dumps(s), json.dumps(t[:t.index(s)]))
+print(json.dumps(s) + "\t" + json.dumps(t[:t.index(s)]))
 PY
 )
 for mode in false true; do
