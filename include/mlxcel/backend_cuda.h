@@ -246,6 +246,18 @@ int mx_backend_cuda_ring_long_launches(mx_backend *b);
  * its loop ahead (1 by default: Llama-8B q4 decode +2.8% on an H100; 0 none; at most 8;
  * MLXCEL_CUDA_MV_PF at init). Only timing changes. Returns the previous value. */
 int mx_backend_cuda_set_mv_pf(mx_backend *b, int steps);
+/* The q4/q8 products of `rows` .. 16 rows of x (decode of a few sequences) on int8 tensor cores
+ * (k_mv_mma: mma.m16n8k32, 16 weight rows x 8 rows of x a group of 32 columns, the weights streamed
+ * through shared memory) instead of k_mv_i8's DP4A; 0: k_mv_i8 for all. The same int8 form of x and
+ * the same terms, summed in another order. Default 8 (MLXCEL_CUDA_MV_MMA at init; on an H100 at 8
+ * and 16 sequences Qwen3-0.6B q4 decode +48% / +117%, Llama-8B q4 +19% / +104%; at 4, +17% / -5%;
+ * at 2, even / -18%). MLXCEL_CUDA_MV_MMA_PFX=1 at init: each warp asks L1 for its next chunk's x.
+ * Returns the previous value; then its launches (tests). */
+int mx_backend_cuda_set_mv_mma(mx_backend *b, int rows);
+int mx_backend_cuda_mv_mma_launches(mx_backend *b);
+/* k_mv_mma for 17..32 rows of x too (x quantized to int8 for it), ahead of the tensor-core GEMMs;
+ * off by default (MLXCEL_CUDA_MV_MMA_WIDE at init). Returns the previous on/off. */
+bool mx_backend_cuda_set_mv_mma_wide(mx_backend *b, bool on);
 /* A batch-1 attention (one token, a bf16 cache, head size 64 or 128, the EARLY form) and the q4 o
  * product of its output in one launch (MLXCEL_CUDA_ATT_O; with MLXCEL_CUDA_RING_EPI; off by default): the attention
  * waits for the next op; an o product of its output (q4, no bias, a head's columns of it at most 96 KB:

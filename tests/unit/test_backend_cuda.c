@@ -77,6 +77,8 @@ static void test_select(void) {
                                          {"MLXCEL_CUDA_I8_EPI", "on"}, {"MLXCEL_CUDA_I8_EPI", "2"},
                                          {"MLXCEL_CUDA_MV_PF", "9"}, {"MLXCEL_CUDA_MV_PF", "-1"}, {"MLXCEL_CUDA_MV_PF", "two"},
                                          {"MLXCEL_CUDA_RING_LONG", "on"}, {"MLXCEL_CUDA_RING_LONG", "2"},
+                                         {"MLXCEL_CUDA_MV_MMA", "17"}, {"MLXCEL_CUDA_MV_MMA", "-1"}, {"MLXCEL_CUDA_MV_MMA", "on"},
+                                         {"MLXCEL_CUDA_MV_MMA_WIDE", "yes"}, {"MLXCEL_CUDA_MV_MMA_PFX", "2"},
                                          {"MLXCEL_CUDA_PAIR_HALF", "AUTO"}};
     unsetenv("MLXCEL_DEVICE");
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -99,10 +101,12 @@ static void test_select(void) {
     setenv("MLXCEL_CUDA_RING_EPI", "0", 1); setenv("MLXCEL_CUDA_TRACE_MAX", "2048", 1); setenv("MLXCEL_CUDA_EPI_BLOCKS", "64", 1);
     setenv("MLXCEL_CUDA_PAIR_HALF", "1", 1); setenv("MLXCEL_CUDA_CHAIN", "0", 1); setenv("MLXCEL_CUDA_ATT_O", "0", 1);
     setenv("MLXCEL_CUDA_I8_EPI", "0", 1); setenv("MLXCEL_CUDA_MV_PF", "8", 1); setenv("MLXCEL_CUDA_RING_LONG", "0", 1);
+    setenv("MLXCEL_CUDA_MV_MMA", "16", 1); setenv("MLXCEL_CUDA_MV_MMA_WIDE", "1", 1); setenv("MLXCEL_CUDA_MV_MMA_PFX", "0", 1);
     TCHECK(mx_backend_cuda_check_env() == MX_OK, "good switches refused: %s", mx_last_error());
     setenv("MLXCEL_CUDA_PAIR_HALF", "auto", 1);
     TCHECK(mx_backend_cuda_check_env() == MX_OK, "MLXCEL_CUDA_PAIR_HALF=auto refused: %s", mx_last_error());
     unsetenv("MLXCEL_CUDA_I8_EPI"); unsetenv("MLXCEL_CUDA_MV_PF"); unsetenv("MLXCEL_CUDA_RING_LONG");
+    unsetenv("MLXCEL_CUDA_MV_MMA"); unsetenv("MLXCEL_CUDA_MV_MMA_WIDE"); unsetenv("MLXCEL_CUDA_MV_MMA_PFX");
     unsetenv("MLXCEL_CUDA_FAST_REPLAY"); unsetenv("MLXCEL_CUDA_TOPK_ONE");
     unsetenv("MLXCEL_CUDA_RING_EPI"); unsetenv("MLXCEL_CUDA_TRACE_MAX"); unsetenv("MLXCEL_CUDA_EPI_BLOCKS"); unsetenv("MLXCEL_CUDA_PAIR_HALF");
     unsetenv("MLXCEL_CUDA_CHAIN"); unsetenv("MLXCEL_CUDA_ATT_O");
@@ -813,6 +817,73 @@ static void test_dense_sets(void) {
     }
     TCHECK(mx_backend_cuda_status(&G) == MX_OK, "status: %s", mx_last_error());
     for (int i = 0; i < 3; i++) tw_free(&t[i]);
+}
+
+/* k_mv_mma (MLXCEL_CUDA_MV_MMA): the q4/q8 products of 2..16 rows of x on int8 tensor cores, and of
+ * 17..32 with MLXCEL_CUDA_MV_MMA_WIDE. Each case: against the CPU (check_matmul, with the launch
+ * counted: the kernel ran), against the path without it (k_mv_i8: the same terms summed in another
+ * order, so within float rounding; above 16 rows a GEMM on bf16 activations), and a set of three
+ * weights sharing x in one launch = one launch each, bit for bit. Rows that are not whole row tiles
+ * (16 a warp, 32 a block), fewer chunks than a block's warps along k (256 columns), long rows, bf16 /
+ * f16 / f32 scales, biases; q8 in groups of 128 (scales of 2 bytes a chunk) is not taken. */
+static const mm_case g_mma[] = {
+    {"cuda_mv_mma_q4_g64_bf16_n2_bias", 257, 1024, 2, 4, 64, MX_DTYPE_BF16, true},
+    {"cuda_mv_mma_q4_g64_bf16_n5", 130, 512, 5, 4, 64, MX_DTYPE_BF16, false},
+    {"cuda_mv_mma_q4_g32_f16_n8_one_chunk", 77, 256, 8, 4, 32, MX_DTYPE_F16, false},
+    {"cuda_mv_mma_q4_g128_bf16_n9", 64, 2048, 9, 4, 128, MX_DTYPE_BF16, true},
+    {"cuda_mv_mma_q4_g64_bf16_n16_long", 48, 14336, 16, 4, 64, MX_DTYPE_BF16, true},
+    {"cuda_mv_mma_q4_g64_f32scales_n12", 40, 768, 12, 4, 64, MX_DTYPE_F32, false},
+    {"cuda_mv_mma_q8_g64_bf16_n3", 100, 1024, 3, 8, 64, MX_DTYPE_BF16, false},
+    {"cuda_mv_mma_q8_g32_f16_n16_bias", 33, 512, 16, 8, 32, MX_DTYPE_F16, true},
+    {"cuda_mv_mma_q8_g128_bf16_n6_not_taken", 50, 1024, 6, 8, 128, MX_DTYPE_BF16, false},
+    /* 17..32 rows (MLXCEL_CUDA_MV_MMA_WIDE), against the GEMMs they replace */
+    {"cuda_mv_mma_wide_q4_g64_bf16_n17_bias", 300, 512, 17, 4, 64, MX_DTYPE_BF16, true},
+    {"cuda_mv_mma_wide_q4_g64_bf16_n32", 130, 4096, 32, 4, 64, MX_DTYPE_BF16, false},
+    {"cuda_mv_mma_wide_q8_g32_f16_n24", 70, 1024, 24, 8, 32, MX_DTYPE_F16, true},
+};
+static void check_mv_mma(const mm_case *c) {
+    const bool taken = !(c->bits == 8 && c->gs == 128);
+    const int was = mx_backend_cuda_set_mv_mma(&G, 2);
+    const bool wide_was = mx_backend_cuda_set_mv_mma_wide(&G, true);
+    const int l0 = mx_backend_cuda_mv_mma_launches(&G);
+    check_matmul(c);
+    const int l1 = mx_backend_cuda_mv_mma_launches(&G);
+    TCHECK(taken ? l1 == l0 + 1 : l1 == l0, "k_mv_mma launches %d -> %d (%s)", l0, l1, taken ? "taken" : "not taken");
+    /* against k_mv_i8, and a set of three in one launch against one launch each */
+    tw t[3];
+    const int rows[3] = {c->rows, 16, c->rows + 19};
+    for (int i = 0; i < 3; i++) tw_make(&t[i], rows[i], c->cols, c->bits, c->gs, c->dt, c->bias && i != 1);
+    for (int i = 0; i < 3; i++) TREQUIRE(G.i->weight_prepare(G.ctx, &t[i].w) == MX_OK, "prepare: %s", mx_last_error());
+    const mx_weight *ws[3] = {&t[0].w, &t[1].w, &t[2].w};
+    float *x = malloc((size_t)c->n * c->cols * 4);
+    fill(x, (int64_t)c->n * c->cols, 3.f);
+    float *dx = gup(x, (int64_t)c->n * c->cols), *ya[3], *yb[3], *yc = gnan((int64_t)c->n * rows[0]);
+    for (int i = 0; i < 3; i++) { ya[i] = gnan((int64_t)c->n * rows[i]); yb[i] = gnan((int64_t)c->n * rows[i]); }
+    G.i->matmul_multi(G.ctx, 3, ws, dx, ya, c->n);
+    for (int i = 0; i < 3; i++) G.i->matmul(G.ctx, ws[i], dx, yb[i], c->n);
+    mx_backend_cuda_set_mv_mma(&G, 0);
+    G.i->matmul(G.ctx, ws[0], dx, yc, c->n);
+    mx_backend_cuda_set_mv_mma(&G, 2);
+    for (int i = 0; i < 3; i++) {
+        const int64_t cnt = (int64_t)c->n * rows[i];
+        float *a = gdown(ya[i], cnt), *b = gdown(yb[i], cnt);
+        TCHECK(!memcmp(a, b, (size_t)cnt * 4), "matmul_multi weight %d differs from matmul", i);
+        if (i == 0) {
+            float *i8 = gdown(yc, cnt);
+            const double e = relerr(a, i8, cnt);
+            /* (above 16 rows the other path is a GEMM on bf16 activations) */
+            TCHECK(!taken ? e == 0 : c->n <= 16 ? e < 1e-5 : e < 2e-2, "against the path without it: rel err %.3g", e);
+            free(i8);
+        }
+        free(a); free(b);
+        G.i->free(G.ctx, ya[i]); G.i->free(G.ctx, yb[i]);
+    }
+    TCHECK(mx_backend_cuda_status(&G) == MX_OK, "status: %s", mx_last_error());
+    G.i->free(G.ctx, dx); G.i->free(G.ctx, yc);
+    free(x);
+    for (int i = 0; i < 3; i++) tw_free(&t[i]);
+    mx_backend_cuda_set_mv_mma(&G, was);
+    mx_backend_cuda_set_mv_mma_wide(&G, wide_was);
 }
 
 /* What the CUDA backend fuses behind the op interface gives the op-by-op results: matmul_multi
@@ -2951,6 +3022,7 @@ int main(int argc, char **argv) {
     if (bench) { int rc = run_bench(!strcmp(argv[1], "--bench-mv")); mx_backend_cuda_free(&G); return rc; }
     if (mx_backend_cpu_init(&C) != MX_OK) { printf("FAIL cpu_init: %s\n", mx_last_error()); return 1; }
     for (size_t i = 0; i < sizeof g_mm / sizeof g_mm[0]; i++) RUN_NAMED(g_mm[i].name, check_matmul, &g_mm[i]);
+    for (size_t i = 0; i < sizeof g_mma / sizeof g_mma[0]; i++) RUN_NAMED(g_mma[i].name, check_mv_mma, &g_mma[i]);
     /* the quantized matvecs again with k_mv_i8's L2 prefetch (MLXCEL_CUDA_MV_PF), 1 and 3 steps ahead */
     for (int pf = 1; pf <= 3; pf += 2) {
         const int pf_was = mx_backend_cuda_set_mv_pf(&G, pf);

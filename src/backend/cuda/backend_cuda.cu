@@ -285,6 +285,12 @@ struct cu_ctx {
                                             * RING_LONG; before I8_EPI, which takes what it does not) */
     int n_ring_long;                       /* its launches (tests) */
     int mv_pf;                             /* k_mv_i8's L2 prefetch, steps ahead (MLXCEL_CUDA_MV_PF; c_mv_pf) */
+    int mv_mma;                            /* k_mv_mma from this many rows of x up to MV_I8_MAX (MLXCEL_CUDA_MV_MMA;
+                                            * 0: k_mv_i8 for all) */
+    int mv_mma_wide;                       /* and above, up to MM_NMAX, ahead of the GEMMs (MLXCEL_CUDA_MV_MMA_WIDE) */
+    int mm_pfx;                            /* k_mv_mma asks L1 for the next chunk's x (MLXCEL_CUDA_MV_MMA_PFX) */
+    bool mm_ok;                            /* k_mv_mma can run (sm_80 or later, its shared memory granted) */
+    int n_mv_mma;                          /* its launches (tests) */
     int n_pair_half;                       /* launches of a pair in half blocks (tests) */
     float *epi_part;                       /* the parts of the sum of squares, 2 x MR_PARTS (alternate uses) */
     int epi_flip;
@@ -398,7 +404,7 @@ static pdl_launch<KArgs...> PL(cu_ctx *c, void (*k)(KArgs...), dim3 g, dim3 b, s
  * the default; anything else is an error naming the variable and what it takes. */
 enum { GM_AUTO, GM_CUBLAS, GM_MMA, GM_WG, GM_NMODES };   /* MLXCEL_CUDA_GEMM, in k_gemm_modes' order */
 static const char *const k_gemm_modes[] = {"auto", "cublas", "mma", "wgmma"};
-struct cu_switches { int att_o, attn, attn_dec, attn_prep, gqa, gemm, gemm_rot, gemm_sk, gemm_pair, sum_norm, sum_qkv, att_gq, pdl, mv, profile, kv, graphs, fused, mv_ring, ring_norm, ring_bf, ring_pair, ring_act, ring_epi, i8_epi, ring_long, attn_early, dense_short, fast_replay, topk_one, chain; long dq_mb, fused_pf, mr_kb, mr_slot, mr_warps, attn_l2pf, trace_max, epi_blocks, mv_pf; int pair_half; };   /* kv: checked here, read by kv_init */
+struct cu_switches { int att_o, attn, attn_dec, attn_prep, gqa, gemm, gemm_rot, gemm_sk, gemm_pair, sum_norm, sum_qkv, att_gq, pdl, mv, profile, kv, graphs, fused, mv_ring, ring_norm, ring_bf, ring_pair, ring_act, ring_epi, i8_epi, ring_long, attn_early, dense_short, fast_replay, topk_one, chain, mv_mma_wide, mm_pfx; long dq_mb, fused_pf, mr_kb, mr_slot, mr_warps, attn_l2pf, trace_max, epi_blocks, mv_pf, mv_mma; int pair_half; };   /* kv: checked here, read by kv_init */
 static mx_status env_choice(const char *name, const char *const *vals, int n, int def, int *out) {
     const char *e = getenv(name);
     *out = def;
@@ -424,6 +430,8 @@ static mx_status env_long(const char *name, long lo, long hi, long def, const ch
     return MX_OK;
 }
 #define MV_PF_MAX 8          /* MLXCEL_CUDA_MV_PF's most (k_mv_i8's L2 prefetch, c_mv_pf) */
+#define MV_I8_MAX_SW 16      /* MLXCEL_CUDA_MV_MMA's most: MV_I8_MAX (checked there) */
+#define MV_MMA_DEFAULT 8     /* k_mv_mma from 8 rows of x (NOTES.md, thirty-sixth session) */
 #define RING_LONG_MAX 16384   /* k_mv_ring<.., 6>'s most columns (x's int8 form staged in shared memory) */
 #define EPI_BLOCKS_MAX 160   /* MLXCEL_CUDA_EPI_BLOCKS's most: MR_PARTS (mv_ring.cuh, checked there) */
 #define PAIR_HALF_KB 76      /* MLXCEL_CUDA_PAIR_HALF: a block's ring (two 4.6 KB slots a warp of 8) */
@@ -466,6 +474,8 @@ static mx_status read_switches(cu_switches *sw) {
         (st = env_choice("MLXCEL_CUDA_FAST_REPLAY", onoff, 2, 1, &sw->fast_replay)) ||
         (st = env_choice("MLXCEL_CUDA_TOPK_ONE", onoff, 2, 1, &sw->topk_one)) ||
         (st = env_choice("MLXCEL_CUDA_CHAIN", onoff, 2, 1, &sw->chain)) ||
+        (st = env_choice("MLXCEL_CUDA_MV_MMA_WIDE", onoff, 2, 0, &sw->mv_mma_wide)) ||
+        (st = env_choice("MLXCEL_CUDA_MV_MMA_PFX", onoff, 2, 0, &sw->mm_pfx)) ||
         (st = env_choice("MLXCEL_CUDA_PAIR_HALF", off_on_auto, 3, 2, &sw->pair_half)))
         return st;
     if ((st = env_long("MLXCEL_CUDA_FUSED_PF", 0, 64, 0, "chunks", &sw->fused_pf)) ||
@@ -476,7 +486,8 @@ static mx_status read_switches(cu_switches *sw) {
         (st = env_long("MLXCEL_CUDA_ATTN_L2PF", 0, 1024, 0, "MiB", &sw->attn_l2pf)) ||
         (st = env_long("MLXCEL_CUDA_TRACE_MAX", 1024, 1L << 27, 4L << 20, "records", &sw->trace_max)) ||
         (st = env_long("MLXCEL_CUDA_EPI_BLOCKS", 0, EPI_BLOCKS_MAX, 0, "blocks (0: 3/4 of the multiprocessors)", &sw->epi_blocks)) ||
-        (st = env_long("MLXCEL_CUDA_MV_PF", 0, MV_PF_MAX, 1, "steps ahead", &sw->mv_pf)))
+        (st = env_long("MLXCEL_CUDA_MV_PF", 0, MV_PF_MAX, 1, "steps ahead", &sw->mv_pf)) ||
+        (st = env_long("MLXCEL_CUDA_MV_MMA", 0, MV_I8_MAX_SW, MV_MMA_DEFAULT, "rows of x (0: off)", &sw->mv_mma)))
         return st;
     return MX_OK;
 }
@@ -1083,6 +1094,7 @@ k_mv_dense(const WT *__restrict__ W, const float *__restrict__ bias, const float
  * launch (mv_set). Error: about 1e-3 of a row's scale, like bf16 activations. */
 
 #define MV_I8_MAX 16
+static_assert(MV_I8_MAX == MV_I8_MAX_SW, "MLXCEL_CUDA_MV_MMA's range is the int8 matvecs'");
 
 __device__ __forceinline__ int dp4a_us(uint32_t a, uint32_t b, int c) {   /* u8x4 . s8x4 + c */
     int d;
@@ -1936,6 +1948,7 @@ __device__ __forceinline__ void rope_rot(float x0, float x1, float cs, float sn,
  * shapes the vector kernels do not take (cols not a multiple of 32). */
 #include "backend/cuda/fused_decode.cuh"   /* the decode_layers kernel */
 #include "backend/cuda/mv_ring.cuh"        /* the batch-1 matvec on bulk-copied weights */
+#include "backend/cuda/mv_mma.cuh"         /* the products of a few rows of x on int8 tensor cores */
 static_assert(EPI_BLOCKS_MAX == MR_PARTS, "MLXCEL_CUDA_EPI_BLOCKS's range: the parts a consumer sums");
 
 template <typename ST>
@@ -3995,8 +4008,10 @@ static void mv_i8_regs(cu_ctx *c, int nw, const cu_weight *const *w, const int8_
                        const i8e_args *e = NULL);
 /* nw (<= 4) q4/q8 weights of one format on x [n, cols] through int8 activations, one quantize
  * and one matvec launch. False (nothing launched) when the weights do not qualify. */
+static bool mv_mma_wide(cu_ctx *c, int nw, const cu_weight *const *w, const float *x, float *const *ys, int n);
 static bool mv_i8(cu_ctx *c, int nw, const cu_weight *const *w, const float *x, float *const *ys, int n) {
     if (nw < 1 || nw > 4) return false;
+    if (n > MV_I8_MAX) return mv_mma_wide(c, nw, w, x, ys, n);
     for (int k = 0; k < nw; k++) if (!mv_i8_ok(c, w[k], w[0], n)) return false;
     const int cols = (int)w[0]->cols, ngx = cols / 32;
     int8_t *xq; float2 *xds;
@@ -4013,6 +4028,69 @@ static bool mv_i8(cu_ctx *c, int nw, const cu_weight *const *w, const float *x, 
     if (n == 1 && mv_ring(c, nw, w, xq, xds, ys, NULL)) return true;
     mv_i8_regs(c, nw, w, xq, xds, ys, n);
     return true;   /* (an output over x: the caller's forget_overlap drops the int8 form) */
+}
+/* k_mv_mma's part (mv_mma.cuh): the bytes of a row's scales in a chunk of its codes where the weights
+ * of the set (one format: mv_i8_ok) qualify, else 0: a device before sm_80, rows that are not whole
+ * chunks of 128 code bytes, scales of under 4 bytes a chunk (q8 in groups of 128), weights not
+ * aligned for the copies */
+static int mm_fits(const cu_ctx *c, int nw, const cu_weight *const *w) {
+    if (!c->mm_ok) return 0;
+    const int bits = w[0]->bits, cols = (int)w[0]->cols, gs = (int)w[0]->gs;
+    if (bits != 4 && bits != 8) return 0;
+    const int ck = MM_CB * 8 / bits, sb = 2 * ck / gs;
+    if (cols % ck || sb < 4 || sb > 16) return 0;
+    for (int k = 0; k < nw; k++)
+        if (((uintptr_t)w[k]->w & 15) || ((uintptr_t)w[k]->scales & 3) || ((uintptr_t)w[k]->biases & 3)) return 0;
+    return sb;
+}
+/* the products of nw weights (mm_fits gave sb) on x's int8 form, n <= MM_NMAX rows, in one launch */
+static void mv_mma_launch(cu_ctx *c, int nw, const cu_weight *const *w, const int8_t *xq, const float2 *xds, float *const *ys,
+                          int n, int sb) {
+    mv_set set;
+    memset(&set, 0, sizeof set);
+    unsigned blk = 0;
+    for (int k = 0; k < nw; k++) {
+        set.W[k] = (const uint32_t *)w[k]->w; set.S[k] = w[k]->scales; set.B[k] = w[k]->biases;
+        set.bias[k] = w[k]->bias; set.y[k] = ys[k]; set.rows[k] = (int)w[k]->rows; set.blk0[k] = (int)blk;
+        blk += nblk(w[k]->rows, MM_BM);
+    }
+    set.blk0[nw] = (int)blk; set.nw = nw;
+    const int gsh = log2_exact(w[0]->gs), cols = (int)w[0]->cols;
+#define MML(B, T, NT) PL(c, k_mv_mma<B, T, NT>, blk, MM_WARPS * 32, MM_SMEM)(set, xq, xds, cols, gsh, sb, n, c->mm_pfx)
+#define MMN(B, T) do { if (n <= 8) MML(B, T, 1); else if (n <= 16) MML(B, T, 2); else MML(B, T, 4); } while (0)
+    if (w[0]->sdt == SDT_BF16) { if (w[0]->bits == 4) MMN(4, __nv_bfloat16); else MMN(8, __nv_bfloat16); }
+    else { if (w[0]->bits == 4) MMN(4, __half); else MMN(8, __half); }
+#undef MMN
+#undef MML
+    c->n_mv_mma++;
+    LAUNCHED(c, "matvec (int8 tensor cores)");
+}
+/* mv_i8_regs's products on int8 tensor cores for c->mv_mma .. MV_I8_MAX rows of x (MLXCEL_CUDA_MV_MMA):
+ * false (nothing launched) where they do not qualify (mm_fits) */
+static bool mv_mma(cu_ctx *c, int nw, const cu_weight *const *w, const int8_t *xq, const float2 *xds, float *const *ys, int n) {
+    if (!c->mv_mma || n < c->mv_mma || n > MV_I8_MAX) return false;
+    const int sb = mm_fits(c, nw, w);
+    if (!sb) return false;
+    mv_mma_launch(c, nw, w, xq, xds, ys, n, sb);
+    return true;
+}
+/* MLXCEL_CUDA_MV_MMA_WIDE: MV_I8_MAX + 1 .. MM_NMAX rows of x on k_mv_mma too (x quantized here),
+ * ahead of the GEMMs: false (nothing launched) where it is off or the weights do not qualify */
+static bool mv_mma_wide(cu_ctx *c, int nw, const cu_weight *const *w, const float *x, float *const *ys, int n) {
+    if (!c->mv_mma_wide || !c->mv_mma || n <= MV_I8_MAX || n > MM_NMAX || c->mv_f32 || nw < 1 || nw > 4) return false;
+    for (int k = 0; k < nw; k++) if (!mv_i8_ok(c, w[k], w[0], 1)) return false;
+    const int sb = mm_fits(c, nw, w);
+    if (!sb) return false;
+    const int cols = (int)w[0]->cols, ngx = cols / 32;
+    int8_t *xq; float2 *xds;
+    if (!xq_buf(c, (int64_t)n * cols, &xq, &xds)) return true;   /* failure recorded */
+    if (c->xq_src != x || c->xq_count != (int64_t)n * cols) {
+        PL(c, k_quant_x, nblk((int64_t)n * ngx * 32, 256), 256, 0)(x, xq, xds, n, cols);
+        LAUNCHED(c, "quantize activations");
+        c->xq_src = x; c->xq_count = (int64_t)n * cols;
+    }
+    mv_mma_launch(c, nw, w, xq, xds, ys, n, sb);
+    return true;
 }
 /* the register form of mv_i8 on x's int8 form xq / xds */
 /* (e: one weight, one row of x, k_mv_i8<.., EPI> with those arguments; i8e_launch) */
@@ -4037,6 +4115,7 @@ static void mv_i8_regs(cu_ctx *c, int nw, const cu_weight *const *w, const int8_
         LAUNCHED(c, "matvec (int8 activations) + add + norm parts");
         return;
     }
+    if (mv_mma(c, nw, w, xq, xds, ys, n)) return;
     i8e_args noe;
     memset(&noe, 0, sizeof noe);
     if (w[0]->sdt == SDT_BF16) { if (w[0]->bits == 4) { I8_CASES(4, __nv_bfloat16) } else { I8_CASES(8, __nv_bfloat16) } }
@@ -6003,6 +6082,9 @@ extern "C" mx_status mx_backend_cuda_init(mx_backend *out) {
         c->att_o = sw.att_o;
         c->epi_blocks = (int)sw.epi_blocks;
         c->mv_pf = (int)sw.mv_pf;
+        c->mv_mma = (int)sw.mv_mma;
+        c->mv_mma_wide = sw.mv_mma_wide;
+        c->mm_pfx = sw.mm_pfx;
         c->pair_half = sw.pair_half;
         c->trace_cap = sw.trace_max;
     }
@@ -6022,6 +6104,20 @@ extern "C" mx_status mx_backend_cuda_init(mx_backend *out) {
     if (cudaHostAlloc((void **)&c->pdl_host, 3 * sizeof(int), cudaHostAllocDefault) == cudaSuccess) {
         c->pdl_host[0] = 0; c->pdl_host[1] = 1; c->pdl_host[2] = 2;
     } else { cudaGetLastError(); c->pdl_host = NULL; }   /* then c_pdl_early stays 0 */
+    {   /* k_mv_mma's stages take more than the default 48 KiB of shared memory */
+        const void *mm[] = {(const void *)k_mv_mma<4, __nv_bfloat16, 1>, (const void *)k_mv_mma<4, __nv_bfloat16, 2>,
+                            (const void *)k_mv_mma<4, __half, 1>, (const void *)k_mv_mma<4, __half, 2>,
+                            (const void *)k_mv_mma<8, __nv_bfloat16, 1>, (const void *)k_mv_mma<8, __nv_bfloat16, 2>,
+                            (const void *)k_mv_mma<8, __half, 1>, (const void *)k_mv_mma<8, __half, 2>,
+                            (const void *)k_mv_mma<4, __nv_bfloat16, 4>, (const void *)k_mv_mma<4, __half, 4>,
+                            (const void *)k_mv_mma<8, __nv_bfloat16, 4>, (const void *)k_mv_mma<8, __half, 4>};
+        c->mm_ok = c->prop.major >= 8;
+        for (int i = 0; i < 12 && c->mm_ok; i++)
+            if (cudaFuncSetAttribute(mm[i], cudaFuncAttributeMaxDynamicSharedMemorySize, MM_SMEM) != cudaSuccess) {
+                cudaGetLastError();
+                c->mm_ok = false;
+            }
+    }
     {   /* k_gemm_gq's stages take more than the default 48 KiB of shared memory */
         const void *gq[] = {(const void *)k_gemm_gq<64, __nv_bfloat16>, (const void *)k_gemm_gq<128, __nv_bfloat16>,
                             (const void *)k_gemm_gq<64, __half>, (const void *)k_gemm_gq<128, __half>};
@@ -6217,6 +6313,9 @@ extern "C" int mx_backend_cuda_set_mv_pf(mx_backend *b, int steps) {
     set_mv_pf_symbol(c);
     return was;
 }
+extern "C" int mx_backend_cuda_set_mv_mma(mx_backend *b, int rows) { return set_mode(&switch_ctx(b)->mv_mma, rows, MV_I8_MAX); }
+extern "C" bool mx_backend_cuda_set_mv_mma_wide(mx_backend *b, bool on) { return set_flag(&switch_ctx(b)->mv_mma_wide, on); }
+extern "C" int mx_backend_cuda_mv_mma_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_mv_mma; }
 extern "C" int mx_backend_cuda_i8_epi_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_i8_epi; }
 extern "C" bool mx_backend_cuda_set_ring_long(mx_backend *b, bool on) { return set_flag(&switch_ctx(b)->ring_long, on); }
 extern "C" int mx_backend_cuda_ring_long_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_ring_long; }
