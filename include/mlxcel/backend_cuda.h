@@ -255,6 +255,12 @@ int mx_backend_cuda_set_mv_pf(mx_backend *b, int steps);
  * Returns the previous value; then its launches (tests). */
 int mx_backend_cuda_set_mv_mma(mx_backend *b, int rows);
 int mx_backend_cuda_mv_mma_launches(mx_backend *b);
+/* k_mv_mma's form: 1 (a warp 16 rows, 4 warps a row tile along k), 2 (a warp 32 rows sharing each
+ * load of x, one 180 KB block a multiprocessor, 1-8 warps along k chosen by the weights' shape) or
+ * 0, auto (the default: 2 above 8 rows of x, 1 up to 8; MLXCEL_CUDA_MV_MMA_FORM=auto|1|2 at init).
+ * The same sums per (row, group); the order of the warps' partial sums differs. Returns the
+ * previous form. */
+int mx_backend_cuda_set_mv_mma_form(mx_backend *b, int form);
 /* k_mv_mma for 17..32 rows of x too (x quantized to int8 for it), ahead of the tensor-core GEMMs;
  * off by default (MLXCEL_CUDA_MV_MMA_WIDE at init). Returns the previous on/off. */
 bool mx_backend_cuda_set_mv_mma_wide(mx_backend *b, bool on);

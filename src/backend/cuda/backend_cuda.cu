@@ -289,6 +289,7 @@ struct cu_ctx {
                                             * 0: k_mv_i8 for all) */
     int mv_mma_wide;                       /* and above, up to MM_NMAX, ahead of the GEMMs (MLXCEL_CUDA_MV_MMA_WIDE) */
     int mm_pfx;                            /* k_mv_mma asks L1 for the next chunk's x (MLXCEL_CUDA_MV_MMA_PFX) */
+    int mm_form;                           /* its form: 0 auto, 1 or 2 (MLXCEL_CUDA_MV_MMA_FORM; mv_mma_launch) */
     bool mm_ok;                            /* k_mv_mma can run (sm_80 or later, its shared memory granted) */
     int n_mv_mma;                          /* its launches (tests) */
     int n_pair_half;                       /* launches of a pair in half blocks (tests) */
@@ -404,7 +405,7 @@ static pdl_launch<KArgs...> PL(cu_ctx *c, void (*k)(KArgs...), dim3 g, dim3 b, s
  * the default; anything else is an error naming the variable and what it takes. */
 enum { GM_AUTO, GM_CUBLAS, GM_MMA, GM_WG, GM_NMODES };   /* MLXCEL_CUDA_GEMM, in k_gemm_modes' order */
 static const char *const k_gemm_modes[] = {"auto", "cublas", "mma", "wgmma"};
-struct cu_switches { int att_o, attn, attn_dec, attn_prep, gqa, gemm, gemm_rot, gemm_sk, gemm_pair, sum_norm, sum_qkv, att_gq, pdl, mv, profile, kv, graphs, fused, mv_ring, ring_norm, ring_bf, ring_pair, ring_act, ring_epi, i8_epi, ring_long, attn_early, dense_short, fast_replay, topk_one, chain, mv_mma_wide, mm_pfx; long dq_mb, fused_pf, mr_kb, mr_slot, mr_warps, attn_l2pf, trace_max, epi_blocks, mv_pf, mv_mma; int pair_half; };   /* kv: checked here, read by kv_init */
+struct cu_switches { int att_o, attn, attn_dec, attn_prep, gqa, gemm, gemm_rot, gemm_sk, gemm_pair, sum_norm, sum_qkv, att_gq, pdl, mv, profile, kv, graphs, fused, mv_ring, ring_norm, ring_bf, ring_pair, ring_act, ring_epi, i8_epi, ring_long, attn_early, dense_short, fast_replay, topk_one, chain, mv_mma_wide, mm_pfx, mm_form; long dq_mb, fused_pf, mr_kb, mr_slot, mr_warps, attn_l2pf, trace_max, epi_blocks, mv_pf, mv_mma; int pair_half; };   /* kv: checked here, read by kv_init */
 static mx_status env_choice(const char *name, const char *const *vals, int n, int def, int *out) {
     const char *e = getenv(name);
     *out = def;
@@ -441,7 +442,7 @@ static mx_status read_switches(cu_switches *sw) {
                              *const pdl[] = {"0", "1", "2", "3"},
                              *const mv[] = {"i8", "f32"}, *const kv[] = {"bf16", "f32"},
                              *const off_on_auto[] = {"0", "1", "auto"}, *const ring_bf[] = {"0", "norm", "1", "long"},
-                             *const ring_norm[] = {"0", "bf16", "1"};
+                             *const ring_norm[] = {"0", "bf16", "1"}, *const mm_forms[] = {"auto", "1", "2"};
     mx_status st;
     if ((st = env_choice("MLXCEL_CUDA_ATTN", attn, 3, 0, &sw->attn)) ||
         (st = env_choice("MLXCEL_CUDA_ATTN_DEC", attn_dec, 2, 0, &sw->attn_dec)) ||
@@ -476,6 +477,7 @@ static mx_status read_switches(cu_switches *sw) {
         (st = env_choice("MLXCEL_CUDA_CHAIN", onoff, 2, 1, &sw->chain)) ||
         (st = env_choice("MLXCEL_CUDA_MV_MMA_WIDE", onoff, 2, 0, &sw->mv_mma_wide)) ||
         (st = env_choice("MLXCEL_CUDA_MV_MMA_PFX", onoff, 2, 0, &sw->mm_pfx)) ||
+        (st = env_choice("MLXCEL_CUDA_MV_MMA_FORM", mm_forms, 3, 0, &sw->mm_form)) ||
         (st = env_choice("MLXCEL_CUDA_PAIR_HALF", off_on_auto, 3, 2, &sw->pair_half)))
         return st;
     if ((st = env_long("MLXCEL_CUDA_FUSED_PF", 0, 64, 0, "chunks", &sw->fused_pf)) ||
@@ -4029,6 +4031,18 @@ static bool mv_i8(cu_ctx *c, int nw, const cu_weight *const *w, const float *x, 
     mv_i8_regs(c, nw, w, xq, xds, ys, n);
     return true;   /* (an output over x: the caller's forget_overlap drops the int8 form) */
 }
+/* a set of nw q4/q8 weights for k_mv_i8 / k_mv_mma, blocks of rpb rows each; returns the blocks */
+static unsigned mv_set_fill(mv_set *set, int nw, const cu_weight *const *w, float *const *ys, int rpb) {
+    memset(set, 0, sizeof *set);
+    unsigned blk = 0;
+    for (int k = 0; k < nw; k++) {
+        set->W[k] = (const uint32_t *)w[k]->w; set->S[k] = w[k]->scales; set->B[k] = w[k]->biases;
+        set->bias[k] = w[k]->bias; set->y[k] = ys[k]; set->rows[k] = (int)w[k]->rows; set->blk0[k] = (int)blk;
+        blk += nblk(w[k]->rows, rpb);
+    }
+    set->blk0[nw] = (int)blk; set->nw = nw;
+    return blk;
+}
 /* k_mv_mma's part (mv_mma.cuh): the bytes of a row's scales in a chunk of its codes where the weights
  * of the set (one format: mv_i8_ok) qualify, else 0: a device before sm_80, rows that are not whole
  * chunks of 128 code bytes, scales of under 4 bytes a chunk (q8 in groups of 128), weights not
@@ -4043,24 +4057,38 @@ static int mm_fits(const cu_ctx *c, int nw, const cu_weight *const *w) {
         if (((uintptr_t)w[k]->w & 15) || ((uintptr_t)w[k]->scales & 3) || ((uintptr_t)w[k]->biases & 3)) return 0;
     return sb;
 }
-/* the products of nw weights (mm_fits gave sb) on x's int8 form, n <= MM_NMAX rows, in one launch */
+/* the products of nw weights (mm_fits gave sb) on x's int8 form, n <= MM_NMAX rows, in one launch.
+ * Form 1: a warp 16 rows, 4 warps a row tile along k. Form 2: a warp 32 rows (x loaded once for both
+ * tiles), one block of 180 KB a multiprocessor, and the warps along k (1-8) that give the fewest
+ * waves times a warp's chunks plus its pipeline's fill (3 chunks). MLXCEL_CUDA_MV_MMA_FORM=auto (the
+ * default): form 2 above 8 rows of x (on an H100 at 16 rows: Llama-8B q4 +52%, Qwen3-0.6B +6%; at 8
+ * the two even), form 1 up to 8. */
 static void mv_mma_launch(cu_ctx *c, int nw, const cu_weight *const *w, const int8_t *xq, const float2 *xds, float *const *ys,
                           int n, int sb) {
-    mv_set set;
-    memset(&set, 0, sizeof set);
-    unsigned blk = 0;
-    for (int k = 0; k < nw; k++) {
-        set.W[k] = (const uint32_t *)w[k]->w; set.S[k] = w[k]->scales; set.B[k] = w[k]->biases;
-        set.bias[k] = w[k]->bias; set.y[k] = ys[k]; set.rows[k] = (int)w[k]->rows; set.blk0[k] = (int)blk;
-        blk += nblk(w[k]->rows, MM_BM);
+    const int rt = c->mm_form == 2 || (c->mm_form == 0 && n > 8) ? 2 : 1, rw = 16 * rt, cols = (int)w[0]->cols;
+    const int nch = cols / (MM_CB * 8 / w[0]->bits);
+    int kwn = 4;
+    if (rt == 2) {
+        int64_t tiles = 0;
+        for (int k = 0; k < nw; k++) tiles += nblk(w[k]->rows, rw);
+        const int64_t slots = c->prop.multiProcessorCount;   /* (one block a multiprocessor) */
+        double best = 1e30;
+        for (int q = 1; q <= 8 && q <= nch; q *= 2) {
+            const int64_t blocks = (tiles * q + MM_WARPS - 1) / MM_WARPS;
+            const double cost = (double)((blocks + slots - 1) / slots) * ((nch + q - 1) / q + 3);
+            if (cost < best) { best = cost; kwn = q; }
+        }
     }
-    set.blk0[nw] = (int)blk; set.nw = nw;
-    const int gsh = log2_exact(w[0]->gs), cols = (int)w[0]->cols;
-#define MML(B, T, NT) PL(c, k_mv_mma<B, T, NT>, blk, MM_WARPS * 32, MM_SMEM)(set, xq, xds, cols, gsh, sb, n, c->mm_pfx)
-#define MMN(B, T) do { if (n <= 8) MML(B, T, 1); else if (n <= 16) MML(B, T, 2); else MML(B, T, 4); } while (0)
+    mv_set set;
+    const unsigned blk = mv_set_fill(&set, nw, w, ys, rw * (MM_WARPS / kwn));
+    const int gsh = log2_exact(w[0]->gs);
+#define MML(B, T, NT, RT) PL(c, k_mv_mma<B, T, NT, RT>, blk, MM_WARPS * 32, MM_SMEM(RT))(set, xq, xds, cols, gsh, sb, n, kwn, c->mm_pfx)
+#define MMR(B, T, NT) do { if (rt == 2) MML(B, T, NT, 2); else MML(B, T, NT, 1); } while (0)
+#define MMN(B, T) do { if (n <= 8) MMR(B, T, 1); else if (n <= 16) MMR(B, T, 2); else MMR(B, T, 4); } while (0)
     if (w[0]->sdt == SDT_BF16) { if (w[0]->bits == 4) MMN(4, __nv_bfloat16); else MMN(8, __nv_bfloat16); }
     else { if (w[0]->bits == 4) MMN(4, __half); else MMN(8, __half); }
 #undef MMN
+#undef MMR
 #undef MML
     c->n_mv_mma++;
     LAUNCHED(c, "matvec (int8 tensor cores)");
@@ -4099,14 +4127,7 @@ static void mv_i8_regs(cu_ctx *c, int nw, const cu_weight *const *w, const int8_
     const int cols = (int)w[0]->cols, gsh = log2_exact(w[0]->gs);
     const int R = n >= 2 ? 2 : 1;
     mv_set set;
-    memset(&set, 0, sizeof set);
-    unsigned blk = 0;
-    for (int k = 0; k < nw; k++) {
-        set.W[k] = (const uint32_t *)w[k]->w; set.S[k] = w[k]->scales; set.B[k] = w[k]->biases;
-        set.bias[k] = w[k]->bias; set.y[k] = ys[k]; set.rows[k] = (int)w[k]->rows; set.blk0[k] = (int)blk;
-        blk += nblk(w[k]->rows, MV_WARPS * R);
-    }
-    set.blk0[nw] = (int)blk; set.nw = nw;
+    const unsigned blk = mv_set_fill(&set, nw, w, ys, MV_WARPS * R);
     if (e) {
 #define I8E(B, T) PL(c, k_mv_i8<B, T, 1, 1, true>, blk, MV_WARPS * 32, 0)(set, xq, xds, cols, gsh, 1, *e)
         if (w[0]->sdt == SDT_BF16) { if (w[0]->bits == 4) I8E(4, __nv_bfloat16); else I8E(8, __nv_bfloat16); }
@@ -6085,6 +6106,7 @@ extern "C" mx_status mx_backend_cuda_init(mx_backend *out) {
         c->mv_mma = (int)sw.mv_mma;
         c->mv_mma_wide = sw.mv_mma_wide;
         c->mm_pfx = sw.mm_pfx;
+        c->mm_form = sw.mm_form;
         c->pair_half = sw.pair_half;
         c->trace_cap = sw.trace_max;
     }
@@ -6105,18 +6127,18 @@ extern "C" mx_status mx_backend_cuda_init(mx_backend *out) {
         c->pdl_host[0] = 0; c->pdl_host[1] = 1; c->pdl_host[2] = 2;
     } else { cudaGetLastError(); c->pdl_host = NULL; }   /* then c_pdl_early stays 0 */
     {   /* k_mv_mma's stages take more than the default 48 KiB of shared memory */
-        const void *mm[] = {(const void *)k_mv_mma<4, __nv_bfloat16, 1>, (const void *)k_mv_mma<4, __nv_bfloat16, 2>,
-                            (const void *)k_mv_mma<4, __half, 1>, (const void *)k_mv_mma<4, __half, 2>,
-                            (const void *)k_mv_mma<8, __nv_bfloat16, 1>, (const void *)k_mv_mma<8, __nv_bfloat16, 2>,
-                            (const void *)k_mv_mma<8, __half, 1>, (const void *)k_mv_mma<8, __half, 2>,
-                            (const void *)k_mv_mma<4, __nv_bfloat16, 4>, (const void *)k_mv_mma<4, __half, 4>,
-                            (const void *)k_mv_mma<8, __nv_bfloat16, 4>, (const void *)k_mv_mma<8, __half, 4>};
+#define MMF(RT, NT) (const void *)k_mv_mma<4, __nv_bfloat16, NT, RT>, (const void *)k_mv_mma<4, __half, NT, RT>, \
+                    (const void *)k_mv_mma<8, __nv_bfloat16, NT, RT>, (const void *)k_mv_mma<8, __half, NT, RT>
+        const void *mm[2][12] = {{MMF(1, 1), MMF(1, 2), MMF(1, 4)}, {MMF(2, 1), MMF(2, 2), MMF(2, 4)}};
+#undef MMF
         c->mm_ok = c->prop.major >= 8;
-        for (int i = 0; i < 12 && c->mm_ok; i++)
-            if (cudaFuncSetAttribute(mm[i], cudaFuncAttributeMaxDynamicSharedMemorySize, MM_SMEM) != cudaSuccess) {
-                cudaGetLastError();
-                c->mm_ok = false;
-            }
+        for (int f = 0; f < 2 && c->mm_ok; f++)
+            for (int i = 0; i < 12 && c->mm_ok; i++)
+                if (cudaFuncSetAttribute(mm[f][i], cudaFuncAttributeMaxDynamicSharedMemorySize, f ? MM_SMEM(2) : MM_SMEM(1)) !=
+                    cudaSuccess) {
+                    cudaGetLastError();
+                    c->mm_ok = false;
+                }
     }
     {   /* k_gemm_gq's stages take more than the default 48 KiB of shared memory */
         const void *gq[] = {(const void *)k_gemm_gq<64, __nv_bfloat16>, (const void *)k_gemm_gq<128, __nv_bfloat16>,
@@ -6315,6 +6337,12 @@ extern "C" int mx_backend_cuda_set_mv_pf(mx_backend *b, int steps) {
 }
 extern "C" int mx_backend_cuda_set_mv_mma(mx_backend *b, int rows) { return set_mode(&switch_ctx(b)->mv_mma, rows, MV_I8_MAX); }
 extern "C" bool mx_backend_cuda_set_mv_mma_wide(mx_backend *b, bool on) { return set_flag(&switch_ctx(b)->mv_mma_wide, on); }
+extern "C" int mx_backend_cuda_set_mv_mma_form(mx_backend *b, int form) {
+    cu_ctx *c = switch_ctx(b);
+    const int was = c->mm_form;
+    c->mm_form = form == 1 || form == 2 ? form : 0;
+    return was;
+}
 extern "C" int mx_backend_cuda_mv_mma_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_mv_mma; }
 extern "C" int mx_backend_cuda_i8_epi_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_i8_epi; }
 extern "C" bool mx_backend_cuda_set_ring_long(mx_backend *b, bool on) { return set_flag(&switch_ctx(b)->ring_long, on); }

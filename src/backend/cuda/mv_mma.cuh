@@ -8,14 +8,16 @@
  * and what is left per (row, group, row of x) is the float scaling k_mv_i8 does too:
  * y += s dx sum(q xq) + b (dx sum xq), the same terms from the same int8 form of x (k_quant_x's).
  *
- * Work: a block is MM_WARPS warps on 32 rows of one weight of the set: two tiles of 16 rows, each
- * split over MM_KW warps by k (chunk c of a row goes to warp c % MM_KW). A chunk is 128 bytes of
+ * Work: a block is MM_WARPS warps on row groups of 16 RT rows, each group split over kwn warps by k
+ * (chunk c of a row goes to warp c % kwn). Form 1 (RT 1, kwn 4): two groups of 16 rows a block.
+ * Form 2 (RT 2: a warp's two row tiles share each load of x; kwn 1-8, from the weights' shape; one
+ * block of 180 KB a multiprocessor). A chunk is 128 bytes of
  * codes a row (q4: 256 columns, 8 groups of 32; q8: 128 columns, 4 groups) with its rows' scales
  * and biases; each warp streams its chunks through MM_ST stages of its own in shared memory with
  * cp.async (issued before the wait on the previous kernel: weights are never written by kernels),
  * reads the codes into mma fragments with ldmatrix (a row a 144-byte line, so the 8 rows of a
  * matrix fall on distinct banks) and x's int8 codes and group factors from global memory (L1).
- * At the end the MM_KW warps of a tile add their sums in a fixed order through shared memory, so the
+ * At the end the kwn warps of a group add their sums in a fixed order through shared memory, so the
  * results do not depend on timing.
  *
  * Fragments (PTX ISA, mma.m16n8k32 with 8-bit operands; lane = 4 g + t): a0/a1 hold rows g / g + 8 at
@@ -27,13 +29,11 @@
  * high ones that of 16+4t.., so x's bytes 8t..8t+7 are split the same way (byte_perm). */
 
 #define MM_WARPS 8
-#define MM_KW 4                          /* warps of a tile, splitting k */
-#define MM_BM (16 * (MM_WARPS / MM_KW))  /* rows a block */
 #define MM_ST 4                          /* stages a warp */
 #define MM_CB 128                        /* code bytes of a row in a chunk */
 #define MM_RS (MM_CB + 16)               /* a row's line in shared memory */
-#define MM_STAGE (16 * MM_RS + 32 * 16)  /* 16 rows of codes, then 16 lines of scales, 16 of biases */
-#define MM_SMEM (MM_WARPS * MM_ST * MM_STAGE)
+#define MM_STAGE(RT) (16 * (RT) * MM_RS + 32 * (RT) * 16)   /* 16 RT rows of codes, 16 RT lines of scales, of biases */
+#define MM_SMEM(RT) (MM_WARPS * MM_ST * MM_STAGE(RT))
 #define MM_NMAX 32                       /* rows of x: 4 tiles of 8 */
 
 __device__ __forceinline__ void pf_l1(const void *p) { asm volatile("prefetch.global.L1 [%0];" ::"l"(p)); }
@@ -54,61 +54,67 @@ __device__ __forceinline__ void cp_async_n(unsigned sa, const void *g) {
     else asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" ::"r"(sa), "l"(g), "n"(N) : "memory");
 }
 
-/* sb: bytes of a row's scales in a chunk, 2 CK / group size (4, 8 or 16) */
-template <int BITS, typename ST, int NT>
+/* RT: row tiles of 16 a warp (its A fragments share each load of x); kwn: warps of a row group,
+ * splitting k (1, 2, 4 or 8; a block is MM_WARPS / kwn groups of 16 RT rows); sb: bytes of a row's
+ * scales in a chunk, 2 CK / group size (4, 8 or 16) */
+template <int BITS, typename ST, int NT, int RT>
 __global__ void __launch_bounds__(MM_WARPS * 32)
-k_mv_mma(const mv_set set, const int8_t *__restrict__ xq, const float2 *__restrict__ xds, int cols, int gs_shift, int sb, int n, int pfx) {
+k_mv_mma(const mv_set set, const int8_t *__restrict__ xq, const float2 *__restrict__ xds, int cols, int gs_shift, int sb,
+         int n, int kwn, int pfx) {
     bool waited = pdl_entry_weights_first();
     constexpr int CK = MM_CB * 8 / BITS, GPC = CK / 32;   /* columns, groups of 32 a chunk */
+    constexpr int RW = 16 * RT, STG = MM_STAGE(RT);      /* rows a warp, bytes a stage */
     extern __shared__ __align__(16) unsigned char mm_smem[];
     int k = 0;
 #pragma unroll
     for (int i = 1; i < 4; i++) if (i < set.nw && (int)blockIdx.x >= set.blk0[i]) k = i;
     const int rows = set.rows[k], lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
-    const int kw = wid % MM_KW, r0 = ((int)blockIdx.x - set.blk0[k]) * MM_BM + (wid / MM_KW) * 16;
+    const int kw = wid % kwn, r0 = (((int)blockIdx.x - set.blk0[k]) * (MM_WARPS / kwn) + wid / kwn) * RW;
     const int g = lane >> 2, t = lane & 3, ngx = cols >> 5;
-    const int nch = cols / CK, nc = r0 < rows && kw < nch ? (nch - kw + MM_KW - 1) / MM_KW : 0;
+    const int nch = cols / CK, nc = r0 < rows && kw < nch ? (nch - kw + kwn - 1) / kwn : 0;
     const size_t rowb = (size_t)cols * BITS / 8, srow = (size_t)(cols >> gs_shift) * 2;
-    const unsigned sbase = (unsigned)__cvta_generic_to_shared(mm_smem) + wid * (MM_ST * MM_STAGE);
+    const unsigned sbase = (unsigned)__cvta_generic_to_shared(mm_smem) + wid * (MM_ST * STG);
     const uint8_t *W = (const uint8_t *)set.W[k];
     const uint8_t *S = (const uint8_t *)set.S[k], *B = (const uint8_t *)set.B[k];
     /* this lane's copies of a chunk's codes: 16-byte pieces p = lane + 32 i (row p / 8, piece p % 8) */
-    const uint8_t *wsrc[4];
-    unsigned wdst[4];
+    const uint8_t *wsrc[4 * RT];
+    unsigned wdst[4 * RT];
 #pragma unroll
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < 4 * RT; i++) {
         const int p = lane + 32 * i, r = p >> 3;
         wsrc[i] = W + (size_t)min(r0 + r, rows - 1) * rowb + (p & 7) * 16;
         wdst[i] = r * MM_RS + (p & 7) * 16;
     }
-    /* the scales' and biases' lines: 4-byte pieces lane + 32 i (i < sb / 4; line p / (sb / 4): rows
-     * 0-15 scales, 16-31 biases) */
+    /* the scales' and biases' lines: 4-byte pieces p = lane + 32 i (i < RW sb / 64; line p / (sb / 4):
+     * lines 0 .. RW - 1 the rows' scales, RW .. 2 RW - 1 their biases) */
     const int nps = sb >> 2;
-    const uint8_t *ssrc[4];
-    unsigned sdst[4];
+    const uint8_t *ssrc[4 * RT];
+    unsigned sdst[4 * RT];
 #pragma unroll
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < 4 * RT; i++) {
         const int p = lane + 32 * i, line = p / nps, off = (p % nps) * 4;
-        ssrc[i] = (line < 16 ? S : B) + (size_t)min(r0 + (line & 15), rows - 1) * srow + off;
-        sdst[i] = 16 * MM_RS + line * 16 + off;
+        ssrc[i] = (line < RW ? S : B) + (size_t)min(r0 + line % RW, rows - 1) * srow + off;
+        sdst[i] = RW * MM_RS + line * 16 + off;
     }
     auto issue = [&](int i) {   /* the warp's i-th chunk into its stage i % MM_ST */
         if (i < nc) {
-            const int c = kw + i * MM_KW;
-            const unsigned st = sbase + (i % MM_ST) * MM_STAGE;
+            const int c = kw + i * kwn;
+            const unsigned st = sbase + (i % MM_ST) * STG;
 #pragma unroll
-            for (int j = 0; j < 4; j++) cp_async_n<16>(st + wdst[j], wsrc[j] + (size_t)c * MM_CB);
+            for (int j = 0; j < 4 * RT; j++) cp_async_n<16>(st + wdst[j], wsrc[j] + (size_t)c * MM_CB);
 #pragma unroll
-            for (int j = 0; j < 4; j++) if (j < nps) cp_async_n<4>(st + sdst[j], ssrc[j] + (size_t)c * sb);
+            for (int j = 0; j < 4 * RT; j++) if (j < nps * RT) cp_async_n<4>(st + sdst[j], ssrc[j] + (size_t)c * sb);
         }
         cp_async_commit();
     };
 #pragma unroll
     for (int i = 0; i < MM_ST - 1; i++) issue(i);
     if (!waited) { pdl_wait(); waited = true; }   /* x below is the previous kernel's output */
-    float acc[NT][4];
+    float acc[RT][NT][4];
 #pragma unroll
-    for (int u = 0; u < NT; u++) acc[u][0] = acc[u][1] = acc[u][2] = acc[u][3] = 0.f;
+    for (int rt = 0; rt < RT; rt++)
+#pragma unroll
+        for (int u = 0; u < NT; u++) acc[rt][u][0] = acc[rt][u][1] = acc[rt][u][2] = acc[rt][u][3] = 0.f;
     /* x rows of this lane: b operand g of each tile (clamped: the sums of rows >= n are not stored),
      * and the group factors of rows 2t, 2t + 1 */
     const int8_t *xb[NT];
@@ -129,9 +135,9 @@ k_mv_mma(const mv_set set, const int8_t *__restrict__ xq, const float2 *__restri
         cp_async_wait<MM_ST - 2>();
         __syncwarp();   /* chunk i landed for every lane; chunk i - 1's stage is read by all */
         issue(i + MM_ST - 1);
-        const int c = kw + i * MM_KW;
+        const int c = kw + i * kwn;
         if (pfx && i + 1 < nc && pl_kind < 3 && (BITS == 4 || pl_kind != 1)) {
-            const int cn = c + MM_KW;
+            const int cn = c + kwn;
 #pragma unroll
             for (int u = 0; u < NT; u++) {
                 const int tk = min(8 * u + pl_tok, n - 1);
@@ -139,32 +145,41 @@ k_mv_mma(const mv_set set, const int8_t *__restrict__ xq, const float2 *__restri
                 else pf_l1(xds + (size_t)tk * ngx + (size_t)cn * GPC);
             }
         }
-        const unsigned st = sbase + (i % MM_ST) * MM_STAGE;
+        const unsigned st = sbase + (i % MM_ST) * STG;
         const unsigned char *sm = mm_smem + (st - (unsigned)__cvta_generic_to_shared(mm_smem));
-        const ST *sc = (const ST *)(sm + 16 * MM_RS), *bi = (const ST *)(sm + 16 * MM_RS + 16 * 16);
-        uint32_t q4n[2];
+        const ST *sc = (const ST *)(sm + RW * MM_RS), *bi = (const ST *)(sm + RW * MM_RS + RW * 16);
+        uint32_t q4n[RT][2];
 #pragma unroll
         for (int j = 0; j < GPC; j++) {
             const int gx = c * GPC + j;   /* x's group */
-            uint32_t a[4];
-            if constexpr (BITS == 4) {
-                if (j % 2 == 0) {
-                    uint32_t r[4];
-                    ldsm_x4_b(r, st + lrow + (j + lhalf) * 16);
-                    /* r: word t of rows g, g + 8 in groups j, j + 1 */
-                    a[0] = r[0] & 0x0f0f0f0fu; a[1] = r[1] & 0x0f0f0f0fu;
-                    a[2] = (r[0] >> 4) & 0x0f0f0f0fu; a[3] = (r[1] >> 4) & 0x0f0f0f0fu;
-                    q4n[0] = r[2]; q4n[1] = r[3];   /* (the next group's, for j + 1) */
+            uint32_t a[RT][4];
+#pragma unroll
+            for (int rt = 0; rt < RT; rt++) {
+                const unsigned tb = st + rt * 16 * MM_RS + lrow;
+                if constexpr (BITS == 4) {
+                    if (j % 2 == 0) {
+                        uint32_t r[4];
+                        ldsm_x4_b(r, tb + (j + lhalf) * 16);
+                        /* r: word t of rows g, g + 8 in groups j, j + 1 */
+                        a[rt][0] = r[0] & 0x0f0f0f0fu; a[rt][1] = r[1] & 0x0f0f0f0fu;
+                        a[rt][2] = (r[0] >> 4) & 0x0f0f0f0fu; a[rt][3] = (r[1] >> 4) & 0x0f0f0f0fu;
+                        q4n[rt][0] = r[2]; q4n[rt][1] = r[3];   /* (the next group's, for j + 1) */
+                    } else {
+                        a[rt][0] = q4n[rt][0] & 0x0f0f0f0fu; a[rt][1] = q4n[rt][1] & 0x0f0f0f0fu;
+                        a[rt][2] = (q4n[rt][0] >> 4) & 0x0f0f0f0fu; a[rt][3] = (q4n[rt][1] >> 4) & 0x0f0f0f0fu;
+                    }
                 } else {
-                    a[0] = q4n[0] & 0x0f0f0f0fu; a[1] = q4n[1] & 0x0f0f0f0fu;
-                    a[2] = (q4n[0] >> 4) & 0x0f0f0f0fu; a[3] = (q4n[1] >> 4) & 0x0f0f0f0fu;
+                    ldsm_x4_b(a[rt], tb + j * 32 + lhalf * 16);
                 }
-            } else {
-                ldsm_x4_b(a, st + lrow + j * 32 + lhalf * 16);
             }
             const int sg = (j * 32) >> gs_shift;   /* the weights' group in the chunk */
-            const float s0 = ld_s(sc + g * 8 + sg), s1 = ld_s(sc + (g + 8) * 8 + sg);
-            const float c0 = ld_s(bi + g * 8 + sg), c1 = ld_s(bi + (g + 8) * 8 + sg);
+            float s0[RT], s1[RT], c0[RT], c1[RT];
+#pragma unroll
+            for (int rt = 0; rt < RT; rt++) {
+                const int ra = rt * 16 + g;
+                s0[rt] = ld_s(sc + ra * 8 + sg); s1[rt] = ld_s(sc + (ra + 8) * 8 + sg);
+                c0[rt] = ld_s(bi + ra * 8 + sg); c1[rt] = ld_s(bi + (ra + 8) * 8 + sg);
+            }
 #pragma unroll
             for (int u = 0; u < NT; u++) {
                 uint32_t b0, b1;
@@ -176,35 +191,43 @@ k_mv_mma(const mv_set set, const int8_t *__restrict__ xq, const float2 *__restri
                     b1 = __ldg((const uint32_t *)(xb[u] + (size_t)gx * 32 + 16 + 4 * t));
                 }
                 const float2 d0 = __ldg(xd0[u] + gx), d1 = __ldg(xd1[u] + gx);
-                int q[4];
-                mma_u8s8(q, a, b0, b1);
-                acc[u][0] = fmaf(s0 * d0.x, (float)q[0], fmaf(c0, d0.y, acc[u][0]));
-                acc[u][1] = fmaf(s0 * d1.x, (float)q[1], fmaf(c0, d1.y, acc[u][1]));
-                acc[u][2] = fmaf(s1 * d0.x, (float)q[2], fmaf(c1, d0.y, acc[u][2]));
-                acc[u][3] = fmaf(s1 * d1.x, (float)q[3], fmaf(c1, d1.y, acc[u][3]));
+#pragma unroll
+                for (int rt = 0; rt < RT; rt++) {
+                    int q[4];
+                    mma_u8s8(q, a[rt], b0, b1);
+                    float *ac = acc[rt][u];
+                    ac[0] = fmaf(s0[rt] * d0.x, (float)q[0], fmaf(c0[rt], d0.y, ac[0]));
+                    ac[1] = fmaf(s0[rt] * d1.x, (float)q[1], fmaf(c0[rt], d1.y, ac[1]));
+                    ac[2] = fmaf(s1[rt] * d0.x, (float)q[2], fmaf(c1[rt], d0.y, ac[2]));
+                    ac[3] = fmaf(s1[rt] * d1.x, (float)q[3], fmaf(c1[rt], d1.y, ac[3]));
+                }
             }
         }
     }
     cp_async_wait<0>();
     if (!waited) pdl_wait();   /* (no chunks) before any write */
     __syncthreads();   /* every warp done with its stages: they hold the partial sums now */
-    float *red = (float *)mm_smem;   /* [warp][NT * 4][lane] */
+    constexpr int NV = RT * NT * 4;   /* a lane's sums */
+    float *red = (float *)mm_smem;   /* [warp][NV][lane] */
 #pragma unroll
-    for (int u = 0; u < NT; u++)
+    for (int rt = 0; rt < RT; rt++)
 #pragma unroll
-        for (int e = 0; e < 4; e++) red[(wid * NT * 4 + u * 4 + e) * 32 + lane] = acc[u][e];
+        for (int u = 0; u < NT; u++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) red[(wid * NV + (rt * NT + u) * 4 + e) * 32 + lane] = acc[rt][u][e];
     __syncthreads();
     if (kw != 0 || r0 >= rows) return;
     const float *bias = set.bias[k];
     float *y = set.y[k];
 #pragma unroll
-    for (int u = 0; u < NT; u++)
+    for (int rt = 0; rt < RT; rt++)
 #pragma unroll
-        for (int e = 0; e < 4; e++) {
-            float v = 0.f;
+        for (int u = 0; u < NT; u++)
 #pragma unroll
-            for (int w = 0; w < MM_KW; w++) v += red[((wid + w) * NT * 4 + u * 4 + e) * 32 + lane];
-            const int r = r0 + g + 8 * (e >> 1), tk = 8 * u + 2 * t + (e & 1);
-            if (r < rows && tk < n) y[(size_t)tk * rows + r] = v + (bias ? bias[r] : 0.f);
-        }
+            for (int e = 0; e < 4; e++) {
+                float v = 0.f;
+                for (int w = 0; w < kwn; w++) v += red[((wid + w) * NV + (rt * NT + u) * 4 + e) * 32 + lane];
+                const int r = r0 + rt * 16 + g + 8 * (e >> 1), tk = 8 * u + 2 * t + (e & 1);
+                if (r < rows && tk < n) y[(size_t)tk * rows + r] = v + (bias ? bias[r] : 0.f);
+            }
 }
