@@ -17,7 +17,9 @@
 #           PyTorch + transformers) -> `mlxcel convert -q` (q4/g64) -> generate + bench
 #           (GPU_CHECK_CKPT: names, default "qwen3-0.6b")
 #   server  mlxcel-server on the GPU (random Qwen3-0.6B q4 weights) under tools/loadtest at
-#           concurrency 1..128, and the server's shell tests with MLXCEL_DEVICE=gpu
+#           concurrency 1..128 (GPU_CHECK_LEVELS; GPU_CHECK_LOAD_REQUESTS requests of 128 tokens a
+#           client, default 4: with one, the rows at 32 and 128 lasted 0.3-1 s and moved by 20-25%
+#           between calls), and the server's shell tests with MLXCEL_DEVICE=gpu
 #   ncu     per-kernel times (Nsight Compute) of the forward passes in GPU_CHECK_NCU (default
 #           "qwen3-0.6b qwen3-0.6b:pp": q4 decode and prefill; NAME:bf16 for bf16 decode, NAME:b128
 #           for 128 sequences)
@@ -474,7 +476,7 @@ if has server && [ $full = 1 ]; then
   done
   [ $ok = 1 ] || { say "server did not start: $(tail -2 "$OUTD/server.err")"; status=1; }
   grep -i "device" "$OUTD/server.err" | head -2 | tee -a "$SUMMARY"
-  [ $ok = 1 ] && timeout 200 python3 tools/loadtest/loadtest.py --url "$url" --concurrency ${GPU_CHECK_LEVELS:-1,8,32,128} --max-tokens 128 --requests 1 --time-limit 30 \
+  [ $ok = 1 ] && timeout 200 python3 tools/loadtest/loadtest.py --url "$url" --concurrency ${GPU_CHECK_LEVELS:-1,8,32,128} --max-tokens 128 --requests ${GPU_CHECK_LOAD_REQUESTS:-4} --time-limit 30 \
     2>&1 | tee "$OUTD/server_load.txt" | tail -8 | sed 's/^/server /' | tee -a "$SUMMARY"
   kill $SPID; wait $SPID 2>/dev/null
   for t in ${GPU_CHECK_SERVER_TESTS:-server_concurrency}; do
