@@ -4009,12 +4009,14 @@ static bool pe_defer(cu_ctx *c, const cu_weight *w, const int8_t *xq, const floa
 static void mv_i8_regs(cu_ctx *c, int nw, const cu_weight *const *w, const int8_t *xq, const float2 *xds, float *const *ys, int n,
                        const i8e_args *e = NULL);
 /* nw (<= 4) q4/q8 weights of one format on x [n, cols] through int8 activations, one quantize
- * and one matvec launch. False (nothing launched) when the weights do not qualify. */
-static bool mv_mma_wide(cu_ctx *c, int nw, const cu_weight *const *w, const float *x, float *const *ys, int n);
+ * and one matvec launch. False (nothing launched) when the weights do not qualify. Above
+ * MV_I8_MAX rows only k_mv_mma takes them (MLXCEL_CUDA_MV_MMA_WIDE, mv_mma_wide). */
+static bool mv_mma_wide(const cu_ctx *c, int nw, const cu_weight *const *w, int n);
 static bool mv_i8(cu_ctx *c, int nw, const cu_weight *const *w, const float *x, float *const *ys, int n) {
     if (nw < 1 || nw > 4) return false;
-    if (n > MV_I8_MAX) return mv_mma_wide(c, nw, w, x, ys, n);
-    for (int k = 0; k < nw; k++) if (!mv_i8_ok(c, w[k], w[0], n)) return false;
+    const bool wide = n > MV_I8_MAX;
+    if (wide && !mv_mma_wide(c, nw, w, n)) return false;
+    for (int k = 0; k < nw; k++) if (!mv_i8_ok(c, w[k], w[0], wide ? 1 : n)) return false;
     const int cols = (int)w[0]->cols, ngx = cols / 32;
     int8_t *xq; float2 *xds;
     if (n == 1 && c->xq2_src == x && c->xq2_count == cols) {   /* the act_mul of a gate/up pair wrote it (pr) */
@@ -4093,37 +4095,26 @@ static void mv_mma_launch(cu_ctx *c, int nw, const cu_weight *const *w, const in
     c->n_mv_mma++;
     LAUNCHED(c, "matvec (int8 tensor cores)");
 }
-/* mv_i8_regs's products on int8 tensor cores for c->mv_mma .. MV_I8_MAX rows of x (MLXCEL_CUDA_MV_MMA):
- * false (nothing launched) where they do not qualify (mm_fits) */
+/* mv_i8_regs's products on int8 tensor cores for c->mv_mma .. MV_I8_MAX rows of x (MLXCEL_CUDA_MV_MMA),
+ * up to MM_NMAX with MLXCEL_CUDA_MV_MMA_WIDE: false (nothing launched) where they do not qualify
+ * (mm_fits) */
 static bool mv_mma(cu_ctx *c, int nw, const cu_weight *const *w, const int8_t *xq, const float2 *xds, float *const *ys, int n) {
-    if (!c->mv_mma || n < c->mv_mma || n > MV_I8_MAX) return false;
+    if (!c->mv_mma || n < c->mv_mma || n > (c->mv_mma_wide ? MM_NMAX : MV_I8_MAX)) return false;
     const int sb = mm_fits(c, nw, w);
     if (!sb) return false;
     mv_mma_launch(c, nw, w, xq, xds, ys, n, sb);
     return true;
 }
-/* MLXCEL_CUDA_MV_MMA_WIDE: MV_I8_MAX + 1 .. MM_NMAX rows of x on k_mv_mma too (x quantized here),
- * ahead of the GEMMs: false (nothing launched) where it is off or the weights do not qualify */
-static bool mv_mma_wide(cu_ctx *c, int nw, const cu_weight *const *w, const float *x, float *const *ys, int n) {
-    if (!c->mv_mma_wide || !c->mv_mma || n <= MV_I8_MAX || n > MM_NMAX || c->mv_f32 || nw < 1 || nw > 4) return false;
-    for (int k = 0; k < nw; k++) if (!mv_i8_ok(c, w[k], w[0], 1)) return false;
-    const int sb = mm_fits(c, nw, w);
-    if (!sb) return false;
-    const int cols = (int)w[0]->cols, ngx = cols / 32;
-    int8_t *xq; float2 *xds;
-    if (!xq_buf(c, (int64_t)n * cols, &xq, &xds)) return true;   /* failure recorded */
-    if (c->xq_src != x || c->xq_count != (int64_t)n * cols) {
-        PL(c, k_quant_x, nblk((int64_t)n * ngx * 32, 256), 256, 0)(x, xq, xds, n, cols);
-        LAUNCHED(c, "quantize activations");
-        c->xq_src = x; c->xq_count = (int64_t)n * cols;
-    }
-    mv_mma_launch(c, nw, w, xq, xds, ys, n, sb);
-    return true;
+/* MLXCEL_CUDA_MV_MMA_WIDE: whether k_mv_mma takes MV_I8_MAX + 1 .. MM_NMAX rows of x too, ahead of
+ * the GEMMs (then mv_i8 quantizes x and mv_mma launches it) */
+static bool mv_mma_wide(const cu_ctx *c, int nw, const cu_weight *const *w, int n) {
+    return c->mv_mma_wide && c->mv_mma && n <= MM_NMAX && mm_fits(c, nw, w);
 }
 /* the register form of mv_i8 on x's int8 form xq / xds */
 /* (e: one weight, one row of x, k_mv_i8<.., EPI> with those arguments; i8e_launch) */
 static void mv_i8_regs(cu_ctx *c, int nw, const cu_weight *const *w, const int8_t *xq, const float2 *xds, float *const *ys, int n,
                        const i8e_args *e) {
+    if (!e && mv_mma(c, nw, w, xq, xds, ys, n)) return;
     const int cols = (int)w[0]->cols, gsh = log2_exact(w[0]->gs);
     const int R = n >= 2 ? 2 : 1;
     mv_set set;
@@ -4136,7 +4127,6 @@ static void mv_i8_regs(cu_ctx *c, int nw, const cu_weight *const *w, const int8_
         LAUNCHED(c, "matvec (int8 activations) + add + norm parts");
         return;
     }
-    if (mv_mma(c, nw, w, xq, xds, ys, n)) return;
     i8e_args noe;
     memset(&noe, 0, sizeof noe);
     if (w[0]->sdt == SDT_BF16) { if (w[0]->bits == 4) { I8_CASES(4, __nv_bfloat16) } else { I8_CASES(8, __nv_bfloat16) } }
