@@ -80,6 +80,7 @@ static void test_select(void) {
                                          {"MLXCEL_CUDA_MV_MMA", "17"}, {"MLXCEL_CUDA_MV_MMA", "-1"}, {"MLXCEL_CUDA_MV_MMA", "on"},
                                          {"MLXCEL_CUDA_MV_MMA_WIDE", "yes"}, {"MLXCEL_CUDA_MV_MMA_PFX", "2"},
                                          {"MLXCEL_CUDA_MV_MMA_FORM", "3"}, {"MLXCEL_CUDA_MV_MMA_FORM", "0"}, {"MLXCEL_CUDA_MV_MMA_FORM", "Auto"},
+                                         {"MLXCEL_CUDA_MV_MMA_STAGES", "1"}, {"MLXCEL_CUDA_MV_MMA_STAGES", "5"},
                                          {"MLXCEL_CUDA_PAIR_HALF", "AUTO"}};
     unsetenv("MLXCEL_DEVICE");
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -103,12 +104,12 @@ static void test_select(void) {
     setenv("MLXCEL_CUDA_PAIR_HALF", "1", 1); setenv("MLXCEL_CUDA_CHAIN", "0", 1); setenv("MLXCEL_CUDA_ATT_O", "0", 1);
     setenv("MLXCEL_CUDA_I8_EPI", "0", 1); setenv("MLXCEL_CUDA_MV_PF", "8", 1); setenv("MLXCEL_CUDA_RING_LONG", "0", 1);
     setenv("MLXCEL_CUDA_MV_MMA", "16", 1); setenv("MLXCEL_CUDA_MV_MMA_WIDE", "1", 1); setenv("MLXCEL_CUDA_MV_MMA_PFX", "0", 1);
-    setenv("MLXCEL_CUDA_MV_MMA_FORM", "2", 1);
+    setenv("MLXCEL_CUDA_MV_MMA_FORM", "2", 1); setenv("MLXCEL_CUDA_MV_MMA_STAGES", "3", 1);
     TCHECK(mx_backend_cuda_check_env() == MX_OK, "good switches refused: %s", mx_last_error());
     setenv("MLXCEL_CUDA_PAIR_HALF", "auto", 1);
     TCHECK(mx_backend_cuda_check_env() == MX_OK, "MLXCEL_CUDA_PAIR_HALF=auto refused: %s", mx_last_error());
     unsetenv("MLXCEL_CUDA_I8_EPI"); unsetenv("MLXCEL_CUDA_MV_PF"); unsetenv("MLXCEL_CUDA_RING_LONG");
-    unsetenv("MLXCEL_CUDA_MV_MMA"); unsetenv("MLXCEL_CUDA_MV_MMA_WIDE"); unsetenv("MLXCEL_CUDA_MV_MMA_PFX"); unsetenv("MLXCEL_CUDA_MV_MMA_FORM");
+    unsetenv("MLXCEL_CUDA_MV_MMA"); unsetenv("MLXCEL_CUDA_MV_MMA_WIDE"); unsetenv("MLXCEL_CUDA_MV_MMA_PFX"); unsetenv("MLXCEL_CUDA_MV_MMA_FORM"); unsetenv("MLXCEL_CUDA_MV_MMA_STAGES");
     unsetenv("MLXCEL_CUDA_FAST_REPLAY"); unsetenv("MLXCEL_CUDA_TOPK_ONE");
     unsetenv("MLXCEL_CUDA_RING_EPI"); unsetenv("MLXCEL_CUDA_TRACE_MAX"); unsetenv("MLXCEL_CUDA_EPI_BLOCKS"); unsetenv("MLXCEL_CUDA_PAIR_HALF");
     unsetenv("MLXCEL_CUDA_CHAIN"); unsetenv("MLXCEL_CUDA_ATT_O");
@@ -843,10 +844,11 @@ static const mm_case g_mma[] = {
     {"cuda_mv_mma_wide_q4_g64_bf16_n32", 130, 4096, 32, 4, 64, MX_DTYPE_BF16, false},
     {"cuda_mv_mma_wide_q8_g32_f16_n24", 70, 1024, 24, 8, 32, MX_DTYPE_F16, true},
 };
-static int G_MM_FORM = 1;   /* check_mv_mma's form of the kernel (mx_backend_cuda_set_mv_mma_form) */
+static int G_MM_FORM = 1, G_MM_NST = 4;   /* check_mv_mma's form of the kernel and its stages */
 static void check_mv_mma(const mm_case *c) {
     const bool taken = !(c->bits == 8 && c->gs == 128);
     const int was = mx_backend_cuda_set_mv_mma(&G, 2), form_was = mx_backend_cuda_set_mv_mma_form(&G, G_MM_FORM);
+    const int nst_was = mx_backend_cuda_set_mv_mma_stages(&G, G_MM_NST);
     const bool wide_was = mx_backend_cuda_set_mv_mma_wide(&G, true);
     const int l0 = mx_backend_cuda_mv_mma_launches(&G);
     check_matmul(c);
@@ -888,6 +890,7 @@ static void check_mv_mma(const mm_case *c) {
     mx_backend_cuda_set_mv_mma(&G, was);
     mx_backend_cuda_set_mv_mma_wide(&G, wide_was);
     mx_backend_cuda_set_mv_mma_form(&G, form_was);
+    mx_backend_cuda_set_mv_mma_stages(&G, nst_was);
 }
 
 /* What the CUDA backend fuses behind the op interface gives the op-by-op results: matmul_multi
@@ -3026,11 +3029,17 @@ int main(int argc, char **argv) {
     if (bench) { int rc = run_bench(!strcmp(argv[1], "--bench-mv")); mx_backend_cuda_free(&G); return rc; }
     if (mx_backend_cpu_init(&C) != MX_OK) { printf("FAIL cpu_init: %s\n", mx_last_error()); return 1; }
     for (size_t i = 0; i < sizeof g_mm / sizeof g_mm[0]; i++) RUN_NAMED(g_mm[i].name, check_matmul, &g_mm[i]);
-    for (G_MM_FORM = 1; G_MM_FORM <= 2; G_MM_FORM++)   /* both forms of k_mv_mma */
+    /* both forms of k_mv_mma with 4 stages a warp, then form 2 with 2 and form 1 with 3 */
+    static const int mm_runs[][2] = {{1, 4}, {2, 4}, {2, 2}, {1, 3}};
+    for (size_t r = 0; r < sizeof mm_runs / sizeof mm_runs[0]; r++) {
+        G_MM_FORM = mm_runs[r][0]; G_MM_NST = mm_runs[r][1];
         for (size_t i = 0; i < sizeof g_mma / sizeof g_mma[0]; i++) {
-            char nm[96]; snprintf(nm, sizeof nm, "%s%s", g_mma[i].name, G_MM_FORM == 2 ? "_form2" : "");
+            char nm[96]; snprintf(nm, sizeof nm, "%s%s%s", g_mma[i].name, G_MM_FORM == 2 ? "_form2" : "",
+                                  G_MM_NST == 4 ? "" : G_MM_NST == 3 ? "_st3" : "_st2");
             RUN_NAMED(nm, check_mv_mma, &g_mma[i]);
         }
+    }
+    G_MM_FORM = 1; G_MM_NST = 4;
     /* the quantized matvecs again with k_mv_i8's L2 prefetch (MLXCEL_CUDA_MV_PF), 1 and 3 steps ahead */
     for (int pf = 1; pf <= 3; pf += 2) {
         const int pf_was = mx_backend_cuda_set_mv_pf(&G, pf);

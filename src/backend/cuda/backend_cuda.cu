@@ -290,6 +290,7 @@ struct cu_ctx {
     int mv_mma_wide;                       /* and above, up to MM_NMAX, ahead of the GEMMs (MLXCEL_CUDA_MV_MMA_WIDE) */
     int mm_pfx;                            /* k_mv_mma asks L1 for the next chunk's x (MLXCEL_CUDA_MV_MMA_PFX) */
     int mm_form;                           /* its form: 0 auto, 1 or 2 (MLXCEL_CUDA_MV_MMA_FORM; mv_mma_launch) */
+    int mm_nst;                            /* its stages a warp, 2-4 (MLXCEL_CUDA_MV_MMA_STAGES) */
     bool mm_ok;                            /* k_mv_mma can run (sm_80 or later, its shared memory granted) */
     int n_mv_mma;                          /* its launches (tests) */
     int n_pair_half;                       /* launches of a pair in half blocks (tests) */
@@ -405,7 +406,7 @@ static pdl_launch<KArgs...> PL(cu_ctx *c, void (*k)(KArgs...), dim3 g, dim3 b, s
  * the default; anything else is an error naming the variable and what it takes. */
 enum { GM_AUTO, GM_CUBLAS, GM_MMA, GM_WG, GM_NMODES };   /* MLXCEL_CUDA_GEMM, in k_gemm_modes' order */
 static const char *const k_gemm_modes[] = {"auto", "cublas", "mma", "wgmma"};
-struct cu_switches { int att_o, attn, attn_dec, attn_prep, gqa, gemm, gemm_rot, gemm_sk, gemm_pair, sum_norm, sum_qkv, att_gq, pdl, mv, profile, kv, graphs, fused, mv_ring, ring_norm, ring_bf, ring_pair, ring_act, ring_epi, i8_epi, ring_long, attn_early, dense_short, fast_replay, topk_one, chain, mv_mma_wide, mm_pfx, mm_form; long dq_mb, fused_pf, mr_kb, mr_slot, mr_warps, attn_l2pf, trace_max, epi_blocks, mv_pf, mv_mma; int pair_half; };   /* kv: checked here, read by kv_init */
+struct cu_switches { int att_o, attn, attn_dec, attn_prep, gqa, gemm, gemm_rot, gemm_sk, gemm_pair, sum_norm, sum_qkv, att_gq, pdl, mv, profile, kv, graphs, fused, mv_ring, ring_norm, ring_bf, ring_pair, ring_act, ring_epi, i8_epi, ring_long, attn_early, dense_short, fast_replay, topk_one, chain, mv_mma_wide, mm_pfx, mm_form; long dq_mb, fused_pf, mr_kb, mr_slot, mr_warps, attn_l2pf, trace_max, epi_blocks, mv_pf, mv_mma, mm_nst; int pair_half; };   /* kv: checked here, read by kv_init */
 static mx_status env_choice(const char *name, const char *const *vals, int n, int def, int *out) {
     const char *e = getenv(name);
     *out = def;
@@ -489,7 +490,8 @@ static mx_status read_switches(cu_switches *sw) {
         (st = env_long("MLXCEL_CUDA_TRACE_MAX", 1024, 1L << 27, 4L << 20, "records", &sw->trace_max)) ||
         (st = env_long("MLXCEL_CUDA_EPI_BLOCKS", 0, EPI_BLOCKS_MAX, 0, "blocks (0: 3/4 of the multiprocessors)", &sw->epi_blocks)) ||
         (st = env_long("MLXCEL_CUDA_MV_PF", 0, MV_PF_MAX, 1, "steps ahead", &sw->mv_pf)) ||
-        (st = env_long("MLXCEL_CUDA_MV_MMA", 0, MV_I8_MAX_SW, MV_MMA_DEFAULT, "rows of x (0: off)", &sw->mv_mma)))
+        (st = env_long("MLXCEL_CUDA_MV_MMA", 0, MV_I8_MAX_SW, MV_MMA_DEFAULT, "rows of x (0: off)", &sw->mv_mma)) ||
+        (st = env_long("MLXCEL_CUDA_MV_MMA_STAGES", 2, 4, 4, "stages a warp", &sw->mm_nst)))
         return st;
     return MX_OK;
 }
@@ -4073,7 +4075,8 @@ static void mv_mma_launch(cu_ctx *c, int nw, const cu_weight *const *w, const in
     if (rt == 2) {
         int64_t tiles = 0;
         for (int k = 0; k < nw; k++) tiles += nblk(w[k]->rows, rw);
-        const int64_t slots = c->prop.multiProcessorCount;   /* (one block a multiprocessor) */
+        const int64_t bps = (int64_t)c->prop.sharedMemPerMultiprocessor / ((int64_t)MM_WARPS * c->mm_nst * MM_STAGE(2) + 1024);
+        const int64_t slots = (int64_t)c->prop.multiProcessorCount * (bps > 1 ? bps : 1);
         double best = 1e30;
         for (int q = 1; q <= 8 && q <= nch; q *= 2) {
             const int64_t blocks = (tiles * q + MM_WARPS - 1) / MM_WARPS;
@@ -4084,7 +4087,7 @@ static void mv_mma_launch(cu_ctx *c, int nw, const cu_weight *const *w, const in
     mv_set set;
     const unsigned blk = mv_set_fill(&set, nw, w, ys, rw * (MM_WARPS / kwn));
     const int gsh = log2_exact(w[0]->gs);
-#define MML(B, T, NT, RT) PL(c, k_mv_mma<B, T, NT, RT>, blk, MM_WARPS * 32, MM_SMEM(RT))(set, xq, xds, cols, gsh, sb, n, kwn, c->mm_pfx)
+#define MML(B, T, NT, RT) PL(c, k_mv_mma<B, T, NT, RT>, blk, MM_WARPS * 32, MM_WARPS * c->mm_nst * MM_STAGE(RT))(set, xq, xds, cols, gsh, sb, n, kwn, c->mm_pfx, c->mm_nst)
 #define MMR(B, T, NT) do { if (rt == 2) MML(B, T, NT, 2); else MML(B, T, NT, 1); } while (0)
 #define MMN(B, T) do { if (n <= 8) MMR(B, T, 1); else if (n <= 16) MMR(B, T, 2); else MMR(B, T, 4); } while (0)
     if (w[0]->sdt == SDT_BF16) { if (w[0]->bits == 4) MMN(4, __nv_bfloat16); else MMN(8, __nv_bfloat16); }
@@ -6097,6 +6100,7 @@ extern "C" mx_status mx_backend_cuda_init(mx_backend *out) {
         c->mv_mma_wide = sw.mv_mma_wide;
         c->mm_pfx = sw.mm_pfx;
         c->mm_form = sw.mm_form;
+        c->mm_nst = (int)sw.mm_nst;
         c->pair_half = sw.pair_half;
         c->trace_cap = sw.trace_max;
     }
@@ -6331,6 +6335,12 @@ extern "C" int mx_backend_cuda_set_mv_mma_form(mx_backend *b, int form) {
     cu_ctx *c = switch_ctx(b);
     const int was = c->mm_form;
     c->mm_form = form == 1 || form == 2 ? form : 0;
+    return was;
+}
+extern "C" int mx_backend_cuda_set_mv_mma_stages(mx_backend *b, int stages) {
+    cu_ctx *c = switch_ctx(b);
+    const int was = c->mm_nst;
+    c->mm_nst = stages < 2 ? 2 : stages > MM_ST ? MM_ST : stages;
     return was;
 }
 extern "C" int mx_backend_cuda_mv_mma_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_mv_mma; }

@@ -29,7 +29,7 @@
  * high ones that of 16+4t.., so x's bytes 8t..8t+7 are split the same way (byte_perm). */
 
 #define MM_WARPS 8
-#define MM_ST 4                          /* stages a warp */
+#define MM_ST 4                          /* stages a warp, the most (MLXCEL_CUDA_MV_MMA_STAGES: nst, 2-4) */
 #define MM_CB 128                        /* code bytes of a row in a chunk */
 #define MM_RS (MM_CB + 16)               /* a row's line in shared memory */
 #define MM_STAGE(RT) (16 * (RT) * MM_RS + 32 * (RT) * 16)   /* 16 RT rows of codes, 16 RT lines of scales, of biases */
@@ -60,7 +60,7 @@ __device__ __forceinline__ void cp_async_n(unsigned sa, const void *g) {
 template <int BITS, typename ST, int NT, int RT>
 __global__ void __launch_bounds__(MM_WARPS * 32)
 k_mv_mma(const mv_set set, const int8_t *__restrict__ xq, const float2 *__restrict__ xds, int cols, int gs_shift, int sb,
-         int n, int kwn, int pfx) {
+         int n, int kwn, int pfx, int nst) {
     bool waited = pdl_entry_weights_first();
     constexpr int CK = MM_CB * 8 / BITS, GPC = CK / 32;   /* columns, groups of 32 a chunk */
     constexpr int RW = 16 * RT, STG = MM_STAGE(RT);      /* rows a warp, bytes a stage */
@@ -73,7 +73,7 @@ k_mv_mma(const mv_set set, const int8_t *__restrict__ xq, const float2 *__restri
     const int g = lane >> 2, t = lane & 3, ngx = cols >> 5;
     const int nch = cols / CK, nc = r0 < rows && kw < nch ? (nch - kw + kwn - 1) / kwn : 0;
     const size_t rowb = (size_t)cols * BITS / 8, srow = (size_t)(cols >> gs_shift) * 2;
-    const unsigned sbase = (unsigned)__cvta_generic_to_shared(mm_smem) + wid * (MM_ST * STG);
+    const unsigned sbase = (unsigned)__cvta_generic_to_shared(mm_smem) + wid * (nst * STG);
     const uint8_t *W = (const uint8_t *)set.W[k];
     const uint8_t *S = (const uint8_t *)set.S[k], *B = (const uint8_t *)set.B[k];
     /* this lane's copies of a chunk's codes: 16-byte pieces p = lane + 32 i (row p / 8, piece p % 8) */
@@ -96,10 +96,10 @@ k_mv_mma(const mv_set set, const int8_t *__restrict__ xq, const float2 *__restri
         ssrc[i] = (line < RW ? S : B) + (size_t)min(r0 + line % RW, rows - 1) * srow + off;
         sdst[i] = RW * MM_RS + line * 16 + off;
     }
-    auto issue = [&](int i) {   /* the warp's i-th chunk into its stage i % MM_ST */
+    auto issue = [&](int i) {   /* the warp's i-th chunk into its stage i % nst */
         if (i < nc) {
             const int c = kw + i * kwn;
-            const unsigned st = sbase + (i % MM_ST) * STG;
+            const unsigned st = sbase + (i % nst) * STG;
 #pragma unroll
             for (int j = 0; j < 4 * RT; j++) cp_async_n<16>(st + wdst[j], wsrc[j] + (size_t)c * MM_CB);
 #pragma unroll
@@ -107,8 +107,7 @@ k_mv_mma(const mv_set set, const int8_t *__restrict__ xq, const float2 *__restri
         }
         cp_async_commit();
     };
-#pragma unroll
-    for (int i = 0; i < MM_ST - 1; i++) issue(i);
+    for (int i = 0; i < nst - 1; i++) issue(i);
     if (!waited) { pdl_wait(); waited = true; }   /* x below is the previous kernel's output */
     float acc[RT][NT][4];
 #pragma unroll
@@ -132,9 +131,9 @@ k_mv_mma(const mv_set set, const int8_t *__restrict__ xq, const float2 *__restri
      * of the chunk, two for q4; 16-23: its group factors, 64 bytes for q4, 32 for q8) */
     const int pl_tok = lane & 7, pl_kind = lane >> 3;
     for (int i = 0; i < nc; i++) {
-        cp_async_wait<MM_ST - 2>();
+        if (nst >= 4) cp_async_wait<2>(); else if (nst == 3) cp_async_wait<1>(); else cp_async_wait<0>();
         __syncwarp();   /* chunk i landed for every lane; chunk i - 1's stage is read by all */
-        issue(i + MM_ST - 1);
+        issue(i + nst - 1);
         const int c = kw + i * kwn;
         if (pfx && i + 1 < nc && pl_kind < 3 && (BITS == 4 || pl_kind != 1)) {
             const int cn = c + kwn;
@@ -145,7 +144,7 @@ k_mv_mma(const mv_set set, const int8_t *__restrict__ xq, const float2 *__restri
                 else pf_l1(xds + (size_t)tk * ngx + (size_t)cn * GPC);
             }
         }
-        const unsigned st = sbase + (i % MM_ST) * STG;
+        const unsigned st = sbase + (i % nst) * STG;
         const unsigned char *sm = mm_smem + (st - (unsigned)__cvta_generic_to_shared(mm_smem));
         const ST *sc = (const ST *)(sm + RW * MM_RS), *bi = (const ST *)(sm + RW * MM_RS + RW * 16);
         uint32_t q4n[RT][2];
