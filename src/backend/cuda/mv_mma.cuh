@@ -151,86 +151,58 @@ k_mv_mma(const mv_set set, const int8_t *__restrict__ xq, const float2 *__restri
         const unsigned st = sbase + (i % nst) * STG;
         const unsigned char *sm = mm_smem + (st - (unsigned)__cvta_generic_to_shared(mm_smem));
         const ST *sc = (const ST *)(sm + RW * MM_RS), *bi = (const ST *)(sm + RW * MM_RS + RW * 16);
-        /* groups of 32 two at a time (2 h + e, e = 0, 1): their codes, x and group factors in one
-         * go; where both share the weights' scale and bias (group size 64 or 128) a sum is
-         * s (dx0 q0 + dx1 q1) + b (dy0 + dy1), otherwise one group after the other */
+        uint32_t q4n[RT][2];
 #pragma unroll
-        for (int h = 0; h < GPC / 2; h++) {
-            const int gx = c * GPC + 2 * h;   /* x's first group of the two */
-            uint32_t a[2][RT][4];
+        for (int j = 0; j < GPC; j++) {
+            const int gx = c * GPC + j;   /* x's group */
+            uint32_t a[RT][4];
 #pragma unroll
             for (int rt = 0; rt < RT; rt++) {
                 const unsigned tb = st + rt * 16 * MM_RS + lrow;
                 if constexpr (BITS == 4) {
-                    uint32_t r[4];
-                    ldsm_x4_b(r, tb + (2 * h + lhalf) * 16);
-                    /* r: word t of rows g, g + 8 in groups 2h, 2h + 1 */
-#pragma unroll
-                    for (int e = 0; e < 2; e++) {
-                        a[e][rt][0] = r[2 * e] & 0x0f0f0f0fu; a[e][rt][1] = r[2 * e + 1] & 0x0f0f0f0fu;
-                        a[e][rt][2] = (r[2 * e] >> 4) & 0x0f0f0f0fu; a[e][rt][3] = (r[2 * e + 1] >> 4) & 0x0f0f0f0fu;
+                    if (j % 2 == 0) {
+                        uint32_t r[4];
+                        ldsm_x4_b(r, tb + (j + lhalf) * 16);
+                        /* r: word t of rows g, g + 8 in groups j, j + 1 */
+                        a[rt][0] = r[0] & 0x0f0f0f0fu; a[rt][1] = r[1] & 0x0f0f0f0fu;
+                        a[rt][2] = (r[0] >> 4) & 0x0f0f0f0fu; a[rt][3] = (r[1] >> 4) & 0x0f0f0f0fu;
+                        q4n[rt][0] = r[2]; q4n[rt][1] = r[3];   /* (the next group's, for j + 1) */
+                    } else {
+                        a[rt][0] = q4n[rt][0] & 0x0f0f0f0fu; a[rt][1] = q4n[rt][1] & 0x0f0f0f0fu;
+                        a[rt][2] = (q4n[rt][0] >> 4) & 0x0f0f0f0fu; a[rt][3] = (q4n[rt][1] >> 4) & 0x0f0f0f0fu;
                     }
                 } else {
-#pragma unroll
-                    for (int e = 0; e < 2; e++) ldsm_x4_b(a[e][rt], tb + (2 * h + e) * 32 + lhalf * 16);
+                    ldsm_x4_b(a[rt], tb + j * 32 + lhalf * 16);
                 }
             }
-            const int sga = (2 * h * 32) >> gs_shift, sgb = ((2 * h + 1) * 32) >> gs_shift;   /* the weights' groups */
-            const bool one = sga == sgb;
-            float s0[2][RT], s1[2][RT], c0[2][RT], c1[2][RT];
+            const int sg = (j * 32) >> gs_shift;   /* the weights' group in the chunk */
+            float s0[RT], s1[RT], c0[RT], c1[RT];
 #pragma unroll
             for (int rt = 0; rt < RT; rt++) {
                 const int ra = rt * 16 + g;
-                s0[0][rt] = ld_s(sc + ra * 8 + sga); s1[0][rt] = ld_s(sc + (ra + 8) * 8 + sga);
-                c0[0][rt] = ld_s(bi + ra * 8 + sga); c1[0][rt] = ld_s(bi + (ra + 8) * 8 + sga);
-                if (!one) {
-                    s0[1][rt] = ld_s(sc + ra * 8 + sgb); s1[1][rt] = ld_s(sc + (ra + 8) * 8 + sgb);
-                    c0[1][rt] = ld_s(bi + ra * 8 + sgb); c1[1][rt] = ld_s(bi + (ra + 8) * 8 + sgb);
-                } else {
-                    s0[1][rt] = s0[0][rt]; s1[1][rt] = s1[0][rt]; c0[1][rt] = c0[0][rt]; c1[1][rt] = c1[0][rt];
-                }
+                s0[rt] = ld_s(sc + ra * 8 + sg); s1[rt] = ld_s(sc + (ra + 8) * 8 + sg);
+                c0[rt] = ld_s(bi + ra * 8 + sg); c1[rt] = ld_s(bi + (ra + 8) * 8 + sg);
             }
 #pragma unroll
             for (int u = 0; u < NT; u++) {
-                uint32_t b0[2], b1[2];
+                uint32_t b0, b1;
                 if constexpr (BITS == 4) {
-#pragma unroll
-                    for (int e = 0; e < 2; e++) {
-                        const uint2 w = __ldg((const uint2 *)(xb[u] + (size_t)(gx + e) * 32 + 8 * t));
-                        b0[e] = __byte_perm(w.x, w.y, 0x6420); b1[e] = __byte_perm(w.x, w.y, 0x7531);
-                    }
+                    const uint2 v = __ldg((const uint2 *)(xb[u] + (size_t)gx * 32 + 8 * t));
+                    b0 = __byte_perm(v.x, v.y, 0x6420); b1 = __byte_perm(v.x, v.y, 0x7531);
                 } else {
-#pragma unroll
-                    for (int e = 0; e < 2; e++) {
-                        b0[e] = __ldg((const uint32_t *)(xb[u] + (size_t)(gx + e) * 32 + 4 * t));
-                        b1[e] = __ldg((const uint32_t *)(xb[u] + (size_t)(gx + e) * 32 + 16 + 4 * t));
-                    }
+                    b0 = __ldg((const uint32_t *)(xb[u] + (size_t)gx * 32 + 4 * t));
+                    b1 = __ldg((const uint32_t *)(xb[u] + (size_t)gx * 32 + 16 + 4 * t));
                 }
-                /* (dx, dy) of groups gx, gx + 1 for this lane's rows of x 2t, 2t + 1 */
-                const float4 d0 = __ldg((const float4 *)(xd0[u] + gx)), d1 = __ldg((const float4 *)(xd1[u] + gx));
+                const float2 d0 = __ldg(xd0[u] + gx), d1 = __ldg(xd1[u] + gx);
 #pragma unroll
                 for (int rt = 0; rt < RT; rt++) {
-                    int q0[4], q1[4];
-                    mma_u8s8(q0, a[0][rt], b0[0], b1[0]);
-                    mma_u8s8(q1, a[1][rt], b0[1], b1[1]);
+                    int q[4];
+                    mma_u8s8(q, a[rt], b0, b1);
                     float *ac = acc[rt][u];
-                    if (one) {
-                        const float dy0 = d0.y + d0.w, dy1 = d1.y + d1.w;
-                        ac[0] = fmaf(s0[0][rt], fmaf(d0.z, mm_f(q1[0]), d0.x * mm_f(q0[0])), fmaf(c0[0][rt], dy0, ac[0]));
-                        ac[1] = fmaf(s0[0][rt], fmaf(d1.z, mm_f(q1[1]), d1.x * mm_f(q0[1])), fmaf(c0[0][rt], dy1, ac[1]));
-                        ac[2] = fmaf(s1[0][rt], fmaf(d0.z, mm_f(q1[2]), d0.x * mm_f(q0[2])), fmaf(c1[0][rt], dy0, ac[2]));
-                        ac[3] = fmaf(s1[0][rt], fmaf(d1.z, mm_f(q1[3]), d1.x * mm_f(q0[3])), fmaf(c1[0][rt], dy1, ac[3]));
-                    } else {
-#pragma unroll
-                        for (int e = 0; e < 2; e++) {
-                            const int *q = e ? q1 : q0;
-                            const float dxa = e ? d0.z : d0.x, dya = e ? d0.w : d0.y, dxb = e ? d1.z : d1.x, dyb = e ? d1.w : d1.y;
-                            ac[0] = fmaf(s0[e][rt] * dxa, mm_f(q[0]), fmaf(c0[e][rt], dya, ac[0]));
-                            ac[1] = fmaf(s0[e][rt] * dxb, mm_f(q[1]), fmaf(c0[e][rt], dyb, ac[1]));
-                            ac[2] = fmaf(s1[e][rt] * dxa, mm_f(q[2]), fmaf(c1[e][rt], dya, ac[2]));
-                            ac[3] = fmaf(s1[e][rt] * dxb, mm_f(q[3]), fmaf(c1[e][rt], dyb, ac[3]));
-                        }
-                    }
+                    ac[0] = fmaf(s0[rt] * d0.x, mm_f(q[0]), fmaf(c0[rt], d0.y, ac[0]));
+                    ac[1] = fmaf(s0[rt] * d1.x, mm_f(q[1]), fmaf(c0[rt], d1.y, ac[1]));
+                    ac[2] = fmaf(s1[rt] * d0.x, mm_f(q[2]), fmaf(c1[rt], d0.y, ac[2]));
+                    ac[3] = fmaf(s1[rt] * d1.x, mm_f(q[3]), fmaf(c1[rt], d1.y, ac[3]));
                 }
             }
         }
