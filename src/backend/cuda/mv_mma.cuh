@@ -33,7 +33,14 @@
 #define MM_CB 128                        /* code bytes of a row in a chunk */
 #define MM_RS (MM_CB + 16)               /* a row's line in shared memory */
 #define MM_STAGE(RT) (16 * (RT) * MM_RS + 32 * (RT) * 16)   /* 16 RT rows of codes, 16 RT lines of scales, of biases */
-#define MM_SMEM(RT) (MM_WARPS * MM_ST * MM_STAGE(RT))
+/* x's part of a stage (MM_XS: up to 16 rows of x, NT <= 2): the chunk's int8 codes of the 8 NT rows of
+ * x, a row a line of CK + MM_XPAD bytes (the lanes' 8- or 4-byte loads then fall on distinct banks),
+ * then their group factors, GPC float2 a row */
+#define MM_XS(NT) ((NT) <= 2)
+#define MM_CK(BITS) (MM_CB * 8 / (BITS))
+#define MM_XPAD(BITS) ((BITS) == 4 ? 32 : 16)
+#define MM_XST(BITS, NT) (MM_XS(NT) ? 8 * (NT) * (MM_CK(BITS) + MM_XPAD(BITS)) + 8 * (NT) * (MM_CK(BITS) / 32) * 8 : 0)
+#define MM_STAGE_ALL(BITS, NT, RT) (MM_STAGE(RT) + MM_XST(BITS, NT))
 #define MM_NMAX 32                       /* rows of x: 4 tiles of 8 */
 
 __device__ __forceinline__ void pf_l1(const void *p) { asm volatile("prefetch.global.L1 [%0];" ::"l"(p)); }
@@ -51,10 +58,10 @@ __device__ __forceinline__ void mma_u8s8(int *c, const uint32_t *a, uint32_t b0,
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(MM_MAGIC));
 }
 __device__ __forceinline__ float mm_f(int c) { return __int_as_float(c) - 12582912.f; }
-/* cp.async of N (4, 8 or 16) bytes, through L1's allocation-free path where it can (16) */
-template <int N>
+/* cp.async of N (4, 8 or 16) bytes, through L1's allocation-free path where it can (16) unless CA */
+template <int N, bool CA = false>
 __device__ __forceinline__ void cp_async_n(unsigned sa, const void *g) {
-    if constexpr (N == 16) asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sa), "l"(g) : "memory");
+    if constexpr (N == 16 && !CA) asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sa), "l"(g) : "memory");
     else asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" ::"r"(sa), "l"(g), "n"(N) : "memory");
 }
 
@@ -67,7 +74,9 @@ k_mv_mma(const mv_set set, const int8_t *__restrict__ xq, const float2 *__restri
          int n, int kwn, int pfx, int nst) {
     bool waited = pdl_entry_weights_first();
     constexpr int CK = MM_CB * 8 / BITS, GPC = CK / 32;   /* columns, groups of 32 a chunk */
-    constexpr int RW = 16 * RT, STG = MM_STAGE(RT);      /* rows a warp, bytes a stage */
+    constexpr int RW = 16 * RT, STW = MM_STAGE(RT), STG = MM_STAGE_ALL(BITS, NT, RT);   /* rows a warp; a stage's weights, all */
+    constexpr bool XS = MM_XS(NT);
+    constexpr int XRS = CK + MM_XPAD(BITS), PPR = CK / 16, DPR = GPC / 2;   /* x's lines; 16-byte pieces a row of codes, of factors */
     extern __shared__ __align__(16) unsigned char mm_smem[];
     int k = 0;
 #pragma unroll
@@ -100,7 +109,7 @@ k_mv_mma(const mv_set set, const int8_t *__restrict__ xq, const float2 *__restri
         ssrc[i] = (line < RW ? S : B) + (size_t)min(r0 + line % RW, rows - 1) * srow + off;
         sdst[i] = RW * MM_RS + line * 16 + off;
     }
-    auto issue = [&](int i) {   /* the warp's i-th chunk into its stage i % nst */
+    auto issue_w = [&](int i) {   /* the weights of the warp's i-th chunk into its stage i % nst */
         if (i < nc) {
             const int c = kw + i * kwn;
             const unsigned st = sbase + (i % nst) * STG;
@@ -109,10 +118,31 @@ k_mv_mma(const mv_set set, const int8_t *__restrict__ xq, const float2 *__restri
 #pragma unroll
             for (int j = 0; j < 4 * RT; j++) if (j < nps * RT) cp_async_n<4>(st + sdst[j], ssrc[j] + (size_t)c * sb);
         }
-        cp_async_commit();
     };
-    for (int i = 0; i < nst - 1; i++) issue(i);
-    if (!waited) { pdl_wait(); waited = true; }   /* x below is the previous kernel's output */
+    /* XS: x's codes and group factors of the chunk into the stage too (rows clamped to n - 1, whose
+     * sums are not stored), through L1 (the warps of a block on the same chunk then share them) */
+    auto issue_x = [&](int i) {
+        if (XS && i < nc) {
+            const int c = kw + i * kwn;
+            const unsigned xst = sbase + (i % nst) * STG + STW;
+#pragma unroll
+            for (int j = 0; j < 8 * NT * PPR / 32; j++) {
+                const int p = lane + 32 * j, r = p / PPR, pc = p % PPR;
+                cp_async_n<16, true>(xst + r * XRS + pc * 16, xq + (size_t)min(r, n - 1) * cols + (size_t)c * CK + pc * 16);
+            }
+            for (int p = lane; p < 8 * NT * DPR; p += 32) {
+                const int r = p / DPR, pc = p % DPR;
+                cp_async_n<16, true>(xst + 8 * NT * XRS + r * (GPC * 8) + pc * 16,
+                                     (const uint8_t *)(xds + (size_t)min(r, n - 1) * ngx + (size_t)c * GPC) + pc * 16);
+            }
+        }
+    };
+    auto issue = [&](int i) { issue_w(i); issue_x(i); cp_async_commit(); };
+    /* the first nst - 1 chunks' weights before the wait; x (the previous kernel's output) after it.
+     * XS: group 0 then holds those weights and chunk 0's x, group s chunk s's x */
+    for (int i = 0; i < nst - 1; i++) { issue_w(i); if (!XS) cp_async_commit(); }
+    if (!waited) { pdl_wait(); waited = true; }
+    if (XS) for (int i = 0; i < nst - 1; i++) { issue_x(i); cp_async_commit(); }
     float acc[RT][NT][4];
 #pragma unroll
     for (int rt = 0; rt < RT; rt++)
@@ -124,7 +154,7 @@ k_mv_mma(const mv_set set, const int8_t *__restrict__ xq, const float2 *__restri
     const float2 *xd0[NT], *xd1[NT];
 #pragma unroll
     for (int u = 0; u < NT; u++) {
-        xb[u] = xq + (size_t)min(8 * u + g, n - 1) * cols;
+        xb[u] = xq + (size_t)min(8 * u + g, n - 1) * cols;   /* (!XS) */
         xd0[u] = xds + (size_t)min(8 * u + 2 * t, n - 1) * ngx;
         xd1[u] = xds + (size_t)min(8 * u + 2 * t + 1, n - 1) * ngx;
     }
@@ -139,7 +169,7 @@ k_mv_mma(const mv_set set, const int8_t *__restrict__ xq, const float2 *__restri
         __syncwarp();   /* chunk i landed for every lane; chunk i - 1's stage is read by all */
         issue(i + nst - 1);
         const int c = kw + i * kwn;
-        if (pfx && i + 1 < nc && pl_kind < 3 && (BITS == 4 || pl_kind != 1)) {
+        if (!XS && pfx && i + 1 < nc && pl_kind < 3 && (BITS == 4 || pl_kind != 1)) {
             const int cn = c + kwn;
 #pragma unroll
             for (int u = 0; u < NT; u++) {
@@ -151,6 +181,7 @@ k_mv_mma(const mv_set set, const int8_t *__restrict__ xq, const float2 *__restri
         const unsigned st = sbase + (i % nst) * STG;
         const unsigned char *sm = mm_smem + (st - (unsigned)__cvta_generic_to_shared(mm_smem));
         const ST *sc = (const ST *)(sm + RW * MM_RS), *bi = (const ST *)(sm + RW * MM_RS + RW * 16);
+        const unsigned char *xsm = sm + STW, *xdm = xsm + 8 * NT * XRS;   /* XS: the chunk's x, its factors */
         uint32_t q4n[RT][2];
 #pragma unroll
         for (int j = 0; j < GPC; j++) {
@@ -186,14 +217,28 @@ k_mv_mma(const mv_set set, const int8_t *__restrict__ xq, const float2 *__restri
 #pragma unroll
             for (int u = 0; u < NT; u++) {
                 uint32_t b0, b1;
-                if constexpr (BITS == 4) {
-                    const uint2 v = __ldg((const uint2 *)(xb[u] + (size_t)gx * 32 + 8 * t));
-                    b0 = __byte_perm(v.x, v.y, 0x6420); b1 = __byte_perm(v.x, v.y, 0x7531);
+                float2 d0, d1;
+                if constexpr (XS) {
+                    const unsigned char *xr = xsm + (8 * u + g) * XRS + j * 32;
+                    if constexpr (BITS == 4) {
+                        const uint2 v = *(const uint2 *)(xr + 8 * t);
+                        b0 = __byte_perm(v.x, v.y, 0x6420); b1 = __byte_perm(v.x, v.y, 0x7531);
+                    } else {
+                        b0 = *(const uint32_t *)(xr + 4 * t);
+                        b1 = *(const uint32_t *)(xr + 16 + 4 * t);
+                    }
+                    d0 = *(const float2 *)(xdm + (8 * u + 2 * t) * (GPC * 8) + j * 8);
+                    d1 = *(const float2 *)(xdm + (8 * u + 2 * t + 1) * (GPC * 8) + j * 8);
                 } else {
-                    b0 = __ldg((const uint32_t *)(xb[u] + (size_t)gx * 32 + 4 * t));
-                    b1 = __ldg((const uint32_t *)(xb[u] + (size_t)gx * 32 + 16 + 4 * t));
+                    if constexpr (BITS == 4) {
+                        const uint2 v = __ldg((const uint2 *)(xb[u] + (size_t)gx * 32 + 8 * t));
+                        b0 = __byte_perm(v.x, v.y, 0x6420); b1 = __byte_perm(v.x, v.y, 0x7531);
+                    } else {
+                        b0 = __ldg((const uint32_t *)(xb[u] + (size_t)gx * 32 + 4 * t));
+                        b1 = __ldg((const uint32_t *)(xb[u] + (size_t)gx * 32 + 16 + 4 * t));
+                    }
+                    d0 = __ldg(xd0[u] + gx); d1 = __ldg(xd1[u] + gx);
                 }
-                const float2 d0 = __ldg(xd0[u] + gx), d1 = __ldg(xd1[u] + gx);
 #pragma unroll
                 for (int rt = 0; rt < RT; rt++) {
                     int q[4];
