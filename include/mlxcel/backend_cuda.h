@@ -261,8 +261,9 @@ int mx_backend_cuda_mv_mma_launches(mx_backend *b);
  * The same sums per (row, group); the order of the warps' partial sums differs. Returns the
  * previous form. */
 int mx_backend_cuda_set_mv_mma_form(mx_backend *b, int form);
-/* k_mv_mma's stages a warp, 2-4 (default 4; MLXCEL_CUDA_MV_MMA_STAGES at init): fewer take less
- * shared memory, so that more blocks fit a multiprocessor. Only timing changes. Returns the previous. */
+/* k_mv_mma's stages a warp, 2-4 (default 2; MLXCEL_CUDA_MV_MMA_STAGES at init), fewer where that
+ * many do not fit (a stage holds the chunk of x too, up to 16 rows of x): fewer take less shared
+ * memory, so that more blocks fit a multiprocessor. Only timing changes. Returns the previous. */
 int mx_backend_cuda_set_mv_mma_stages(mx_backend *b, int stages);
 /* k_mv_mma for 17..32 rows of x too (x quantized to int8 for it), ahead of the tensor-core GEMMs;
  * off by default (MLXCEL_CUDA_MV_MMA_WIDE at init). Returns the previous on/off. */

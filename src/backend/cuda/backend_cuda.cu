@@ -434,6 +434,7 @@ static mx_status env_long(const char *name, long lo, long hi, long def, const ch
 #define MV_PF_MAX 8          /* MLXCEL_CUDA_MV_PF's most (k_mv_i8's L2 prefetch, c_mv_pf) */
 #define MV_I8_MAX_SW 16      /* MLXCEL_CUDA_MV_MMA's most: MV_I8_MAX (checked there) */
 #define MV_MMA_DEFAULT 8     /* k_mv_mma from 8 rows of x (NOTES.md, thirty-sixth session) */
+#define MV_MMA_STAGES_DEFAULT 2   /* its stages a warp (thirty-seventh session: 8 rows +3% against 4; 16 fit only 2) */
 #define RING_LONG_MAX 16384   /* k_mv_ring<.., 6>'s most columns (x's int8 form staged in shared memory) */
 #define EPI_BLOCKS_MAX 160   /* MLXCEL_CUDA_EPI_BLOCKS's most: MR_PARTS (mv_ring.cuh, checked there) */
 #define PAIR_HALF_KB 76      /* MLXCEL_CUDA_PAIR_HALF: a block's ring (two 4.6 KB slots a warp of 8) */
@@ -491,7 +492,7 @@ static mx_status read_switches(cu_switches *sw) {
         (st = env_long("MLXCEL_CUDA_EPI_BLOCKS", 0, EPI_BLOCKS_MAX, 0, "blocks (0: 3/4 of the multiprocessors)", &sw->epi_blocks)) ||
         (st = env_long("MLXCEL_CUDA_MV_PF", 0, MV_PF_MAX, 1, "steps ahead", &sw->mv_pf)) ||
         (st = env_long("MLXCEL_CUDA_MV_MMA", 0, MV_I8_MAX_SW, MV_MMA_DEFAULT, "rows of x (0: off)", &sw->mv_mma)) ||
-        (st = env_long("MLXCEL_CUDA_MV_MMA_STAGES", 2, 4, 4, "stages a warp", &sw->mm_nst)))
+        (st = env_long("MLXCEL_CUDA_MV_MMA_STAGES", 2, 4, MV_MMA_STAGES_DEFAULT, "stages a warp", &sw->mm_nst)))
         return st;
     return MX_OK;
 }
@@ -4075,7 +4076,7 @@ static int mm_stages(const cu_ctx *c, int bits, int n, int rt) {
 }
 /* the products of nw weights (mm_fits gave sb) on x's int8 form, n <= MM_NMAX rows, in one launch.
  * Form 1: a warp 16 rows, 4 warps a row tile along k. Form 2: a warp 32 rows (x loaded once for both
- * tiles), one block of 180 KB a multiprocessor, and the warps along k (1-8) that give the fewest
+ * tiles), one block a multiprocessor, and the warps along k (1-8) that give the fewest
  * waves times a warp's chunks plus its pipeline's fill (3 chunks). MLXCEL_CUDA_MV_MMA_FORM=auto (the
  * default): form 2 above 8 rows of x (on an H100 at 16 rows: Llama-8B q4 +52%, Qwen3-0.6B +6%; at 8
  * the two even), form 1 up to 8. */

@@ -11,12 +11,15 @@
  * Work: a block is MM_WARPS warps on row groups of 16 RT rows, each group split over kwn warps by k
  * (chunk c of a row goes to warp c % kwn). Form 1 (RT 1, kwn 4): two groups of 16 rows a block.
  * Form 2 (RT 2: a warp's two row tiles share each load of x; kwn 1-8, from the weights' shape; one
- * block of 180 KB a multiprocessor). A chunk is 128 bytes of
+ * block a multiprocessor). A chunk is 128 bytes of
  * codes a row (q4: 256 columns, 8 groups of 32; q8: 128 columns, 4 groups) with its rows' scales
- * and biases; each warp streams its chunks through MM_ST stages of its own in shared memory with
- * cp.async (issued before the wait on the previous kernel: weights are never written by kernels),
- * reads the codes into mma fragments with ldmatrix (a row a 144-byte line, so the 8 rows of a
- * matrix fall on distinct banks) and x's int8 codes and group factors from global memory (L1).
+ * and biases; each warp streams its chunks through nst stages of its own in shared memory with
+ * cp.async (issued before the wait on the previous kernel: weights are never written by kernels)
+ * and reads the codes into mma fragments with ldmatrix (a row a 144-byte line, so the 8 rows of a
+ * matrix fall on distinct banks). Up to 16 rows of x (MM_XS) the stage also holds the chunk's x,
+ * its int8 codes and group factors, copied after the wait through L1 (the warps of a block on the
+ * same chunk share those lines): read from global memory in the loop instead, x's loads held the
+ * warps more than half of their cycles (thirty-seventh session); above 16 rows x is read so.
  * At the end the kwn warps of a group add their sums in a fixed order through shared memory, so the
  * results do not depend on timing.
  *
