@@ -4066,6 +4066,7 @@ static int mm_fits(const cu_ctx *c, int nw, const cu_weight *const *w) {
  * it runs: MLXCEL_CUDA_MV_MMA_STAGES, fewer where that many do not fit (x staged too, MM_XS); 0 where
  * not even 2 do */
 static int mm_nt(int n) { return n <= 8 ? 1 : n <= 16 ? 2 : 4; }
+static int mm_rt(const cu_ctx *c, int n) { return c->mm_form == 2 || (c->mm_form == 0 && n > 8) ? 2 : 1; }   /* the form */
 static size_t mm_smem_bytes(int bits, int n, int rt, int nst) {
     return (size_t)MM_WARPS * nst * (MM_STAGE(rt) + MM_XST(bits, mm_nt(n)));
 }
@@ -4074,21 +4075,22 @@ static int mm_stages(const cu_ctx *c, int bits, int n, int rt) {
     while (nst >= 2 && mm_smem_bytes(bits, n, rt, nst) > c->prop.sharedMemPerBlockOptin) nst--;
     return nst >= 2 ? nst : 0;
 }
-/* the products of nw weights (mm_fits gave sb) on x's int8 form, n <= MM_NMAX rows, in one launch.
+/* the products of nw weights (mm_fits gave sb) on x's int8 form, n <= MM_NMAX rows, in one launch
+ * of form rt (mm_rt) with nst stages a warp (mm_stages).
  * Form 1: a warp 16 rows, 4 warps a row tile along k. Form 2: a warp 32 rows (x loaded once for both
  * tiles), one block a multiprocessor, and the warps along k (1-8) that give the fewest
  * waves times a warp's chunks plus its pipeline's fill (3 chunks). MLXCEL_CUDA_MV_MMA_FORM=auto (the
  * default): form 2 above 8 rows of x (on an H100 at 16 rows: Llama-8B q4 +52%, Qwen3-0.6B +6%; at 8
  * the two even), form 1 up to 8. */
 static void mv_mma_launch(cu_ctx *c, int nw, const cu_weight *const *w, const int8_t *xq, const float2 *xds, float *const *ys,
-                          int n, int sb) {
-    const int rt = c->mm_form == 2 || (c->mm_form == 0 && n > 8) ? 2 : 1, rw = 16 * rt, cols = (int)w[0]->cols;
-    const int nch = cols / (MM_CB * 8 / w[0]->bits), nst = mm_stages(c, w[0]->bits, n, rt);
+                          int n, int sb, int rt, int nst) {
+    const int rw = 16 * rt, cols = (int)w[0]->cols, nch = cols / (MM_CB * 8 / w[0]->bits);
+    const size_t shm = mm_smem_bytes(w[0]->bits, n, rt, nst);
     int kwn = 4;
     if (rt == 2) {
         int64_t tiles = 0;
         for (int k = 0; k < nw; k++) tiles += nblk(w[k]->rows, rw);
-        const int64_t bps = (int64_t)c->prop.sharedMemPerMultiprocessor / ((int64_t)mm_smem_bytes(w[0]->bits, n, rt, nst) + 1024);
+        const int64_t bps = (int64_t)c->prop.sharedMemPerMultiprocessor / ((int64_t)shm + 1024);
         const int64_t slots = (int64_t)c->prop.multiProcessorCount * (bps > 1 ? bps : 1);
         double best = 1e30;
         for (int q = 1; q <= 8 && q <= nch; q *= 2) {
@@ -4100,9 +4102,10 @@ static void mv_mma_launch(cu_ctx *c, int nw, const cu_weight *const *w, const in
     mv_set set;
     const unsigned blk = mv_set_fill(&set, nw, w, ys, rw * (MM_WARPS / kwn));
     const int gsh = log2_exact(w[0]->gs);
-#define MML(B, T, NT, RT) PL(c, k_mv_mma<B, T, NT, RT>, blk, MM_WARPS * 32, mm_smem_bytes(B, n, RT, nst))(set, xq, xds, cols, gsh, sb, n, kwn, c->mm_pfx, nst)
+#define MML(B, T, NT, RT) PL(c, k_mv_mma<B, T, NT, RT>, blk, MM_WARPS * 32, shm)(set, xq, xds, cols, gsh, sb, n, kwn, c->mm_pfx, nst)
 #define MMR(B, T, NT) do { if (rt == 2) MML(B, T, NT, 2); else MML(B, T, NT, 1); } while (0)
-#define MMN(B, T) do { if (n <= 8) MMR(B, T, 1); else if (n <= 16) MMR(B, T, 2); else MMR(B, T, 4); } while (0)
+#define MMN(B, T) do { if (nt == 1) MMR(B, T, 1); else if (nt == 2) MMR(B, T, 2); else MMR(B, T, 4); } while (0)
+    const int nt = mm_nt(n);
     if (w[0]->sdt == SDT_BF16) { if (w[0]->bits == 4) MMN(4, __nv_bfloat16); else MMN(8, __nv_bfloat16); }
     else { if (w[0]->bits == 4) MMN(4, __half); else MMN(8, __half); }
 #undef MMN
@@ -4118,9 +4121,9 @@ static bool mv_mma(cu_ctx *c, int nw, const cu_weight *const *w, const int8_t *x
     if (!c->mv_mma || n < c->mv_mma || n > (c->mv_mma_wide ? MM_NMAX : MV_I8_MAX)) return false;
     const int sb = mm_fits(c, nw, w);
     if (!sb || ((uintptr_t)xq & 15) || ((uintptr_t)xds & 15)) return false;   /* (x's 16-byte copies) */
-    const int rt = c->mm_form == 2 || (c->mm_form == 0 && n > 8) ? 2 : 1;
-    if (!mm_stages(c, w[0]->bits, n, rt)) return false;
-    mv_mma_launch(c, nw, w, xq, xds, ys, n, sb);
+    const int rt = mm_rt(c, n), nst = mm_stages(c, w[0]->bits, n, rt);
+    if (!nst) return false;
+    mv_mma_launch(c, nw, w, xq, xds, ys, n, sb, rt, nst);
     return true;
 }
 /* MLXCEL_CUDA_MV_MMA_WIDE: whether k_mv_mma takes MV_I8_MAX + 1 .. MM_NMAX rows of x too, ahead of
