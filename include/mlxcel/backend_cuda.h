@@ -100,6 +100,10 @@ mx_status mx_backend_cuda_check_env(void);
 /* Benchmark helper: device-to-device copy rate in GB/s (bytes read + bytes written, median of
  * 9 copies of `bytes`), the memory-bandwidth ceiling that kernel figures are compared with. */
 double mx_backend_cuda_bench_copy(const mx_backend *b, size_t bytes);
+/* Benchmark helper: the read-only rate in GB/s (median of 9 passes over `bytes`): form 0 16-byte
+ * loads from every thread, form 1 bulk copies into shared memory as the batch-1 rings stream their
+ * weights (sm_90; 0 below it). The ceiling a decode step's weight reads can reach. */
+double mx_backend_cuda_bench_read(const mx_backend *b, size_t bytes, int form);
 /* Matrix-vector products (n <= 16 rows) of q4/q8 weights quantize the activations to int8 per
  * group of 32 by default (DP4A; error like bf16 activations). On: f32 activations instead (the
  * default under MLXCEL_PRECISE=1 or MLXCEL_CUDA_MV=f32). For tests and comparisons. */

@@ -43,7 +43,8 @@ static void usage(FILE *f) {
         "  -r, --repetitions N    repetitions (default 3)\n"
         "      --full-logits      copy whole logit rows to the host each step (default: top-1 only)\n"
         "      --bandwidth        tg tests: weight bytes read a step over its time, against the\n"
-        "                         device copy rate measured in the same run (GPU)\n"
+        "                         device copy rate and the read-only rate measured in the\n"
+        "                         same run (GPU)\n"
         "      --split            tg tests: the time split of a step (GPU work, the host's walk of\n"
         "                         the ops before the step's launch, the rest), the host's time in\n"
         "                         the graph launch call, and the steps chained on the device\n"
@@ -283,9 +284,14 @@ int cmd_bench(int argc, char **argv) {
     int nthreads = mx_pool_size(mx_pool_global());
     /* --bandwidth: a decode step reads the weights once for its B sequences */
     const double step_gb = (double)mx_model_weight_bytes(m) / 1e9;
-    double copy_gbs = 0;   /* 0: not measured */
+    double copy_gbs = 0, read_gbs = 0;   /* 0: not measured */
 #ifdef MLXCEL_HAVE_CUDA
-    if (bandwidth && !strcmp(be.i->name, "cuda")) copy_gbs = mx_backend_cuda_bench_copy(&be, (size_t)1 << 30);
+    if (bandwidth && !strcmp(be.i->name, "cuda")) {
+        copy_gbs = mx_backend_cuda_bench_copy(&be, (size_t)1 << 30);
+        /* the read-only rate, the better of loads and bulk copies: a step's weights are only read */
+        const double r0 = mx_backend_cuda_bench_read(&be, (size_t)1 << 30, 0), r1 = mx_backend_cuda_bench_read(&be, (size_t)1 << 30, 1);
+        read_gbs = r0 > r1 ? r0 : r1;
+    }
 #endif
     if (json) {
         json_t *arr = json_array();
@@ -298,6 +304,10 @@ int cmd_bench(int argc, char **argv) {
                 if (copy_gbs > 0) {
                     json_object_set_new(r, "copy_gbps", json_real(copy_gbs));
                     json_object_set_new(r, "copy_fraction", json_real(gbs / copy_gbs));
+                }
+                if (read_gbs > 0) {
+                    json_object_set_new(r, "read_gbps", json_real(read_gbs));
+                    json_object_set_new(r, "read_fraction", json_real(gbs / read_gbs));
                 }
             }
             if (res[i].has_split) {
@@ -328,7 +338,11 @@ int cmd_bench(int argc, char **argv) {
             const double gbs = step_gb * res[i].mean / res[i].batch;
             printf("bandwidth %s: %.3f GB of weights a step x %.2f steps/s = %.0f GB/s", res[i].test, step_gb,
                    res[i].mean / res[i].batch, gbs);
-            if (copy_gbs > 0) printf(" = %.0f%% of the device copy rate (%.0f GB/s, read + write)\n", 100.0 * gbs / copy_gbs, copy_gbs);
+            if (copy_gbs > 0) {
+                printf(" = %.0f%% of the device copy rate (%.0f GB/s, read + write)", 100.0 * gbs / copy_gbs, copy_gbs);
+                if (read_gbs > 0) printf(", %.0f%% of the read-only rate (%.0f GB/s)", 100.0 * gbs / read_gbs, read_gbs);
+                printf("\n");
+            }
             else printf(" (copy rate not measured on this backend)\n");
         }
         for (int i = 0; split && i < n_res; i++) {

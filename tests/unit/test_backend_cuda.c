@@ -897,6 +897,16 @@ static void check_mv_mma(const mm_case *c) {
  * (one launch for several weights) = separate matmuls; an add followed by the rmsnorm of its sum
  * (one kernel) = the CPU's add and rmsnorm; the int8 activations an rmsnorm or act_mul leaves for
  * the next matmul = quantizing a copy; an op that rewrites them in place (rope) drops them. */
+/* the read-only probe (mlxcel bench --bandwidth): both forms read a buffer and give a rate; a size
+ * below one chunk gives 0 (nothing read) rather than a division by a zero time */
+static void test_bench_read(void) {
+    const double r0 = mx_backend_cuda_bench_read(&G, (size_t)64 << 20, 0), r1 = mx_backend_cuda_bench_read(&G, (size_t)64 << 20, 1);
+    TCHECK(r0 > 0, "16-byte loads: %.1f GB/s", r0);
+    if (mx_backend_cuda_has_wgmma(&G)) TCHECK(r1 > 0, "bulk copies on sm_90: %.1f GB/s", r1);
+    TCHECK(mx_backend_cuda_bench_read(&G, 1000, 0) == 0, "under a chunk: 0");
+    TCHECK(mx_backend_cuda_status(&G) == MX_OK, "no error left behind");
+}
+
 static void test_fusions(void) {
     enum { N = 3, D = 1024, R1 = 200, R2 = 64, R3 = 130 };
     tw t[3];
@@ -3005,6 +3015,8 @@ int main(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "--bench-copy")) {   /* the copy-rate ceiling alone */
         if (mx_backend_cuda_init(&G) != MX_OK) return 1;
         printf("device-to-device copy: %.0f GB/s (read + write)\n", mx_backend_cuda_bench_copy(&G, (size_t)2 << 30));
+        printf("read only: %.0f GB/s (16-byte loads), %.0f GB/s (bulk copies into shared memory)\n",
+               mx_backend_cuda_bench_read(&G, (size_t)2 << 30, 0), mx_backend_cuda_bench_read(&G, (size_t)2 << 30, 1));
         mx_backend_cuda_free(&G);
         return 0;
     }
@@ -3078,6 +3090,7 @@ int main(int argc, char **argv) {
     }
     TCHECK(mx_backend_cuda_set_gemm(&G, "fused") != MX_OK, "set_gemm takes an unknown mode");
     TCHECK(mx_backend_cuda_set_gemm(&G, "auto") == MX_OK, "set_gemm auto");
+    RUN(test_bench_read);
     RUN(test_fusions);
     RUN(test_dense_sets);
     RUN(test_gq_forms);

@@ -6422,6 +6422,94 @@ static int cmp_f(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+/* The read-only rate (mx_backend_cuda_bench_read): what a decode step's weights could stream at,
+ * as against the copy's read + write. Form 0: 16-byte loads, 8 in flight a thread, streaming
+ * (evict-first) through L1; form 1: bulk copies (cp.async.bulk, as the rings) of 32 KB chunks into
+ * 6 slots of shared memory a block, one block a multiprocessor, nothing computed on them. Each
+ * folds what it read into one word, stored only if it takes a value no buffer here holds, so that
+ * the loads are not removed. */
+__global__ void __launch_bounds__(512) k_read_ldg(const uint4 *__restrict__ p, size_t n16, unsigned *out) {
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    unsigned acc = 0;
+    for (; i + 7 * stride < n16; i += 8 * stride) {
+        uint4 v[8];
+#pragma unroll
+        for (int u = 0; u < 8; u++) v[u] = __ldcs(p + i + u * stride);
+#pragma unroll
+        for (int u = 0; u < 8; u++) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+    }
+    for (; i < n16; i += stride) { const uint4 v = __ldcs(p + i); acc ^= v.x ^ v.y ^ v.z ^ v.w; }
+    if (acc == 0x9e3779b9u) out[0] = acc;
+}
+#define RD_CHUNK 32768
+#define RD_SLOTS 6
+__global__ void __launch_bounds__(32) k_read_bulk(const unsigned char *__restrict__ p, size_t nchunk, unsigned *out) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    extern __shared__ __align__(128) unsigned char rd_smem[];
+    __shared__ __align__(8) uint64_t full[RD_SLOTS];
+    if (threadIdx.x != 0) return;
+    for (int s = 0; s < RD_SLOTS; s++) fd_mbar_init(&full[s], 1);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    uint64_t pol;
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+    unsigned acc = 0;
+    size_t k = 0;   /* chunks this block issued */
+    for (size_t c = blockIdx.x; c < nchunk; c += gridDim.x, k++) {
+        const int s = (int)(k % RD_SLOTS);
+        if (k >= RD_SLOTS) {   /* the slot's previous chunk landed: fold one word of it */
+            fd_mbar_wait(&full[s], (uint32_t)((k / RD_SLOTS - 1) & 1));
+            acc ^= *(const unsigned *)(rd_smem + (size_t)s * RD_CHUNK);
+        }
+        fd_mbar_expect(&full[s], RD_CHUNK);
+        fd_bulk(rd_smem + (size_t)s * RD_CHUNK, p + c * RD_CHUNK, RD_CHUNK, &full[s], pol);
+    }
+    for (size_t j = k > RD_SLOTS ? k - RD_SLOTS : 0; j < k; j++) {   /* the last copies in flight */
+        const int s = (int)(j % RD_SLOTS);
+        fd_mbar_wait(&full[s], (uint32_t)((j / RD_SLOTS) & 1));
+        acc ^= *(const unsigned *)(rd_smem + (size_t)s * RD_CHUNK);
+    }
+    if (acc == 0x9e3779b9u) out[0] = acc;
+#else
+    (void)p; (void)nchunk; (void)out;
+#endif
+}
+
+/* read-only GB/s of `bytes` (a multiple of RD_CHUNK), the median of 9 passes; form 0 or 1 as above
+ * (1 needs sm_90: 0 returned below it); 0 where the buffer could not be had */
+extern "C" double mx_backend_cuda_bench_read(const mx_backend *b, size_t bytes, int form) {
+    cu_ctx *c = (cu_ctx *)b->ctx;
+    void *src = NULL;
+    unsigned *out = NULL;
+    cudaEvent_t e0, e1;
+    float ms[9];
+    double r = 0;
+    bytes -= bytes % RD_CHUNK;
+    if (form == 1 && c->prop.major < 9) return 0;
+    if (!bytes || cudaMalloc(&src, bytes) != cudaSuccess || cudaMalloc(&out, 4) != cudaSuccess) goto done;
+    cudaMemsetAsync(src, 1, bytes, c->st);
+    if (form == 1 && cudaFuncSetAttribute(k_read_bulk, cudaFuncAttributeMaxDynamicSharedMemorySize, RD_SLOTS * RD_CHUNK) != cudaSuccess) goto done;
+    cudaEventCreate(&e0); cudaEventCreate(&e1);
+    for (int i = -1; i < 9; i++) {   /* (-1: warm-up) */
+        cudaEventRecord(e0, c->st);
+        if (form == 0) k_read_ldg<<<c->prop.multiProcessorCount * 4, 512, 0, c->st>>>((const uint4 *)src, bytes / 16, out);
+        else k_read_bulk<<<c->prop.multiProcessorCount, 32, RD_SLOTS * RD_CHUNK, c->st>>>((const unsigned char *)src, bytes / RD_CHUNK, out);
+        cudaEventRecord(e1, c->st);
+        cudaEventSynchronize(e1);
+        if (i >= 0) cudaEventElapsedTime(&ms[i], e0, e1);
+    }
+    if (cudaGetLastError() == cudaSuccess) {
+        qsort(ms, 9, sizeof ms[0], cmp_f);
+        r = bytes / (ms[4] * 1e-3) / 1e9;
+    }
+    cudaEventDestroy(e0); cudaEventDestroy(e1);
+done:
+    cudaGetLastError();
+    if (src) cudaFree(src);
+    if (out) cudaFree(out);
+    return r;
+}
+
 extern "C" double mx_backend_cuda_bench_copy(const mx_backend *b, size_t bytes) {
     cu_ctx *c = (cu_ctx *)b->ctx;
     void *src = NULL, *dst = NULL;
