@@ -1382,6 +1382,17 @@ __device__ __forceinline__ void cp_async16z(void *smem, const void *gmem, int sr
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(sa), "l"(gmem), "r"(src_bytes) : "memory");
 }
 
+/* the same three by shared-memory address (a 32-bit value: no conversion at each copy) */
+__device__ __forceinline__ void cp_async16_sa(unsigned sa, const void *gmem) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sa), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async16z_sa(unsigned sa, const void *gmem, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(sa), "l"(gmem), "r"(src_bytes) : "memory");
+}
+__device__ __forceinline__ void cp_async4z_sa(unsigned sa, const void *gmem, int src_bytes) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(sa), "l"(gmem), "r"(src_bytes) : "memory");
+}
+
 /* q4 GEMM on tensor cores with the packed weights read once and dequantized in registers
  * (where gq_rows takes it: by default 17..64 rows, and up to 128 for >= 4096 columns): y_k[n, rows_k] = x[n, cols] W_k^T for the up to 4 weights of a set
  * (q/k/v, gate/up) in one launch.
@@ -1439,7 +1450,8 @@ __global__ void k_cvt_gq(const float *__restrict__ x, __nv_bfloat16 *__restrict_
 /* nibbles p and p + 4 of w as the bf16 pair (s q + b); bf16 scales: in bf16x2 arithmetic,
  * f16 scales: in f32 */
 __device__ __forceinline__ uint32_t gq_deq(uint32_t w, int p, __nv_bfloat162 s2, __nv_bfloat162 b2) {
-    uint32_t t = ((w >> (4 * p)) & 0x000F000Fu) | 0x43004300u;   /* (128 + q0, 128 + q1) */
+    uint32_t t;   /* (128 + q0, 128 + q1): (w & mask) | exponent in one LOP3 (ptxas made it two) */
+    asm("lop3.b32 %0, %1, 0x000F000F, 0x43004300, 0xEA;" : "=r"(t) : "r"(w >> (4 * p)));
     __nv_bfloat162 v;
     memcpy(&v, &t, 4);
     v = __hfma2(__hsub2(v, __float2bfloat162_rn(128.f)), s2, b2);
@@ -1766,62 +1778,90 @@ k_gemm_wg(const gq_set set, const __nv_bfloat16 *__restrict__ x, int cols, int n
     /* the k step of iteration it: rotated by the block's index (set.rot), so that the blocks do not
      * all read the same x tile from L2 at the same time (stream-K's segments start apart anyway) */
     const int r0it = !SK && set.rot && nk > 0 ? (int)(blockIdx.x % (unsigned)nk) : 0;
-    auto kstep = [&](int it) { const int s = it + r0it; return kbeg + (s >= nk ? s - nk : s) * GQ_BK; };
-    auto issue = [&](int it) {
-        const int st = it % NST, k0 = kstep(it);
-        if constexpr (PAIR) {   /* BM rows (gate's HB, then up's) x 2 halves of 16 bytes: one a thread */
-            const int r = tid >> 1, h = tid & 1, kr = r >= HB ? 1 : 0;
-            cp_async16(&wsm[st * (WWB / 4) + r * 8 + h * 4], set.W[kr] + (size_t)min(mb + r - kr * HB, rows - 1) * wpr + k0 / 8 + h * 4);
-        } else {   /* BM rows x 2 halves of 16 bytes: one a thread */
-            const int r = tid >> 1, h = tid & 1;
-            cp_async16(&wsm[st * (WWB / 4) + r * 8 + h * 4], W + (size_t)min(mb + r, rows - 1) * wpr + k0 / 8 + h * 4);
+    /* What this thread copies into a stage, worked out once a segment; a copy then adds the k step's
+     * k0 and the stage's offset. (Recomputed at every copy, with the stage as it % NST, that
+     * integer work was more than half of the loop's instructions: SASS of the 32-row form, ~275 a
+     * thread a k step for 32 weights.) Shared-memory addresses as 32-bit values. */
+    const unsigned smb = (unsigned)__cvta_generic_to_shared(wg_smem);
+    const unsigned wsb = smb + NST * WG_XB(BN), sbb = wsb + NST * WWB;   /* the weight stages, the pairs' */
+    static_assert(T % (2 * BN) == 0, "a thread's x pieces: one token, columns T / BN pieces apart");
+    constexpr int XI = BN * 8 / T;   /* x's 16-byte pieces a thread a stage */
+    const uint32_t *wsrc;            /* weights: row tid / 2, half tid % 2 (BM rows x 2 halves of 16 bytes) */
+    unsigned wdst;
+    {
+        const int r = tid >> 1, h = tid & 1;
+        if constexpr (PAIR) {   /* (gate's HB rows, then up's) */
+            const int kr = r >= HB ? 1 : 0;
+            wsrc = set.W[kr] + (size_t)min(mb + r - kr * HB, rows - 1) * wpr + h * 4;
+        } else {
+            wsrc = W + (size_t)min(mb + r, rows - 1) * wpr + h * 4;
         }
+        wdst = wsb + (r * 8 + h * 4) * 4;
+    }
+    const __nv_bfloat16 *xsrc;   /* x: token t, pieces c8, c8 + T / BN, ..; lane pairs read 32 bytes */
+    unsigned xdst;
+    int xbytes;
+    {
+        const int t = (tid >> 1) % BN, c8 = 2 * (tid / (2 * BN)) + (tid & 1), tk = nb + t;
+        xsrc = x + (size_t)min(tk, n - 1) * cols + c8 * 8;
+        xdst = smb + (t >> 3) * 1024 + c8 * 128 + (t & 7) * 16;
+        xbytes = tk < n ? 16 : 0;
+    }
+    /* the (scale, bias) pairs of the step's groups (SB[group * rows + row]), [group][BM rows], zero
+     * past the rows: read from shared memory after the stage's barrier (loaded from L2 one step
+     * ahead, their latency was the most sampled stall, ncu at Llama-8B's 128 rows). BM = T / 2: a
+     * thread's row rl of groups j0 and j0 + 2 */
+    const int j0 = tid / BM;
+    const uint32_t *sbsrc;
+    unsigned sbdst;
+    int sbbytes;
+    {
+        const int rl = tid & (BM - 1), wk = PAIR ? (rl >= HB ? 1 : 0) : k, row = PAIR ? mb + rl - wk * HB : mb + rl;
+        sbsrc = set.SB[wk] + (size_t)j0 * rows + min(row, rows - 1);
+        sbdst = sbb + (j0 * BM + rl) * 4;
+        sbbytes = row < rows ? 4 : 0;
+    }
+    auto issue = [&](int s, int st) {   /* k step s (rotated) into stage st */
+        const int k0 = kbeg + s * GQ_BK;
+        cp_async16_sa(wdst + st * WWB, wsrc + k0 / 8);
 #pragma unroll
-        for (int u = tid; u < BN * 8; u += T) {   /* BN tokens x 8 pieces of 16 bytes; lane pairs read 32 bytes */
-            const int t = (u >> 1) % BN, c8 = 2 * (u / (2 * BN)) + (u & 1), tk = nb + t;
-            cp_async16z(xsm + st * WG_XB(BN) + (t >> 3) * 1024 + c8 * 128 + (t & 7) * 16,
-                        x + (size_t)min(tk, n - 1) * cols + k0 + c8 * 8, tk < n ? 16 : 0);
-        }
-        /* the (scale, bias) pairs of the step's groups (SB[group * rows + row]), [group][BM rows],
-         * zero past the rows: read from shared memory after the stage's barrier (loaded from L2 one
-         * step ahead, their latency was the most sampled stall, ncu at Llama-8B's 128 rows) */
-        {   /* BM = T / 2: a thread's row rl of groups tid / BM and that + 2 */
-            const int rl = tid & (BM - 1), j0 = tid / BM, wk = PAIR ? (rl >= HB ? 1 : 0) : k, row = PAIR ? mb + rl - wk * HB : mb + rl;
-            const uint32_t *src = set.SB[wk] + (size_t)((k0 >> gs_shift) + j0) * rows + min(row, rows - 1);
+        for (int j = 0; j < XI; j++) cp_async16z_sa(xdst + st * WG_XB(BN) + j * (T / BN) * 128, xsrc + k0 + j * (T / BN) * 8, xbytes);
+        const uint32_t *sp = sbsrc + (size_t)(k0 >> gs_shift) * rows;
 #pragma unroll
-            for (int q = 0; q < 2; q++)
-                if (j0 + 2 * q < ng) cp_async4z(&sbsm[st * SBW + (j0 + 2 * q) * BM + rl], src + (size_t)(2 * q) * rows, row < rows ? 4 : 0);
-        }
+        for (int q = 0; q < 2; q++)
+            if (j0 + 2 * q < ng) cp_async4z_sa(sbdst + st * WG_SB(NWG) + q * 2 * BM * 4, sp + (size_t)(2 * q) * rows, sbbytes);
     };
 #pragma unroll
     for (int st = 0; st < WG_D; st++) {
-        if (st < nk) issue(st);
+        if (st < nk) issue(st + r0it >= nk ? st + r0it - nk : st + r0it, st);
         cp_async_commit();
     }
     /* this lane's rows: g and g + 8 of its warp's 16 (block rows 16 wr + g, + 8); their (scale,
      * bias) pairs are in the stage (the group-major pairs: the original [row][group] arrays cost a
-     * 32-byte sector a row a stage, as much L2 traffic as the x tiles) */
+     * 32-byte sector a row a stage, as much L2 traffic as the x tiles). A k step is 64 columns from
+     * a multiple of 64, so the lane's group in it (its 16 columns from 16 cq) is the same at every
+     * step. */
+    const int jc = gs_shift >= 6 ? 0 : (16 * cq) >> gs_shift;
+    const unsigned char *sbl = wg_smem + (sbb - smb) + (jc * BM + 16 * wr + g) * 4;   /* + stage */
+    const unsigned char *wl0 = wg_smem + (wsb - smb) + ((16 * wr + g) * 8 + 2 * cq) * 4;   /* rows g; g + 8 at + 256 */
     gq_sc<ST> s0, s1;
     float d[BN / 2];
 #pragma unroll
     for (int i = 0; i < BN / 2; i++) d[i] = 0.f;
-    const uint32_t xs0 = (uint32_t)__cvta_generic_to_shared(xsm);
     uint32_t a[2][4];
-    for (int it = 0; it < nk; it++) {
+    for (int it = 0, cst = 0, ist = WG_D; it < nk; it++) {   /* cst: the stage of step it; ist: of it + WG_D */
         cp_async_wait<WG_D - 1>();
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");   /* this thread's copies, seen by wgmma */
         __syncthreads();   /* stage it landed for all; stage it - 2 no longer read (its wgmmas completed) */
-        if (it + WG_D < nk) issue(it + WG_D);
-        cp_async_commit();
-        const int st = it % NST;
-        {
-            const int k0 = kstep(it), j = ((k0 + 16 * cq) >> gs_shift) - (k0 >> gs_shift);
-            const uint32_t *sp = sbsm + st * SBW + j * BM + 16 * wr + g;
-            s0.load_pair(sp[0]); s1.load_pair(sp[8]);
+        if (it + WG_D < nk) {
+            const int s = it + WG_D + r0it;
+            issue(s >= nk ? s - nk : s, ist);
         }
-        const uint2 wl = *(const uint2 *)&wsm[st * (WWB / 4) + (16 * wr + g) * 8 + 2 * cq];
-        const uint2 wh = *(const uint2 *)&wsm[st * (WWB / 4) + (16 * wr + g + 8) * 8 + 2 * cq];
-        const uint64_t desc = wg_desc(xs0 + st * WG_XB(BN));
+        cp_async_commit();
+        s0.load_pair(*(const uint32_t *)(sbl + cst * WG_SB(NWG)));
+        s1.load_pair(*(const uint32_t *)(sbl + cst * WG_SB(NWG) + 32));
+        const uint2 wl = *(const uint2 *)(wl0 + cst * WWB), wh = *(const uint2 *)(wl0 + cst * WWB + 256);
+        const uint64_t desc = wg_desc(smb + cst * WG_XB(BN));
 #pragma unroll
         for (int s = 0; s < 4; s++) {
             const int p = 2 * (s & 1);
@@ -1833,6 +1873,8 @@ k_gemm_wg(const gq_set set, const __nv_bfloat16 *__restrict__ x, int cols, int n
             wg_mma<BN>(d, a[s & 1], desc + (uint64_t)(s * 16));   /* k16 step s: 256 bytes on (2 cores) */
             wg_commit();
         }
+        cst = cst + 1 == NST ? 0 : cst + 1;
+        ist = ist + 1 == NST ? 0 : ist + 1;
     }
     wg_wait<0>();
     cp_async_wait<0>();
