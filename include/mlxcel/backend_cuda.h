@@ -187,6 +187,11 @@ bool mx_backend_cuda_set_gemm_rot(mx_backend *b, bool on);
 int mx_backend_cuda_set_gemm_sk(mx_backend *b, int mode, int grid);
 /* How many products ran that way so far (tests). */
 int mx_backend_cuda_sk_launches(mx_backend *b);
+/* 17..32 rows of x through the wgmma GEMM's 32-token tiles (MLXCEL_CUDA_GEMM_N32, on by default;
+ * off: its 64-token tiles, half of each empty). Returns the previous setting. */
+bool mx_backend_cuda_set_gemm_n32(mx_backend *b, bool on);
+/* How many products ran on the 32-token tiles so far (tests). */
+int mx_backend_cuda_n32_launches(mx_backend *b);
 /* The batch-1 q4/q8 matvec on weights bulk-copied into shared memory (MLXCEL_CUDA_MV_RING, on by
  * default on sm_90 and later; rows of at most 4096 columns): one block a multiprocessor, a ring of
  * slots a warp. on false: the register form (k_mv_i8) for all; kb, warps, slot > 0 set the ring's

@@ -59,7 +59,7 @@ static void test_select(void) {
                                          {"MLXCEL_CUDA_SUM_QKV", "on"}, {"MLXCEL_CUDA_GRAPHS", "2"},
                                          {"MLXCEL_CUDA_ATT_GQ", "yes"}, {"MLXCEL_CUDA_FUSED", "on"},
                                          {"MLXCEL_CUDA_FUSED_PF", "65"}, {"MLXCEL_CUDA_FUSED_PF", "-1"},
-                                         {"MLXCEL_CUDA_GEMM_SK", "auto"}, {"MLXCEL_CUDA_MV_RING", "yes"},
+                                         {"MLXCEL_CUDA_GEMM_SK", "auto"}, {"MLXCEL_CUDA_GEMM_N32", "yes"}, {"MLXCEL_CUDA_MV_RING", "yes"},
                                          {"MLXCEL_CUDA_MV_RING_KB", "500"}, {"MLXCEL_CUDA_MV_RING_WARPS", "0"},
                                          {"MLXCEL_CUDA_MV_RING_SLOT", "32k"}, {"MLXCEL_CUDA_RING_NORM", "on"}, {"MLXCEL_CUDA_RING_NORM", "2"},
                                          {"MLXCEL_CUDA_MV_RING_BF16", "2"}, {"MLXCEL_CUDA_ATTN_PREP", "on"},
@@ -1151,6 +1151,66 @@ static int g_sms(void) {   /* the GPU's multiprocessors, from its description */
     while (p && p > d && p[-1] >= '0' && p[-1] <= '9') p--;
     return p ? atoi(p) : 0;
 }
+/* The wgmma GEMM's 32-token tiles (17..32 rows of x, mx_backend_cuda_set_gemm_n32) against its
+ * 64-token tiles (the same sums for each output: the tiles differ only in how many tokens a block
+ * holds), against the CPU, counted; one and three weights (a q/k/v set), bf16 and f16 scales,
+ * groups of 32 / 64 / 128, 2 and 4 warpgroups (below and at 4096 columns), a partial last tile of
+ * weight rows. Stream-K and the k rotation off, so that the blocks' k order is the same. */
+typedef struct { const char *name; int rows, cols, n, gs, nw; mx_dtype sdt; bool bias; } n32_case;
+static const n32_case g_n32[] = {
+    {"cuda_gemm_n32_n32_4096_g64", 4096, 4096, 32, 64, 1, MX_DTYPE_BF16, false},
+    {"cuda_gemm_n32_n17_4096_g128_qkv", 1024, 4096, 17, 128, 3, MX_DTYPE_BF16, true},
+    {"cuda_gemm_n32_n25_1024_g32_f16", 3000, 1024, 25, 32, 1, MX_DTYPE_F16, true},
+    {"cuda_gemm_n32_n20_2048_g64_qkv", 200, 2048, 20, 64, 3, MX_DTYPE_BF16, false},
+};
+static void check_n32(const n32_case *nc) {
+    const int n = nc->n, K = nc->cols, nw = nc->nw;
+    tw t[3];
+    const mx_weight *ws[3];
+    int64_t tot = 0, off[4] = {0};
+    for (int k = 0; k < nw; k++) {
+        tw_make(&t[k], nc->rows + 64 * k, K, 4, nc->gs, nc->sdt, nc->bias);
+        TREQUIRE(G.i->weight_prepare(G.ctx, &t[k].w) == MX_OK, "prepare");
+        ws[k] = &t[k].w;
+        off[k + 1] = off[k] + (int64_t)n * (nc->rows + 64 * k);
+    }
+    tot = off[nw];
+    float *x = malloc((size_t)n * K * 4), *ref = malloc((size_t)tot * 4);
+    fill(x, (int64_t)n * K, 1.f);
+    float *cy[3];
+    for (int k = 0; k < nw; k++) cy[k] = ref + off[k];
+    C.i->matmul_multi(C.ctx, nw, ws, x, cy, n);
+    float *dx = gup(x, (int64_t)n * K);
+    const bool rot = mx_backend_cuda_set_gemm_rot(&G, false);
+    const int sk = mx_backend_cuda_set_gemm_sk(&G, 0, 0);
+    TREQUIRE(mx_backend_cuda_set_gemm(&G, "wgmma") == MX_OK, "set_gemm wgmma");
+    float *out[2];
+    for (int on = 0; on < 2; on++) {
+        const bool was = mx_backend_cuda_set_gemm_n32(&G, on);
+        float *dy = gnan(tot), *gy[3];
+        for (int k = 0; k < nw; k++) gy[k] = dy + off[k];
+        const int before = mx_backend_cuda_n32_launches(&G);
+        if (nw > 1) G.i->matmul_multi(G.ctx, nw, ws, dx, gy, n);
+        else G.i->matmul(G.ctx, &t[0].w, dx, dy, n);
+        out[on] = gdown(dy, tot);
+        const int got = mx_backend_cuda_n32_launches(&G) - before, want = on && mx_backend_cuda_has_wgmma(&G) ? 1 : 0;
+        TCHECK(got == want, "32-token tiles %s: %d launches of them, expected %d", on ? "on" : "off", got, want);
+        mx_backend_cuda_set_gemm_n32(&G, was);
+        G.i->free(G.ctx, dy);
+        const double e = relerr(out[on], ref, tot);
+        TCHECK(e < 1.5e-2, "32-token tiles %s: rel err %.3g against the CPU", on ? "on" : "off", e);
+    }
+    const double e = relerr(out[1], out[0], tot);
+    TCHECK(e < 1e-5, "32-token tiles against 64-token ones: rel err %.3g", e);
+    TCHECK(mx_backend_cuda_status(&G) == MX_OK, "status: %s", mx_last_error());
+    mx_backend_cuda_set_gemm(&G, "auto");
+    mx_backend_cuda_set_gemm_sk(&G, sk, 0);
+    mx_backend_cuda_set_gemm_rot(&G, rot);
+    free(out[0]); free(out[1]); free(x); free(ref);
+    G.i->free(G.ctx, dx);
+    for (int k = 0; k < nw; k++) tw_free(&t[k]);
+}
+
 static void check_strk(const sk_case *sc) {
     const bool two = sc->rows1 > 0;
     const int nw = two ? 2 : 1, n = sc->n, K = sc->cols;
@@ -1214,6 +1274,10 @@ static const sk_case g_sk[] = {
     {"cuda_gemm_sk_n40_4096", 2304, 0, 4096, 40, false, {2, 9, 17, 31, 0}},
     {"cuda_gemm_sk_n50_1024", 3000, 0, 1024, 50, true, {5, 23, 47, 160, 0}},               /* 2 warpgroups, 16 k steps */
     {"cuda_gemm_sk_n100_4096_not_taken", 1000, 1536, 4096, 100, true, {7, 0}},            /* 128 tokens a block: no stream-K */
+    /* 17..32 rows: the 32-token form's stream-K (gate/up pair, one weight; 4 and 2 warpgroups) */
+    {"cuda_gemm_sk_n32_gate_up_4096", 1000, 1536, 4096, 32, false, {3, 7, 13, 64, 0}},
+    {"cuda_gemm_sk_n17_4096", 2304, 0, 4096, 17, true, {2, 9, 31, 0}},
+    {"cuda_gemm_sk_n25_1024", 3000, 0, 1024, 25, true, {5, 47, 160, 0}},
     /* the automatic choice on Llama-8B's gate/up: 112 tiles (on 132 multiprocessors: stream-K) */
     {"cuda_gemm_sk_auto_gate_up_14336", 14336, 14336, 4096, 20, false, {0}},
 };
@@ -3096,6 +3160,7 @@ int main(int argc, char **argv) {
     RUN(test_gq_forms);
     for (size_t i = 0; i < sizeof g_pair / sizeof g_pair[0]; i++) RUN_NAMED(g_pair[i].name, check_pair, &g_pair[i]);
     for (size_t i = 0; i < sizeof g_sk / sizeof g_sk[0]; i++) RUN_NAMED(g_sk[i].name, check_strk, &g_sk[i]);
+    for (size_t i = 0; i < sizeof g_n32 / sizeof g_n32[0]; i++) RUN_NAMED(g_n32[i].name, check_n32, &g_n32[i]);
     for (size_t i = 0; i < sizeof g_rg / sizeof g_rg[0]; i++) RUN_NAMED(g_rg[i].name, check_ring, &g_rg[i]);
     for (size_t i = 0; i < sizeof g_ds / sizeof g_ds[0]; i++) RUN_NAMED(g_ds[i].name, check_dense_short, &g_ds[i]);
     for (size_t i = 0; i < sizeof g_rn / sizeof g_rn[0]; i++) RUN_NAMED(g_rn[i].name, check_ring_norm, &g_rn[i]);

@@ -220,6 +220,10 @@ struct cu_ctx {
     unsigned *strk_cnt;                    /* its counters, STRK_TILES, zero between launches */
     void *strk_part; size_t strk_part_cap; /* its blocks' slots of partial tiles */
     int wg_bps_sk[2][2];                   /* the same for its stream-K form (its grid: all resident at once) */
+    bool wg32_ok;                          /* k_gemm_wg<32, ..>'s forms could be set up */
+    int gemm_n32;                          /* 17..32 rows of x on them (MLXCEL_CUDA_GEMM_N32; else the 64-token form) */
+    int wg_bps32[2], wg_bps32_sk[2];       /* their blocks a multiprocessor, [nwg == 4], and of the stream-K form */
+    int n_wg32;                            /* their launches (tests) */
     int wg_bps[2][2];                      /* k_gemm_wg<64 | 128, 2 | 4 warpgroups>: blocks a multiprocessor
                                             * holds, [nwg == 4][bn == 128] */
     void *xq; size_t xq_cap;               /* activations quantized to int8 (k_quant_x) */
@@ -406,7 +410,7 @@ static pdl_launch<KArgs...> PL(cu_ctx *c, void (*k)(KArgs...), dim3 g, dim3 b, s
  * the default; anything else is an error naming the variable and what it takes. */
 enum { GM_AUTO, GM_CUBLAS, GM_MMA, GM_WG, GM_NMODES };   /* MLXCEL_CUDA_GEMM, in k_gemm_modes' order */
 static const char *const k_gemm_modes[] = {"auto", "cublas", "mma", "wgmma"};
-struct cu_switches { int att_o, attn, attn_dec, attn_prep, gqa, gemm, gemm_rot, gemm_sk, gemm_pair, sum_norm, sum_qkv, att_gq, pdl, mv, profile, kv, graphs, fused, mv_ring, ring_norm, ring_bf, ring_pair, ring_act, ring_epi, i8_epi, ring_long, attn_early, dense_short, fast_replay, topk_one, chain, mv_mma_wide, mm_pfx, mm_form; long dq_mb, fused_pf, mr_kb, mr_slot, mr_warps, attn_l2pf, trace_max, epi_blocks, mv_pf, mv_mma, mm_nst; int pair_half; };   /* kv: checked here, read by kv_init */
+struct cu_switches { int att_o, attn, attn_dec, attn_prep, gqa, gemm, gemm_rot, gemm_sk, gemm_n32, gemm_pair, sum_norm, sum_qkv, att_gq, pdl, mv, profile, kv, graphs, fused, mv_ring, ring_norm, ring_bf, ring_pair, ring_act, ring_epi, i8_epi, ring_long, attn_early, dense_short, fast_replay, topk_one, chain, mv_mma_wide, mm_pfx, mm_form; long dq_mb, fused_pf, mr_kb, mr_slot, mr_warps, attn_l2pf, trace_max, epi_blocks, mv_pf, mv_mma, mm_nst; int pair_half; };   /* kv: checked here, read by kv_init */
 static mx_status env_choice(const char *name, const char *const *vals, int n, int def, int *out) {
     const char *e = getenv(name);
     *out = def;
@@ -454,6 +458,7 @@ static mx_status read_switches(cu_switches *sw) {
         (st = env_choice("MLXCEL_CUDA_GEMM", k_gemm_modes, GM_NMODES, GM_AUTO, &sw->gemm)) ||
         (st = env_choice("MLXCEL_CUDA_GEMM_ROT", onoff, 2, 1, &sw->gemm_rot)) ||
         (st = env_choice("MLXCEL_CUDA_GEMM_SK", onoff, 2, 1, &sw->gemm_sk)) ||
+        (st = env_choice("MLXCEL_CUDA_GEMM_N32", onoff, 2, 1, &sw->gemm_n32)) ||
         (st = env_choice("MLXCEL_CUDA_GEMM_PAIR", onoff, 2, 0, &sw->gemm_pair)) ||
         (st = env_choice("MLXCEL_CUDA_SUM_NORM", onoff, 2, 1, &sw->sum_norm)) ||
         (st = env_choice("MLXCEL_CUDA_SUM_QKV", onoff, 2, 1, &sw->sum_qkv)) ||
@@ -1686,6 +1691,13 @@ __device__ __forceinline__ uint64_t wg_desc(uint32_t saddr) {   /* no swizzle, L
 }
 #define WG_D8(i) "+f"(d[i + 0]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
 template <int BN> __device__ __forceinline__ void wg_mma(float *d, const uint32_t *a, uint64_t desc);
+template <> __device__ __forceinline__ void wg_mma<32>(float *d, const uint32_t *a, uint64_t desc) {
+    asm volatile("wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
+                 "{%16, %17, %18, %19}, %20, 1, 1, 1, 0;\n"
+                 : WG_D8(0), WG_D8(8)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
+}
 template <> __device__ __forceinline__ void wg_mma<64>(float *d, const uint32_t *a, uint64_t desc) {
     asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
                  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
@@ -1724,10 +1736,8 @@ k_gemm_wg(const gq_set set, const __nv_bfloat16 *__restrict__ x, int cols, int n
     pdl_entry();
     extern __shared__ __align__(1024) unsigned char wg_smem[];
     constexpr int NST = WG_ST(NWG), WG_D = NST - 2, T = 128 * NWG, BM = 64 * NWG, WWB = WG_WB(NWG);
-    unsigned char *xsm = wg_smem;                                    /* NST x tiles */
-    uint32_t *wsm = (uint32_t *)(wg_smem + NST * WG_XB(BN));         /* NST weight stages, BM rows x 8 words */
-    uint32_t *sbsm = (uint32_t *)(wg_smem + NST * (WG_XB(BN) + WWB)); /* NST stages of pairs, [group][BM rows] */
-    constexpr int SBW = WG_SB(NWG) / 4;                               /* words of a stage's pairs */
+    /* shared memory: NST x tiles, then NST weight stages (BM rows x 8 words), then NST stages of
+     * (scale, bias) pairs ([group][BM rows]) */
     /* PAIR (gate/up with the activation fused, nw = 2, equal rows; experimental, off by default:
      * as fast as the two launches so far, NOTES.md): block b takes rows [b BM / 2, (b + 1) BM / 2) of both weights, gate
      * in the first half of its warpgroups, up in the second, and multiplies them in its epilogue
@@ -1785,7 +1795,8 @@ k_gemm_wg(const gq_set set, const __nv_bfloat16 *__restrict__ x, int cols, int n
     const unsigned smb = (unsigned)__cvta_generic_to_shared(wg_smem);
     const unsigned wsb = smb + NST * WG_XB(BN), sbb = wsb + NST * WWB;   /* the weight stages, the pairs' */
     static_assert(T % (2 * BN) == 0, "a thread's x pieces: one token, columns T / BN pieces apart");
-    constexpr int XI = BN * 8 / T;   /* x's 16-byte pieces a thread a stage */
+    constexpr int XI = BN * 8 >= T ? BN * 8 / T : 1;   /* x's 16-byte pieces a thread a stage */
+    const bool xon = BN * 8 >= T || tid < BN * 8;       /* (32 tokens on 4 warpgroups: half the threads) */
     const uint32_t *wsrc;            /* weights: row tid / 2, half tid % 2 (BM rows x 2 halves of 16 bytes) */
     unsigned wdst;
     {
@@ -1824,8 +1835,9 @@ k_gemm_wg(const gq_set set, const __nv_bfloat16 *__restrict__ x, int cols, int n
     auto issue = [&](int s, int st) {   /* k step s (rotated) into stage st */
         const int k0 = kbeg + s * GQ_BK;
         cp_async16_sa(wdst + st * WWB, wsrc + k0 / 8);
+        if (xon)
 #pragma unroll
-        for (int j = 0; j < XI; j++) cp_async16z_sa(xdst + st * WG_XB(BN) + j * (T / BN) * 128, xsrc + k0 + j * (T / BN) * 8, xbytes);
+            for (int j = 0; j < XI; j++) cp_async16z_sa(xdst + st * WG_XB(BN) + j * (T / BN) * 128, xsrc + k0 + j * (T / BN) * 8, xbytes);
         const uint32_t *sp = sbsrc + (size_t)(k0 >> gs_shift) * rows;
 #pragma unroll
         for (int q = 0; q < 2; q++)
@@ -4549,12 +4561,14 @@ static bool gq_gemm(cu_ctx *c, int nw, const cu_weight *const *w, const float *x
         set.bias[k] = w[k]->bias; set.y[k] = ys[k]; set.rows[k] = (int)w[k]->rows;
         set.rb[k + 1] = set.rb[k] + (int)w[k]->rows;
     }
-    const int bn = n <= 64 ? 64 : 128;
     /* the wgmma form where its code runs (sm_90a) unless mma.sync is asked for, and the weights
      * have their scale pairs (not made when the mode at init kept the wgmma form out) */
     bool wg = c->wg_ok && (c->gemm_mode == GM_AUTO || c->gemm_mode == GM_WG);
     for (int k = 0; k < nw; k++) if (!w[k]->sbp) wg = false;
     if (pair && !wg) return false;
+    /* tokens a block: up to 32 rows of x the wgmma form's 32-token tiles (half the tensor-core
+     * work of the 64-token ones, and half the x copies), not in the fused pair form */
+    const int bn = n <= 32 && wg && !pair && c->wg32_ok && c->gemm_n32 ? 32 : n <= 64 ? 64 : 128;
     /* 4 warpgroups (256 rows) a block for >= 4096 columns: each x tile serves twice the rows,
      * and x's L2 traffic is what limits it (Llama-8B, 128 rows: 11,563 tok/s against 10,164 with 2);
      * 2 for smaller weights, which then make enough blocks (Qwen3-0.6B, 32 rows: 17,459 / 16,849) */
@@ -4567,7 +4581,7 @@ static bool gq_gemm(cu_ctx *c, int nw, const cu_weight *const *w, const float *x
     /* the split of k: fewest waves of blocks per unit of work, each split costing 5% more (its
      * partial sums written and read, then summed by one more launch), at most ksteps / 4 splits
      * (the stages need a run; rounding can leave the last split shorter) */
-    const int64_t slots = (int64_t)(wg ? c->wg_bps[nwg == 4] : c->gq_bps)[bn == 128] * c->prop.multiProcessorCount;
+    const int64_t slots = (int64_t)(bn == 32 ? c->wg_bps32[nwg == 4] : (wg ? c->wg_bps[nwg == 4] : c->gq_bps)[bn == 128]) * c->prop.multiProcessorCount;
     int ns = 1;
     double best = 1e30;
     for (int s = 1; s <= 16 && (s == 1 || s <= ksteps / 4); s++) {
@@ -4581,7 +4595,7 @@ static bool gq_gemm(cu_ctx *c, int nw, const cu_weight *const *w, const float *x
      * form: the 128-token one, at the 128-register bound, spilled 88 bytes in its stream-K form
      * and was slower than without (Llama-8B, 128 sequences: 13,883 against 14,389 tok/s) */
     int sk_grid = 0;
-    const int64_t sk_slots = wg && bn == 64 ? (int64_t)c->wg_bps_sk[nwg == 4][0] * c->prop.multiProcessorCount : 0;
+    const int64_t sk_slots = wg && bn <= 64 ? (int64_t)(bn == 32 ? c->wg_bps32_sk[nwg == 4] : c->wg_bps_sk[nwg == 4][0]) * c->prop.multiProcessorCount : 0;
     if (wg && !pair && nblk(n, bn) == 1 && c->strk_cnt && set.blk0[nw] <= STRK_TILES && sk_slots > 0) {
         if (c->strk_grid > 0) { sk_grid = (int)(c->strk_grid < sk_slots ? c->strk_grid : sk_slots); ns = 1; }
         else if (c->strk_mode && ns == 1 && 2 * tiles >= sk_slots && (double)((tiles + sk_slots - 1) / sk_slots) * sk_slots > 1.02 * tiles)
@@ -4611,8 +4625,8 @@ static bool gq_gemm(cu_ctx *c, int nw, const cu_weight *const *w, const float *x
     const size_t shm = (size_t)GQ_ST * (GQ_BM * 8 * 4 + (size_t)bn * GQ_XS * 2);
 #define GQ_ARGS (set, xb, (int)cols, n, gsh, kchunk, part)
     if (wg) {
-/* (the stream-K form is instantiated for 64 tokens only: B == 64 as its SK argument) */
-#define WGL(B, NW, T) do { if (sk_grid && B == 64) PL(c, k_gemm_wg<B, NW, T, false, B == 64>, grid, 128 * NW, WG_SMEM(B, NW))GQ_ARGS; \
+/* (the stream-K form is instantiated for 32 and 64 tokens only: B <= 64 as its SK argument) */
+#define WGL(B, NW, T) do { if (sk_grid && B <= 64) PL(c, k_gemm_wg<B, NW, T, false, B <= 64>, grid, 128 * NW, WG_SMEM(B, NW))GQ_ARGS; \
                            else PL(c, k_gemm_wg<B, NW, T>, grid, 128 * NW, WG_SMEM(B, NW))GQ_ARGS; } while (0)
 #define WGP(B, NW, T) PL(c, k_gemm_wg<B, NW, T, true>, grid, 128 * NW, WG_SMEM(B, NW))GQ_ARGS
         if (pair) {
@@ -4623,6 +4637,10 @@ static bool gq_gemm(cu_ctx *c, int nw, const cu_weight *const *w, const float *x
                 if (w0->sdt == SDT_F16) { if (bn == 64) WGP(64, 2, __half); else WGP(128, 2, __half); }
                 else { if (bn == 64) WGP(64, 2, __nv_bfloat16); else WGP(128, 2, __nv_bfloat16); }
             }
+        } else if (bn == 32) {
+            if (nwg == 4) { if (w0->sdt == SDT_F16) WGL(32, 4, __half); else WGL(32, 4, __nv_bfloat16); }
+            else { if (w0->sdt == SDT_F16) WGL(32, 2, __half); else WGL(32, 2, __nv_bfloat16); }
+            c->n_wg32++;
         } else if (nwg == 4) {
             if (w0->sdt == SDT_F16) { if (bn == 64) WGL(64, 4, __half); else WGL(128, 4, __half); }
             else { if (bn == 64) WGL(64, 4, __nv_bfloat16); else WGL(128, 4, __nv_bfloat16); }
@@ -6129,6 +6147,7 @@ extern "C" mx_status mx_backend_cuda_init(mx_backend *out) {
         c->gemm_mode = sw.gemm;
         c->gq_rot = sw.gemm_rot;
         c->strk_mode = sw.gemm_sk;
+        c->gemm_n32 = sw.gemm_n32;
         c->pair_on = sw.gemm_pair;
         c->sum_norm = sw.sum_norm;
         c->sum_qkv = sw.sum_qkv;
@@ -6247,6 +6266,26 @@ extern "C" mx_status mx_backend_cuda_init(mx_backend *out) {
             }
         }
     }
+    if (c->wg_ok) {   /* the 32-token forms (17..32 rows of x), as the others: [i & 1] f16 scales, [i >= 2] 4 warpgroups */
+        const void *k32[] = {(const void *)k_gemm_wg<32, 2, __nv_bfloat16>, (const void *)k_gemm_wg<32, 2, __half>,
+                             (const void *)k_gemm_wg<32, 4, __nv_bfloat16>, (const void *)k_gemm_wg<32, 4, __half>};
+        const void *s32[] = {(const void *)k_gemm_wg<32, 2, __nv_bfloat16, false, true>, (const void *)k_gemm_wg<32, 2, __half, false, true>,
+                             (const void *)k_gemm_wg<32, 4, __nv_bfloat16, false, true>, (const void *)k_gemm_wg<32, 4, __half, false, true>};
+        c->wg32_ok = true;
+        for (int i = 0; i < 4 && c->wg32_ok; i++) {
+            const int nw4 = i >= 2 ? 4 : 2;
+            cudaFuncAttributes fa;
+            if (cudaFuncGetAttributes(&fa, k32[i]) != cudaSuccess || fa.binaryVersion != 90 ||
+                cudaFuncSetAttribute(k32[i], cudaFuncAttributeMaxDynamicSharedMemorySize, (int)WG_SMEM(32, nw4)) != cudaSuccess ||
+                cudaFuncSetAttribute(s32[i], cudaFuncAttributeMaxDynamicSharedMemorySize, (int)WG_SMEM(32, nw4)) != cudaSuccess ||
+                ((i & 1) == 0 && (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&c->wg_bps32[i >= 2], k32[i], 128 * nw4, WG_SMEM(32, nw4)) != cudaSuccess ||
+                                  c->wg_bps32[i >= 2] < 1 ||
+                                  cudaOccupancyMaxActiveBlocksPerMultiprocessor(&c->wg_bps32_sk[i >= 2], s32[i], 128 * nw4, WG_SMEM(32, nw4)) != cudaSuccess))) {
+                cudaGetLastError();
+                c->wg32_ok = false;
+            }
+        }
+    }
     if (c->wg_ok) {   /* stream-K's counters (without them it does not run) */
         if (cudaMalloc((void **)&c->strk_cnt, STRK_TILES * sizeof(unsigned)) != cudaSuccess ||
             cudaMemsetAsync(c->strk_cnt, 0, STRK_TILES * sizeof(unsigned), c->st) != cudaSuccess) {
@@ -6347,6 +6386,13 @@ extern "C" int mx_backend_cuda_set_gemm_sk(mx_backend *b, int mode, int grid) {
     return was;
 }
 extern "C" int mx_backend_cuda_sk_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_strk; }
+extern "C" bool mx_backend_cuda_set_gemm_n32(mx_backend *b, bool on) {
+    cu_ctx *c = switch_ctx(b);
+    const bool was = c->gemm_n32 != 0;
+    c->gemm_n32 = on;
+    return was;
+}
+extern "C" int mx_backend_cuda_n32_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_wg32; }
 extern "C" bool mx_backend_cuda_set_mv_ring(mx_backend *b, bool on, int kb, int warps, int slot) {
     cu_ctx *c = switch_ctx(b);
     const bool was = c->mr_on != 0;
