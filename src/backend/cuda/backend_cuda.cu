@@ -222,6 +222,8 @@ struct cu_ctx {
     int wg_bps_sk[2][2];                   /* the same for its stream-K form (its grid: all resident at once) */
     bool wg32_ok;                          /* k_gemm_wg<32, ..>'s forms could be set up */
     int gemm_n32;                          /* 17..32 rows of x on them (MLXCEL_CUDA_GEMM_N32; else the 64-token form) */
+    int n32_wg;                            /* their warpgroups a block, 2 or 4 (MLXCEL_CUDA_GEMM_N32_WG); 0: by the
+                                            * columns, as the other forms (4 from 4096) */
     int wg_bps32[2], wg_bps32_sk[2];       /* their blocks a multiprocessor, [nwg == 4], and of the stream-K form */
     int n_wg32;                            /* their launches (tests) */
     int wg_bps[2][2];                      /* k_gemm_wg<64 | 128, 2 | 4 warpgroups>: blocks a multiprocessor
@@ -410,7 +412,7 @@ static pdl_launch<KArgs...> PL(cu_ctx *c, void (*k)(KArgs...), dim3 g, dim3 b, s
  * the default; anything else is an error naming the variable and what it takes. */
 enum { GM_AUTO, GM_CUBLAS, GM_MMA, GM_WG, GM_NMODES };   /* MLXCEL_CUDA_GEMM, in k_gemm_modes' order */
 static const char *const k_gemm_modes[] = {"auto", "cublas", "mma", "wgmma"};
-struct cu_switches { int att_o, attn, attn_dec, attn_prep, gqa, gemm, gemm_rot, gemm_sk, gemm_n32, gemm_pair, sum_norm, sum_qkv, att_gq, pdl, mv, profile, kv, graphs, fused, mv_ring, ring_norm, ring_bf, ring_pair, ring_act, ring_epi, i8_epi, ring_long, attn_early, dense_short, fast_replay, topk_one, chain, mv_mma_wide, mm_pfx, mm_form; long dq_mb, fused_pf, mr_kb, mr_slot, mr_warps, attn_l2pf, trace_max, epi_blocks, mv_pf, mv_mma, mm_nst; int pair_half; };   /* kv: checked here, read by kv_init */
+struct cu_switches { int att_o, attn, attn_dec, attn_prep, gqa, gemm, gemm_rot, gemm_sk, gemm_n32, n32_wg, gemm_pair, sum_norm, sum_qkv, att_gq, pdl, mv, profile, kv, graphs, fused, mv_ring, ring_norm, ring_bf, ring_pair, ring_act, ring_epi, i8_epi, ring_long, attn_early, dense_short, fast_replay, topk_one, chain, mv_mma_wide, mm_pfx, mm_form; long dq_mb, fused_pf, mr_kb, mr_slot, mr_warps, attn_l2pf, trace_max, epi_blocks, mv_pf, mv_mma, mm_nst; int pair_half; };   /* kv: checked here, read by kv_init */
 static mx_status env_choice(const char *name, const char *const *vals, int n, int def, int *out) {
     const char *e = getenv(name);
     *out = def;
@@ -448,7 +450,7 @@ static mx_status read_switches(cu_switches *sw) {
                              *const pdl[] = {"0", "1", "2", "3"},
                              *const mv[] = {"i8", "f32"}, *const kv[] = {"bf16", "f32"},
                              *const off_on_auto[] = {"0", "1", "auto"}, *const ring_bf[] = {"0", "norm", "1", "long"},
-                             *const ring_norm[] = {"0", "bf16", "1"}, *const mm_forms[] = {"auto", "1", "2"};
+                             *const ring_norm[] = {"0", "bf16", "1"}, *const mm_forms[] = {"auto", "1", "2"}, *const n32_wgs[] = {"auto", "2", "4"};
     mx_status st;
     if ((st = env_choice("MLXCEL_CUDA_ATTN", attn, 3, 0, &sw->attn)) ||
         (st = env_choice("MLXCEL_CUDA_ATTN_DEC", attn_dec, 2, 0, &sw->attn_dec)) ||
@@ -459,6 +461,7 @@ static mx_status read_switches(cu_switches *sw) {
         (st = env_choice("MLXCEL_CUDA_GEMM_ROT", onoff, 2, 1, &sw->gemm_rot)) ||
         (st = env_choice("MLXCEL_CUDA_GEMM_SK", onoff, 2, 1, &sw->gemm_sk)) ||
         (st = env_choice("MLXCEL_CUDA_GEMM_N32", onoff, 2, 1, &sw->gemm_n32)) ||
+        (st = env_choice("MLXCEL_CUDA_GEMM_N32_WG", n32_wgs, 3, 0, &sw->n32_wg)) ||
         (st = env_choice("MLXCEL_CUDA_GEMM_PAIR", onoff, 2, 0, &sw->gemm_pair)) ||
         (st = env_choice("MLXCEL_CUDA_SUM_NORM", onoff, 2, 1, &sw->sum_norm)) ||
         (st = env_choice("MLXCEL_CUDA_SUM_QKV", onoff, 2, 1, &sw->sum_qkv)) ||
@@ -4572,7 +4575,7 @@ static bool gq_gemm(cu_ctx *c, int nw, const cu_weight *const *w, const float *x
     /* 4 warpgroups (256 rows) a block for >= 4096 columns: each x tile serves twice the rows,
      * and x's L2 traffic is what limits it (Llama-8B, 128 rows: 11,563 tok/s against 10,164 with 2);
      * 2 for smaller weights, which then make enough blocks (Qwen3-0.6B, 32 rows: 17,459 / 16,849) */
-    const int nwg = cols >= 4096 ? 4 : 2, bm = wg ? 64 * nwg : GQ_BM;
+    const int nwg = bn == 32 && c->n32_wg ? c->n32_wg : cols >= 4096 ? 4 : 2, bm = wg ? 64 * nwg : GQ_BM;
     for (int k = 0; k < nw; k++) {
         set.blk0[k + 1] = pair ? (int)nblk(w[0]->rows, bm / 2) : set.blk0[k] + (int)nblk(w[k]->rows, bm);
         set.SB[k] = w[k]->sbp;
@@ -6148,6 +6151,7 @@ extern "C" mx_status mx_backend_cuda_init(mx_backend *out) {
         c->gq_rot = sw.gemm_rot;
         c->strk_mode = sw.gemm_sk;
         c->gemm_n32 = sw.gemm_n32;
+        c->n32_wg = sw.n32_wg ? 2 * sw.n32_wg : 0;   /* ("2" is choice 1, "4" choice 2) */
         c->pair_on = sw.gemm_pair;
         c->sum_norm = sw.sum_norm;
         c->sum_qkv = sw.sum_qkv;
