@@ -1732,7 +1732,7 @@ __device__ __forceinline__ unsigned ld_acquire_gpu(const unsigned *p) {
 }
 
 template <int BN, int NWG, typename ST, bool PAIR = false, bool SK = false>
-__global__ void __launch_bounds__(128 * NWG, NWG == 2 ? 2 : (BN == 32 && !SK ? 2 : 1))
+__global__ void __launch_bounds__(128 * NWG, NWG == 2 ? 2 : 1)
 k_gemm_wg(const gq_set set, const __nv_bfloat16 *__restrict__ x, int cols, int n, int gs_shift, int kchunk,
           float *__restrict__ part) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
