@@ -1370,35 +1370,32 @@ __device__ __forceinline__ void gm_store(const float (*acc)[4], const float *__r
     }
 }
 
-/* cp.async: 16 bytes global -> shared without a register round trip; groups committed and waited */
-__device__ __forceinline__ void cp_async16(void *smem, const void *gmem) {
-    const unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
+/* cp.async: 16 bytes global -> shared without a register round trip; groups committed and waited.
+ * The _sa forms take the shared-memory address as a 32-bit value (no conversion at each copy, for
+ * loops that work their addresses out once); the others convert a generic pointer. */
+__device__ __forceinline__ void cp_async16_sa(unsigned sa, const void *gmem) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sa), "l"(gmem) : "memory");
+}
+/* zero fill: src_bytes 0 writes 16 zero bytes (nothing read) */
+__device__ __forceinline__ void cp_async16z_sa(unsigned sa, const void *gmem, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(sa), "l"(gmem), "r"(src_bytes) : "memory");
+}
+/* 4 bytes, zero fill as above (src_bytes 0 or 4) */
+__device__ __forceinline__ void cp_async4z_sa(unsigned sa, const void *gmem, int src_bytes) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(sa), "l"(gmem), "r"(src_bytes) : "memory");
+}
+__device__ __forceinline__ void cp_async16(void *smem, const void *gmem) {
+    cp_async16_sa((unsigned)__cvta_generic_to_shared(smem), gmem);
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
 
-/* 4 bytes, zero fill as below (src_bytes 0 or 4) */
 __device__ __forceinline__ void cp_async4z(void *smem, const void *gmem, int src_bytes) {
-    const unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(sa), "l"(gmem), "r"(src_bytes) : "memory");
+    cp_async4z_sa((unsigned)__cvta_generic_to_shared(smem), gmem, src_bytes);
 }
-/* cp.async with zero fill: src_bytes 0 writes 16 zero bytes (nothing read) */
 __device__ __forceinline__ void cp_async16z(void *smem, const void *gmem, int src_bytes) {
-    const unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(sa), "l"(gmem), "r"(src_bytes) : "memory");
-}
-
-/* the same three by shared-memory address (a 32-bit value: no conversion at each copy) */
-__device__ __forceinline__ void cp_async16_sa(unsigned sa, const void *gmem) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sa), "l"(gmem) : "memory");
-}
-__device__ __forceinline__ void cp_async16z_sa(unsigned sa, const void *gmem, int src_bytes) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(sa), "l"(gmem), "r"(src_bytes) : "memory");
-}
-__device__ __forceinline__ void cp_async4z_sa(unsigned sa, const void *gmem, int src_bytes) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(sa), "l"(gmem), "r"(src_bytes) : "memory");
+    cp_async16z_sa((unsigned)__cvta_generic_to_shared(smem), gmem, src_bytes);
 }
 
 /* q4 GEMM on tensor cores with the packed weights read once and dequantized in registers
@@ -6514,6 +6511,28 @@ static int cmp_f(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+/* the benchmark helpers' timing: run once to warm up, then the median of 9 timed runs on the
+ * context's stream, in ms; 0 where a run failed */
+template <typename F> static float bench_median_ms(cu_ctx *c, F run) {
+    cudaEvent_t e0, e1;
+    float ms[9];
+    if (cudaEventCreate(&e0) != cudaSuccess) return 0;
+    if (cudaEventCreate(&e1) != cudaSuccess) { cudaEventDestroy(e0); return 0; }
+    run();
+    for (int i = 0; i < 9; i++) {
+        cudaEventRecord(e0, c->st);
+        run();
+        cudaEventRecord(e1, c->st);
+        cudaEventSynchronize(e1);
+        cudaEventElapsedTime(&ms[i], e0, e1);
+    }
+    const bool ok = cudaGetLastError() == cudaSuccess;
+    cudaEventDestroy(e0); cudaEventDestroy(e1);
+    if (!ok) return 0;
+    qsort(ms, 9, sizeof ms[0], cmp_f);
+    return ms[4];
+}
+
 /* The read-only rate (mx_backend_cuda_bench_read): what a decode step's weights could stream at,
  * as against the copy's read + write. Form 0: 16-byte loads, 8 in flight a thread, streaming
  * (evict-first) through L1; form 1: bulk copies (cp.async.bulk, as the rings) of 32 KB chunks into
@@ -6573,29 +6592,18 @@ extern "C" double mx_backend_cuda_bench_read(const mx_backend *b, size_t bytes, 
     cu_ctx *c = (cu_ctx *)b->ctx;
     void *src = NULL;
     unsigned *out = NULL;
-    cudaEvent_t e0, e1;
-    float ms[9];
     double r = 0;
     bytes -= bytes % RD_CHUNK;
     if (form == 1 && c->prop.major < 9) return 0;
-    if (!bytes || cudaMalloc(&src, bytes) != cudaSuccess || cudaMalloc(&out, 4) != cudaSuccess) goto done;
-    cudaMemsetAsync(src, 1, bytes, c->st);
-    if (form == 1 && cudaFuncSetAttribute(k_read_bulk, cudaFuncAttributeMaxDynamicSharedMemorySize, RD_SLOTS * RD_CHUNK) != cudaSuccess) goto done;
-    cudaEventCreate(&e0); cudaEventCreate(&e1);
-    for (int i = -1; i < 9; i++) {   /* (-1: warm-up) */
-        cudaEventRecord(e0, c->st);
-        if (form == 0) k_read_ldg<<<c->prop.multiProcessorCount * 4, 512, 0, c->st>>>((const uint4 *)src, bytes / 16, out);
-        else k_read_bulk<<<c->prop.multiProcessorCount, 32, RD_SLOTS * RD_CHUNK, c->st>>>((const unsigned char *)src, bytes / RD_CHUNK, out);
-        cudaEventRecord(e1, c->st);
-        cudaEventSynchronize(e1);
-        if (i >= 0) cudaEventElapsedTime(&ms[i], e0, e1);
+    if (bytes && cudaMalloc(&src, bytes) == cudaSuccess && cudaMalloc(&out, 4) == cudaSuccess &&
+        (form == 0 || cudaFuncSetAttribute(k_read_bulk, cudaFuncAttributeMaxDynamicSharedMemorySize, RD_SLOTS * RD_CHUNK) == cudaSuccess)) {
+        cudaMemsetAsync(src, 1, bytes, c->st);
+        const float ms = bench_median_ms(c, [&] {
+            if (form == 0) k_read_ldg<<<c->prop.multiProcessorCount * 4, 512, 0, c->st>>>((const uint4 *)src, bytes / 16, out);
+            else k_read_bulk<<<c->prop.multiProcessorCount, 32, RD_SLOTS * RD_CHUNK, c->st>>>((const unsigned char *)src, bytes / RD_CHUNK, out);
+        });
+        if (ms > 0) r = bytes / (ms * 1e-3) / 1e9;
     }
-    if (cudaGetLastError() == cudaSuccess) {
-        qsort(ms, 9, sizeof ms[0], cmp_f);
-        r = bytes / (ms[4] * 1e-3) / 1e9;
-    }
-    cudaEventDestroy(e0); cudaEventDestroy(e1);
-done:
     cudaGetLastError();
     if (src) cudaFree(src);
     if (out) cudaFree(out);
@@ -6605,24 +6613,12 @@ done:
 extern "C" double mx_backend_cuda_bench_copy(const mx_backend *b, size_t bytes) {
     cu_ctx *c = (cu_ctx *)b->ctx;
     void *src = NULL, *dst = NULL;
-    cudaEvent_t e0, e1;
-    float ms[9];
     double r = 0;
-    if (cudaMalloc(&src, bytes) != cudaSuccess || cudaMalloc(&dst, bytes) != cudaSuccess) goto done;
-    cudaMemsetAsync(src, 1, bytes, c->st);
-    cudaEventCreate(&e0); cudaEventCreate(&e1);
-    cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, c->st);
-    for (int i = 0; i < 9; i++) {
-        cudaEventRecord(e0, c->st);
-        cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, c->st);
-        cudaEventRecord(e1, c->st);
-        cudaEventSynchronize(e1);
-        cudaEventElapsedTime(&ms[i], e0, e1);
+    if (cudaMalloc(&src, bytes) == cudaSuccess && cudaMalloc(&dst, bytes) == cudaSuccess) {
+        cudaMemsetAsync(src, 1, bytes, c->st);
+        const float ms = bench_median_ms(c, [&] { cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, c->st); });
+        if (ms > 0) r = 2.0 * bytes / (ms * 1e-3) / 1e9;
     }
-    qsort(ms, 9, sizeof ms[0], cmp_f);
-    r = 2.0 * bytes / (ms[4] * 1e-3) / 1e9;
-    cudaEventDestroy(e0); cudaEventDestroy(e1);
-done:
     cudaGetLastError();
     if (src) cudaFree(src);
     if (dst) cudaFree(dst);
