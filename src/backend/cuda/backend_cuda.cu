@@ -1832,20 +1832,27 @@ k_gemm_wg(const gq_set set, const __nv_bfloat16 *__restrict__ x, int cols, int n
         sbdst = sbb + (j0 * BM + rl) * 4;
         sbbytes = row < rows ? 4 : 0;
     }
-    auto issue = [&](int s, int st) {   /* k step s (rotated) into stage st */
-        const int k0 = kbeg + s * GQ_BK;
-        cp_async16_sa(wdst + st * WWB, wsrc + k0 / 8);
+    /* the next k step to copy, as its first column from kbeg (the rotation wraps it to 0 once):
+     * each copy's address is then a base plus a 32-bit offset (the bases hold kbeg) */
+    wsrc += kbeg / 8;
+    xsrc += kbeg;
+    const bool sbq0 = j0 < ng, sbq1 = j0 + 2 < ng;
+    const unsigned kcend = (unsigned)nk * GQ_BK, rows2 = 2u * (unsigned)rows;
+    unsigned kc = (unsigned)r0it * GQ_BK;
+    auto issue = [&](int st) {   /* k step kc into stage st, then kc to the next */
+        cp_async16_sa(wdst + st * WWB, wsrc + (kc >> 3));
         if (xon)
 #pragma unroll
-            for (int j = 0; j < XI; j++) cp_async16z_sa(xdst + st * WG_XB(BN) + j * (T / BN) * 128, xsrc + k0 + j * (T / BN) * 8, xbytes);
-        const uint32_t *sp = sbsrc + (size_t)(k0 >> gs_shift) * rows;
-#pragma unroll
-        for (int q = 0; q < 2; q++)
-            if (j0 + 2 * q < ng) cp_async4z_sa(sbdst + st * WG_SB(NWG) + q * 2 * BM * 4, sp + (size_t)(2 * q) * rows, sbbytes);
+            for (int j = 0; j < XI; j++) cp_async16z_sa(xdst + st * WG_XB(BN) + j * (T / BN) * 128, xsrc + kc + j * (T / BN) * 8, xbytes);
+        const uint32_t *sp = sbsrc + (((unsigned)kbeg + kc) >> gs_shift) * (unsigned)rows;
+        if (sbq0) cp_async4z_sa(sbdst + st * WG_SB(NWG), sp, sbbytes);
+        if (sbq1) cp_async4z_sa(sbdst + st * WG_SB(NWG) + 2 * BM * 4, sp + rows2, sbbytes);
+        kc += GQ_BK;
+        if (kc == kcend) kc = 0;
     };
 #pragma unroll
     for (int st = 0; st < WG_D; st++) {
-        if (st < nk) issue(st + r0it >= nk ? st + r0it - nk : st + r0it, st);
+        if (st < nk) issue(st);
         cp_async_commit();
     }
     /* this lane's rows: g and g + 8 of its warp's 16 (block rows 16 wr + g, + 8); their (scale,
@@ -1860,20 +1867,38 @@ k_gemm_wg(const gq_set set, const __nv_bfloat16 *__restrict__ x, int cols, int n
     float d[BN / 2];
 #pragma unroll
     for (int i = 0; i < BN / 2; i++) d[i] = 0.f;
-    uint32_t a[2][4];
+    [[maybe_unused]] uint32_t a[2][4];   /* (the 128-token form's A words) */
     for (int it = 0, cst = 0, ist = WG_D; it < nk; it++) {   /* cst: the stage of step it; ist: of it + WG_D */
         cp_async_wait<WG_D - 1>();
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");   /* this thread's copies, seen by wgmma */
         __syncthreads();   /* stage it landed for all; stage it - 2 no longer read (its wgmmas completed) */
-        if (it + WG_D < nk) {
-            const int s = it + WG_D + r0it;
-            issue(s >= nk ? s - nk : s, ist);
-        }
-        cp_async_commit();
+        /* the step's words and pairs from shared memory first: the copies' issue below hides
+         * their latency (the asm's memory clobbers keep the compiler from moving them over it) */
         s0.load_pair(*(const uint32_t *)(sbl + cst * WG_SB(NWG)));
         s1.load_pair(*(const uint32_t *)(sbl + cst * WG_SB(NWG) + 32));
         const uint2 wl = *(const uint2 *)(wl0 + cst * WWB), wh = *(const uint2 *)(wl0 + cst * WWB + 256);
+        if (it + WG_D < nk) issue(ist);
+        cp_async_commit();
         const uint64_t desc = wg_desc(smb + cst * WG_XB(BN));
+        if constexpr (BN <= 64) {
+            /* the step's four wgmmas back to back, one group: the step's 16 A words dequantized
+             * first, once the previous step's group (which read them) has completed. That wait
+             * comes a barrier and the copies after the group's issue; waiting for the wgmma two
+             * back before each of four (the form below) chained every step's wgmmas. */
+            uint32_t af[16];
+            wg_wait<0>();
+#pragma unroll
+            for (int s = 0; s < 4; s++) {
+                const int p = 2 * (s & 1);
+                const uint32_t l = (s >> 1) ? wl.y : wl.x, h = (s >> 1) ? wh.y : wh.x;
+                af[4 * s] = s0.deq(l, p); af[4 * s + 1] = s1.deq(h, p);
+                af[4 * s + 2] = s0.deq(l, p + 1); af[4 * s + 3] = s1.deq(h, p + 1);
+            }
+            wg_fence();
+#pragma unroll
+            for (int s = 0; s < 4; s++) wg_mma<BN>(d, af + 4 * s, desc + (uint64_t)(s * 16));   /* k16 step s: 256 bytes on (2 cores) */
+            wg_commit();
+        } else {
 #pragma unroll
         for (int s = 0; s < 4; s++) {
             const int p = 2 * (s & 1);
@@ -1884,6 +1909,7 @@ k_gemm_wg(const gq_set set, const __nv_bfloat16 *__restrict__ x, int cols, int n
             wg_fence();
             wg_mma<BN>(d, a[s & 1], desc + (uint64_t)(s * 16));   /* k16 step s: 256 bytes on (2 cores) */
             wg_commit();
+        }
         }
         cst = cst + 1 == NST ? 0 : cst + 1;
         ist = ist + 1 == NST ? 0 : ist + 1;
