@@ -1666,10 +1666,13 @@ __global__ void k_gq_sum4(const gq_set set, const float *__restrict__ part, int 
  * x tile of a stage: no swizzle, K-major "core matrices" of 8 tokens x 8 k (16 bytes a token, 128
  * bytes each); core (k / 8, t / 8) at byte (t / 8) * 1024 + (k / 8) * 128, so a k16 step is 2
  * cores along k (the descriptor's LBO = 128) by BN / 8 along tokens (SBO = 1024).
- * wgmma runs asynchronously: A registers alternate between two sets, each step committed as a
- * group and waited (wait_group 1) before its set is written again; x and weight stages are
- * refilled WG_ST - 2 stages ahead, so the buffer a refill overwrites was read by a wgmma that had
- * completed before the block barrier. cp.async writes are made visible to the tensor cores (the
+ * wgmma runs asynchronously. The 32- and 64-token tiles dequantize a k step's 16 A words at once
+ * and issue its four wgmmas back to back as one group, waited for (wait_group 0) before the next
+ * step writes the words again, a block barrier and the copies' issue later; the 128-token tiles
+ * (64 accumulators a thread: no room for 16 words) alternate two sets of 4, each wgmma its own
+ * group, waited (wait_group 1) before its set is written again. x and weight stages are refilled
+ * WG_ST - 2 stages ahead, so the buffer a refill overwrites was read by a wgmma that had completed
+ * before the block barrier. cp.async writes are made visible to the tensor cores (the
  * async proxy) by fence.proxy.async before that barrier.
  * Scales and biases come from cu_weight.sbp, (scale, bias) pairs group-major, so that a warp's 8
  * rows of a group are one 32-byte sector (the [row][group] arrays cost a sector a row and stage).
