@@ -1883,6 +1883,12 @@ k_gemm_wg(const gq_set set, const __nv_bfloat16 *__restrict__ x, int cols, int n
         if (it + WG_D < nk) issue(ist);
         cp_async_commit();
         const uint64_t desc = wg_desc(smb + cst * WG_XB(BN));
+        auto deq4 = [&](int s, uint32_t *o) {   /* the 4 A words of k16 step s */
+            const int p = 2 * (s & 1);
+            const uint32_t l = (s >> 1) ? wl.y : wl.x, h = (s >> 1) ? wh.y : wh.x;
+            o[0] = s0.deq(l, p); o[1] = s1.deq(h, p);
+            o[2] = s0.deq(l, p + 1); o[3] = s1.deq(h, p + 1);
+        };
         if constexpr (BN <= 64) {
             /* the step's four wgmmas back to back, one group: the step's 16 A words dequantized
              * first, once the previous step's group (which read them) has completed. That wait
@@ -1891,28 +1897,20 @@ k_gemm_wg(const gq_set set, const __nv_bfloat16 *__restrict__ x, int cols, int n
             uint32_t af[16];
             wg_wait<0>();
 #pragma unroll
-            for (int s = 0; s < 4; s++) {
-                const int p = 2 * (s & 1);
-                const uint32_t l = (s >> 1) ? wl.y : wl.x, h = (s >> 1) ? wh.y : wh.x;
-                af[4 * s] = s0.deq(l, p); af[4 * s + 1] = s1.deq(h, p);
-                af[4 * s + 2] = s0.deq(l, p + 1); af[4 * s + 3] = s1.deq(h, p + 1);
-            }
+            for (int s = 0; s < 4; s++) deq4(s, af + 4 * s);
             wg_fence();
 #pragma unroll
             for (int s = 0; s < 4; s++) wg_mma<BN>(d, af + 4 * s, desc + (uint64_t)(s * 16));   /* k16 step s: 256 bytes on (2 cores) */
             wg_commit();
         } else {
 #pragma unroll
-        for (int s = 0; s < 4; s++) {
-            const int p = 2 * (s & 1);
-            const uint32_t l = (s >> 1) ? wl.y : wl.x, h = (s >> 1) ? wh.y : wh.x;
-            wg_wait<1>();   /* the wgmma that read a[s & 1] (step s - 2) has completed */
-            a[s & 1][0] = s0.deq(l, p); a[s & 1][1] = s1.deq(h, p);
-            a[s & 1][2] = s0.deq(l, p + 1); a[s & 1][3] = s1.deq(h, p + 1);
-            wg_fence();
-            wg_mma<BN>(d, a[s & 1], desc + (uint64_t)(s * 16));   /* k16 step s: 256 bytes on (2 cores) */
-            wg_commit();
-        }
+            for (int s = 0; s < 4; s++) {
+                wg_wait<1>();   /* the wgmma that read a[s & 1] (step s - 2) has completed */
+                deq4(s, a[s & 1]);
+                wg_fence();
+                wg_mma<BN>(d, a[s & 1], desc + (uint64_t)(s * 16));
+                wg_commit();
+            }
         }
         cst = cst + 1 == NST ? 0 : cst + 1;
         ist = ist + 1 == NST ? 0 : ist + 1;
