@@ -70,7 +70,7 @@ struct cu_weight {         /* what weight_prepare puts behind mx_weight.dev */
     int sdt;               /* quantized: scale/bias storage SDT_* */
     void *w, *scales, *biases;
     float *bias;           /* [rows] or NULL */
-    uint32_t *sbp;         /* q4 where k_gemm_wg runs: (scale, bias) pairs [cols / gs][rows] (a warp's
+    uint32_t *sbp;         /* q4 where k_gemm_wg runs: (scale, bias) pairs [cols / gs][rows rounded up to 4] (a warp's
                             * 8 rows of a group in one 32-byte sector), else NULL */
 };
 
@@ -1681,12 +1681,15 @@ __global__ void k_gq_sum4(const gq_set set, const float *__restrict__ part, int 
  * starts its k loop at its own step (set.rot), so that the blocks do not all copy the same x tile
  * at once: gate/up 126.5 -> 103.4 us, 290 TFLOP/s. (Sharing x tiles among the blocks of a thread
  * block cluster through distributed shared memory was slower: NOTES.md.) */
-#define WG_ST(nwg) ((nwg) == 4 ? 7 : 5)
+/* stages: 7 (4 warpgroups) or 5 (2, two blocks a multiprocessor). (The 32- and 64-token tiles'
+ * stages are smaller, so more would fit: 12 / 10 on 4 warpgroups, 10 / 7 on 2 were 2-4% slower at
+ * 17-64 rows on an H100, the fortieth session; bn is kept for such a choice.) */
+#define WG_ST(bn, nwg) ((nwg) == 4 ? 7 : 5)
 #define STRK_TILES 4096   /* stream-K: tiles of a launch at most (its counters) */
 #define WG_XB(bn) ((bn) * GQ_BK * 2)   /* bytes of an x stage */
 #define WG_WB(nwg) ((nwg) * 64 * 32)   /* bytes of a weight stage */
 #define WG_SB(nwg) (4 * (nwg) * 64 * 4)   /* bytes of a stage's (scale, bias) pairs: up to 4 groups x the rows */
-#define WG_SMEM(bn, nwg) ((size_t)WG_ST(nwg) * (WG_XB(bn) + WG_WB(nwg) + WG_SB(nwg)))
+#define WG_SMEM(bn, nwg) ((size_t)WG_ST(bn, nwg) * (WG_XB(bn) + WG_WB(nwg) + WG_SB(nwg)))
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 __device__ __forceinline__ uint64_t wg_desc(uint32_t saddr) {   /* no swizzle, LBO 128, SBO 1024 */
@@ -1738,7 +1741,7 @@ k_gemm_wg(const gq_set set, const __nv_bfloat16 *__restrict__ x, int cols, int n
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     pdl_entry();
     extern __shared__ __align__(1024) unsigned char wg_smem[];
-    constexpr int NST = WG_ST(NWG), WG_D = NST - 2, T = 128 * NWG, BM = 64 * NWG, WWB = WG_WB(NWG);
+    constexpr int NST = WG_ST(BN, NWG), WG_D = NST - 2, T = 128 * NWG, BM = 64 * NWG, WWB = WG_WB(NWG);
     /* shared memory: NST x tiles, then NST weight stages (BM rows x 8 words), then NST stages of
      * (scale, bias) pairs ([group][BM rows]) */
     /* PAIR (gate/up with the activation fused, nw = 2, equal rows; experimental, off by default:
@@ -1821,35 +1824,36 @@ k_gemm_wg(const gq_set set, const __nv_bfloat16 *__restrict__ x, int cols, int n
         xdst = smb + (t >> 3) * 1024 + c8 * 128 + (t & 7) * 16;
         xbytes = tk < n ? 16 : 0;
     }
-    /* the (scale, bias) pairs of the step's groups (SB[group * rows + row]), [group][BM rows], zero
-     * past the rows: read from shared memory after the stage's barrier (loaded from L2 one step
-     * ahead, their latency was the most sampled stall, ncu at Llama-8B's 128 rows). BM = T / 2: a
-     * thread's row rl of groups j0 and j0 + 2 */
-    const int j0 = tid / BM;
+    /* the (scale, bias) pairs of the step's groups (SB[group * rows4 + row], rows4 the rows rounded
+     * up to 4 with zeros), [group][BM rows], zero past the rows: read from shared memory after the
+     * stage's barrier (loaded from L2 one step ahead, their latency was the most sampled stall, ncu
+     * at Llama-8B's 128 rows). Four rows' pairs a 16-byte copy, by the first ng * BM / 4 threads (one
+     * pair a thread, four times the copies, stalled on the shared-memory pipe's queue: ncu's
+     * mio_throttle at 32 rows) */
     const uint32_t *sbsrc;
     unsigned sbdst;
     int sbbytes;
+    bool sbq;
+    const int rows4 = (rows + 3) & ~3;
     {
-        const int rl = tid & (BM - 1), wk = PAIR ? (rl >= HB ? 1 : 0) : k, row = PAIR ? mb + rl - wk * HB : mb + rl;
-        sbsrc = set.SB[wk] + (size_t)j0 * rows + min(row, rows - 1);
-        sbdst = sbb + (j0 * BM + rl) * 4;
-        sbbytes = row < rows ? 4 : 0;
+        const int jv = tid / (BM / 4), rl = (tid % (BM / 4)) * 4, wk = PAIR ? (rl >= HB ? 1 : 0) : k, row = PAIR ? mb + rl - wk * HB : mb + rl;
+        sbsrc = set.SB[wk] + (size_t)jv * rows4 + (row < rows4 ? row : 0);
+        sbdst = sbb + (jv * BM + rl) * 4;
+        sbbytes = row < rows4 ? 16 : 0;
+        sbq = jv < ng;
     }
     /* the next k step to copy, as its first column from kbeg (the rotation wraps it to 0 once):
      * each copy's address is then a base plus a 32-bit offset (the bases hold kbeg) */
     wsrc += kbeg / 8;
     xsrc += kbeg;
-    const bool sbq0 = j0 < ng, sbq1 = j0 + 2 < ng;
-    const unsigned kcend = (unsigned)nk * GQ_BK, rows2 = 2u * (unsigned)rows;
+    const unsigned kcend = (unsigned)nk * GQ_BK;
     unsigned kc = (unsigned)r0it * GQ_BK;
     auto issue = [&](int st) {   /* k step kc into stage st, then kc to the next */
         cp_async16_sa(wdst + st * WWB, wsrc + (kc >> 3));
         if (xon)
 #pragma unroll
             for (int j = 0; j < XI; j++) cp_async16z_sa(xdst + st * WG_XB(BN) + j * (T / BN) * 128, xsrc + kc + j * (T / BN) * 8, xbytes);
-        const uint32_t *sp = sbsrc + (((unsigned)kbeg + kc) >> gs_shift) * (unsigned)rows;
-        if (sbq0) cp_async4z_sa(sbdst + st * WG_SB(NWG), sp, sbbytes);
-        if (sbq1) cp_async4z_sa(sbdst + st * WG_SB(NWG) + 2 * BM * 4, sp + rows2, sbbytes);
+        if (sbq) cp_async16z_sa(sbdst + st * WG_SB(NWG), sbsrc + (((unsigned)kbeg + kc) >> gs_shift) * (unsigned)rows4, sbbytes);
         kc += GQ_BK;
         if (kc == kcend) kc = 0;
     };
@@ -3611,11 +3615,12 @@ static float *up_f32(cu_ctx *c, mx_dtype t, const void *src, int64_t n) {
 
 /* (scale, bias) pairs of a q4 weight for k_gemm_wg, group-major: [ngw][rows] */
 static uint32_t *up_pairs(cu_ctx *c, const uint16_t *s, const uint16_t *b, int64_t rows, int64_t ngw) {
-    uint32_t *t = (uint32_t *)malloc((size_t)rows * (size_t)ngw * 4);
+    const int64_t rows4 = (rows + 3) & ~(int64_t)3;   /* a group's pairs padded to 16 bytes (zeros) */
+    uint32_t *t = (uint32_t *)calloc((size_t)rows4 * (size_t)ngw, 4);
     if (!t) return NULL;
     for (int64_t gi = 0; gi < ngw; gi++)
-        for (int64_t r = 0; r < rows; r++) t[gi * rows + r] = s[r * ngw + gi] | (uint32_t)b[r * ngw + gi] << 16;
-    uint32_t *d = (uint32_t *)up_copy(c, t, (size_t)rows * (size_t)ngw * 4);
+        for (int64_t r = 0; r < rows; r++) t[gi * rows4 + r] = s[r * ngw + gi] | (uint32_t)b[r * ngw + gi] << 16;
+    uint32_t *d = (uint32_t *)up_copy(c, t, (size_t)rows4 * (size_t)ngw * 4);
     free(t);
     return d;
 }
