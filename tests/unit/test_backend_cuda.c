@@ -59,7 +59,7 @@ static void test_select(void) {
                                          {"MLXCEL_CUDA_SUM_QKV", "on"}, {"MLXCEL_CUDA_GRAPHS", "2"},
                                          {"MLXCEL_CUDA_ATT_GQ", "yes"}, {"MLXCEL_CUDA_FUSED", "on"},
                                          {"MLXCEL_CUDA_FUSED_PF", "65"}, {"MLXCEL_CUDA_FUSED_PF", "-1"},
-                                         {"MLXCEL_CUDA_GEMM_SK", "auto"}, {"MLXCEL_CUDA_GEMM_N32", "yes"}, {"MLXCEL_CUDA_GEMM_N32_WG", "3"}, {"MLXCEL_CUDA_MV_RING", "yes"},
+                                         {"MLXCEL_CUDA_GEMM_SK", "auto"}, {"MLXCEL_CUDA_GEMM_N32", "yes"}, {"MLXCEL_CUDA_GEMM_TMA", "on"}, {"MLXCEL_CUDA_GEMM_N32_WG", "3"}, {"MLXCEL_CUDA_MV_RING", "yes"},
                                          {"MLXCEL_CUDA_MV_RING_KB", "500"}, {"MLXCEL_CUDA_MV_RING_WARPS", "0"},
                                          {"MLXCEL_CUDA_MV_RING_SLOT", "32k"}, {"MLXCEL_CUDA_RING_NORM", "on"}, {"MLXCEL_CUDA_RING_NORM", "2"},
                                          {"MLXCEL_CUDA_MV_RING_BF16", "2"}, {"MLXCEL_CUDA_ATTN_PREP", "on"},
@@ -1206,6 +1206,72 @@ static void check_n32(const n32_case *nc) {
     mx_backend_cuda_set_gemm(&G, "auto");
     mx_backend_cuda_set_gemm_sk(&G, sk, 0);
     mx_backend_cuda_set_gemm_rot(&G, rot);
+    free(out[0]); free(out[1]); free(x); free(ref);
+    G.i->free(G.ctx, dx);
+    for (int k = 0; k < nw; k++) tw_free(&t[k]);
+}
+
+/* The wgmma GEMM's TMA form (mx_backend_cuda_set_gemm_tma: the stages copied by the tensor memory
+ * accelerator) against its cp.async form, bit for bit (the same k order: the same wgmmas on the
+ * same values, only the shared-memory layout of x and who copies differ), against the CPU, and
+ * counted: 32- and 64-token tiles (17..64 rows of x; 65..128 keep the cp.async form, checked), 2
+ * and 4 warpgroups, one and three weights, groups of 32 / 64 / 128, bf16 and f16 scales, weight
+ * rows that leave the last tile partial and are not a multiple of 4 (the pairs' padding), tokens
+ * that leave the tile partial (x's box past n), the k loop rotated (the default) and stream-K
+ * (sk_grid > 0: its segments run the stages and their mbarrier phases on from one to the next). */
+typedef struct { const char *name; int rows, cols, n, gs, nw; mx_dtype sdt; bool bias; int sk_grid; } tma_case;
+static const tma_case g_tma[] = {
+    {"cuda_gemm_tma_n32_4096_g64", 4096, 4096, 32, 64, 1, MX_DTYPE_BF16, false, 0},
+    {"cuda_gemm_tma_n17_4096_g128_qkv", 1024, 4096, 17, 128, 3, MX_DTYPE_BF16, true, 0},
+    {"cuda_gemm_tma_n25_1024_g32_f16_rows_odd", 3001, 1024, 25, 32, 1, MX_DTYPE_F16, true, 0},
+    {"cuda_gemm_tma_n50_2048_g64_qkv", 200, 2048, 50, 64, 3, MX_DTYPE_BF16, false, 0},
+    {"cuda_gemm_tma_n64_4096_g32", 1000, 4096, 64, 32, 1, MX_DTYPE_BF16, true, 0},
+    {"cuda_gemm_tma_n100_4096_g64_not_taken", 512, 4096, 100, 64, 1, MX_DTYPE_BF16, false, 0},
+    {"cuda_gemm_tma_n40_4096_g64_sk", 4096, 4096, 40, 64, 1, MX_DTYPE_BF16, false, 37},
+    {"cuda_gemm_tma_n24_1024_g128_sk_qkv", 700, 1024, 24, 128, 3, MX_DTYPE_F16, true, 5},
+};
+static void check_tma(const tma_case *tc) {
+    const int n = tc->n, K = tc->cols, nw = tc->nw;
+    tw t[3];
+    const mx_weight *ws[3];
+    int64_t off[4] = {0};
+    for (int k = 0; k < nw; k++) {
+        tw_make(&t[k], tc->rows + 64 * k, K, 4, tc->gs, tc->sdt, tc->bias);
+        TREQUIRE(G.i->weight_prepare(G.ctx, &t[k].w) == MX_OK, "prepare");
+        ws[k] = &t[k].w;
+        off[k + 1] = off[k] + (int64_t)n * (tc->rows + 64 * k);
+    }
+    const int64_t tot = off[nw];
+    float *x = malloc((size_t)n * K * 4), *ref = malloc((size_t)tot * 4);
+    fill(x, (int64_t)n * K, 1.f);
+    float *cy[3];
+    for (int k = 0; k < nw; k++) cy[k] = ref + off[k];
+    C.i->matmul_multi(C.ctx, nw, ws, x, cy, n);
+    float *dx = gup(x, (int64_t)n * K);
+    const int sk = mx_backend_cuda_set_gemm_sk(&G, tc->sk_grid > 0, tc->sk_grid);
+    TREQUIRE(mx_backend_cuda_set_gemm(&G, "wgmma") == MX_OK, "set_gemm wgmma");
+    float *out[2];
+    for (int on = 0; on < 2; on++) {
+        const bool was = mx_backend_cuda_set_gemm_tma(&G, on);
+        float *dy = gnan(tot), *gy[3];
+        for (int k = 0; k < nw; k++) gy[k] = dy + off[k];
+        const int before = mx_backend_cuda_tma_launches(&G), skb = mx_backend_cuda_sk_launches(&G);
+        if (nw > 1) G.i->matmul_multi(G.ctx, nw, ws, dx, gy, n);
+        else G.i->matmul(G.ctx, &t[0].w, dx, dy, n);
+        out[on] = gdown(dy, tot);
+        const int got = mx_backend_cuda_tma_launches(&G) - before, want = on && n <= 64 && mx_backend_cuda_has_wgmma(&G) ? 1 : 0;
+        TCHECK(got == want, "TMA %s: %d launches of that form, expected %d", on ? "on" : "off", got, want);
+        if (tc->sk_grid && mx_backend_cuda_has_wgmma(&G))
+            TCHECK(mx_backend_cuda_sk_launches(&G) - skb == 1, "TMA %s: not through stream-K", on ? "on" : "off");
+        mx_backend_cuda_set_gemm_tma(&G, was);
+        G.i->free(G.ctx, dy);
+        const double e = relerr(out[on], ref, tot);
+        TCHECK(e < 1.5e-2, "TMA %s: rel err %.3g against the CPU", on ? "on" : "off", e);
+    }
+    TCHECK(!memcmp(out[0], out[1], (size_t)tot * 4), "the TMA form differs from the cp.async form (rel err %.3g)", relerr(out[1], out[0], tot));
+    TCHECK(mx_backend_cuda_status(&G) == MX_OK, "status: %s", mx_last_error());
+    mx_backend_cuda_set_gemm(&G, "auto");
+    mx_backend_cuda_set_gemm_sk(&G, sk, 0);
     free(out[0]); free(out[1]); free(x); free(ref);
     G.i->free(G.ctx, dx);
     for (int k = 0; k < nw; k++) tw_free(&t[k]);
@@ -3161,6 +3227,7 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < sizeof g_pair / sizeof g_pair[0]; i++) RUN_NAMED(g_pair[i].name, check_pair, &g_pair[i]);
     for (size_t i = 0; i < sizeof g_sk / sizeof g_sk[0]; i++) RUN_NAMED(g_sk[i].name, check_strk, &g_sk[i]);
     for (size_t i = 0; i < sizeof g_n32 / sizeof g_n32[0]; i++) RUN_NAMED(g_n32[i].name, check_n32, &g_n32[i]);
+    for (size_t i = 0; i < sizeof g_tma / sizeof g_tma[0]; i++) RUN_NAMED(g_tma[i].name, check_tma, &g_tma[i]);
     for (size_t i = 0; i < sizeof g_rg / sizeof g_rg[0]; i++) RUN_NAMED(g_rg[i].name, check_ring, &g_rg[i]);
     for (size_t i = 0; i < sizeof g_ds / sizeof g_ds[0]; i++) RUN_NAMED(g_ds[i].name, check_dense_short, &g_ds[i]);
     for (size_t i = 0; i < sizeof g_rn / sizeof g_rn[0]; i++) RUN_NAMED(g_rn[i].name, check_ring_norm, &g_rn[i]);

@@ -9,6 +9,7 @@
  *
  * Errors: ops return void; the first failure is kept in the context (mx_backend_cuda_status). */
 #include <cuda_runtime.h>
+#include <cudaTypedefs.h>   /* cuTensorMapEncodeTiled's type (taken through the runtime: no -lcuda) */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cublas_v2.h>
@@ -70,6 +71,9 @@ struct cu_weight {         /* what weight_prepare puts behind mx_weight.dev */
     int sdt;               /* quantized: scale/bias storage SDT_* */
     void *w, *scales, *biases;
     float *bias;           /* [rows] or NULL */
+    unsigned char tmw[2][128];   /* k_gemm_wg's TMA form: W's tensor maps (CUtensorMap), boxes of 8 words x 128 | 256
+                                  * rows (2 | 4 warpgroups); has_tmw: made */
+    bool has_tmw;
     uint32_t *sbp;         /* q4 where k_gemm_wg runs: (scale, bias) pairs [cols / gs][rows rounded up to 4] (a warp's
                             * 8 rows of a group in one 32-byte sector), else NULL */
 };
@@ -222,6 +226,10 @@ struct cu_ctx {
     int wg_bps_sk[2][2];                   /* the same for its stream-K form (its grid: all resident at once) */
     bool wg32_ok;                          /* k_gemm_wg<32, ..>'s forms could be set up */
     int gemm_n32;                          /* 17..32 rows of x on them (MLXCEL_CUDA_GEMM_N32; else the 64-token form) */
+    int gemm_tma;                          /* k_gemm_wg's stages copied by the tensor memory accelerator
+                                              (MLXCEL_CUDA_GEMM_TMA; where the maps could be made) */
+    PFN_cuTensorMapEncodeTiled_v12000 tm_encode;   /* the driver's cuTensorMapEncodeTiled (NULL: no TMA form) */
+    int n_tma;                             /* launches of the TMA form (tests) */
     int n32_wg;                            /* their warpgroups a block, 2 or 4 (MLXCEL_CUDA_GEMM_N32_WG); 0: by the
                                             * columns, as the other forms (4 from 4096) */
     int wg_bps32[2], wg_bps32_sk[2];       /* their blocks a multiprocessor, [nwg == 4], and of the stream-K form */
@@ -412,7 +420,7 @@ static pdl_launch<KArgs...> PL(cu_ctx *c, void (*k)(KArgs...), dim3 g, dim3 b, s
  * the default; anything else is an error naming the variable and what it takes. */
 enum { GM_AUTO, GM_CUBLAS, GM_MMA, GM_WG, GM_NMODES };   /* MLXCEL_CUDA_GEMM, in k_gemm_modes' order */
 static const char *const k_gemm_modes[] = {"auto", "cublas", "mma", "wgmma"};
-struct cu_switches { int att_o, attn, attn_dec, attn_prep, gqa, gemm, gemm_rot, gemm_sk, gemm_n32, n32_wg, gemm_pair, sum_norm, sum_qkv, att_gq, pdl, mv, profile, kv, graphs, fused, mv_ring, ring_norm, ring_bf, ring_pair, ring_act, ring_epi, i8_epi, ring_long, attn_early, dense_short, fast_replay, topk_one, chain, mv_mma_wide, mm_pfx, mm_form; long dq_mb, fused_pf, mr_kb, mr_slot, mr_warps, attn_l2pf, trace_max, epi_blocks, mv_pf, mv_mma, mm_nst; int pair_half; };   /* kv: checked here, read by kv_init */
+struct cu_switches { int att_o, attn, attn_dec, attn_prep, gqa, gemm, gemm_rot, gemm_sk, gemm_n32, gemm_tma, n32_wg, gemm_pair, sum_norm, sum_qkv, att_gq, pdl, mv, profile, kv, graphs, fused, mv_ring, ring_norm, ring_bf, ring_pair, ring_act, ring_epi, i8_epi, ring_long, attn_early, dense_short, fast_replay, topk_one, chain, mv_mma_wide, mm_pfx, mm_form; long dq_mb, fused_pf, mr_kb, mr_slot, mr_warps, attn_l2pf, trace_max, epi_blocks, mv_pf, mv_mma, mm_nst; int pair_half; };   /* kv: checked here, read by kv_init */
 static mx_status env_choice(const char *name, const char *const *vals, int n, int def, int *out) {
     const char *e = getenv(name);
     *out = def;
@@ -461,6 +469,7 @@ static mx_status read_switches(cu_switches *sw) {
         (st = env_choice("MLXCEL_CUDA_GEMM_ROT", onoff, 2, 1, &sw->gemm_rot)) ||
         (st = env_choice("MLXCEL_CUDA_GEMM_SK", onoff, 2, 1, &sw->gemm_sk)) ||
         (st = env_choice("MLXCEL_CUDA_GEMM_N32", onoff, 2, 1, &sw->gemm_n32)) ||
+        (st = env_choice("MLXCEL_CUDA_GEMM_TMA", onoff, 2, 0, &sw->gemm_tma)) ||
         (st = env_choice("MLXCEL_CUDA_GEMM_N32_WG", n32_wgs, 3, 0, &sw->n32_wg)) ||
         (st = env_choice("MLXCEL_CUDA_GEMM_PAIR", onoff, 2, 0, &sw->gemm_pair)) ||
         (st = env_choice("MLXCEL_CUDA_SUM_NORM", onoff, 2, 1, &sw->sum_norm)) ||
@@ -1398,6 +1407,47 @@ __device__ __forceinline__ void cp_async16z(void *smem, const void *gmem, int sr
     cp_async16z_sa((unsigned)__cvta_generic_to_shared(smem), gmem, src_bytes);
 }
 
+/* mbarriers and bulk copies (sm_90): the rings, the fused decode kernel, k_gemm_wg's TMA form */
+__device__ __forceinline__ uint32_t fd_sa(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+__device__ __forceinline__ void fd_mbar_init(uint64_t *b, int count) {
+    asm volatile("mbarrier.init.shared.b64 [%0], %1;" ::"r"(fd_sa(b)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void fd_mbar_expect(uint64_t *b, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(fd_sa(b)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void fd_mbar_arrive(uint64_t *b) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(fd_sa(b)) : "memory");
+}
+__device__ __forceinline__ uint64_t fd_now() { uint64_t t; asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t)); return t; }
+/* (a wait of 10 s stops the kernel: a broken invariant, which would otherwise hang the device) */
+__device__ __forceinline__ void fd_mbar_wait(uint64_t *b, uint32_t parity) {
+    uint32_t ok = 0;
+    uint64_t t0 = 0;
+    for (int spin = 0; !ok; spin++) {
+        asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+                     : "=r"(ok) : "r"(fd_sa(b)), "r"(parity) : "memory");
+        if (!ok && (spin & 255) == 255) {
+            const uint64_t t = fd_now();
+            if (!t0) t0 = t; else if (t - t0 > 10000000000ull) __trap();
+        }
+    }
+}
+__device__ __forceinline__ void fd_bulk(void *dst, const void *src, uint32_t bytes, uint64_t *bar, uint64_t pol) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;"
+                 ::"r"(fd_sa(dst)), "l"(src), "r"(bytes), "r"(fd_sa(bar)), "l"(pol) : "memory");
+}
+/* the _sa forms of k_gemm_wg's TMA form: shared-memory addresses as 32-bit values. A 2D box of a
+ * tensor map (a CUtensorMap kernel parameter, __grid_constant__) at element coordinates (c0, c1);
+ * a plain bulk copy (16-byte multiples); both complete on the mbarrier bar as bytes */
+__device__ __forceinline__ void tma2d_sa(unsigned dst, const void *map, int c0, int c1, unsigned bar) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
+                 ::"r"(dst), "l"(map), "r"(c0), "r"(c1), "r"(bar) : "memory");
+}
+__device__ __forceinline__ void bulk_sa(unsigned dst, const void *src, unsigned bytes, unsigned bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                 ::"r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
+}
+
 /* q4 GEMM on tensor cores with the packed weights read once and dequantized in registers
  * (where gq_rows takes it: by default 17..64 rows, and up to 128 for >= 4096 columns): y_k[n, rows_k] = x[n, cols] W_k^T for the up to 4 weights of a set
  * (q/k/v, gate/up) in one launch.
@@ -1689,11 +1739,17 @@ __global__ void k_gq_sum4(const gq_set set, const float *__restrict__ part, int 
 #define WG_XB(bn) ((bn) * GQ_BK * 2)   /* bytes of an x stage */
 #define WG_WB(nwg) ((nwg) * 64 * 32)   /* bytes of a weight stage */
 #define WG_SB(nwg) (4 * (nwg) * 64 * 4)   /* bytes of a stage's (scale, bias) pairs: up to 4 groups x the rows */
-#define WG_SMEM(bn, nwg) ((size_t)WG_ST(bn, nwg) * (WG_XB(bn) + WG_WB(nwg) + WG_SB(nwg)))
+#define WG_STB(bn, nwg) ((size_t)WG_ST(bn, nwg) * (WG_XB(bn) + WG_WB(nwg) + WG_SB(nwg)))   /* the stages' bytes */
+#define WG_SMEM(bn, nwg) (WG_STB(bn, nwg) + 256)   /* + the TMA form's mbarriers (2 a stage) */
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 __device__ __forceinline__ uint64_t wg_desc(uint32_t saddr) {   /* no swizzle, LBO 128, SBO 1024 */
     return (uint64_t)((saddr >> 4) & 0x3FFF) | ((uint64_t)(128 >> 4) << 16) | ((uint64_t)(1024 >> 4) << 32);
+}
+/* the TMA form's x stage: k's core matrices BN * 16 bytes apart (a box of 8 columns x BN tokens
+ * each), the tokens' 128 */
+template <int BN> __device__ __forceinline__ uint64_t wg_desc_t(uint32_t saddr) {
+    return (uint64_t)((saddr >> 4) & 0x3FFF) | ((uint64_t)((BN * 16) >> 4) << 16) | ((uint64_t)(128 >> 4) << 32);
 }
 #define WG_D8(i) "+f"(d[i + 0]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
 template <int BN> __device__ __forceinline__ void wg_mma(float *d, const uint32_t *a, uint64_t desc);
@@ -1734,10 +1790,13 @@ __device__ __forceinline__ unsigned ld_acquire_gpu(const unsigned *p) {
     return v;
 }
 
-template <int BN, int NWG, typename ST, bool PAIR = false, bool SK = false>
+struct wg_maps {   /* k_gemm_wg's TMA form: the set's weights (boxes of 8 words x BM rows) and x's */
+    CUtensorMap w[4], x;
+};
+template <int BN, int NWG, typename ST, bool PAIR = false, bool SK = false, bool TMA = false>
 __global__ void __launch_bounds__(128 * NWG, NWG == 2 ? 2 : 1)
 k_gemm_wg(const gq_set set, const __nv_bfloat16 *__restrict__ x, int cols, int n, int gs_shift, int kchunk,
-          float *__restrict__ part) {
+          float *__restrict__ part, const __grid_constant__ wg_maps tm) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     pdl_entry();
     extern __shared__ __align__(1024) unsigned char wg_smem[];
@@ -1762,6 +1821,28 @@ k_gemm_wg(const gq_set set, const __nv_bfloat16 *__restrict__ x, int cols, int n
      * them, adds them in k order (deterministic) and stores the tile. Every block of the grid is
      * resident at once (G <= the slots of the occupancy), so the wait ends. */
     static_assert(!(SK && PAIR), "stream-K has no fused pair form");
+    static_assert(!(TMA && (PAIR || BN > 64)), "the TMA form: 32- and 64-token tiles, no fused pair form");
+    /* TMA: the stages are filled by the tensor memory accelerator, issued by thread 0: a step's
+     * weights as one box of W's map (BM rows x 8 words, the cp.async form's layout; rows past the
+     * weight's read as zeros), x as 8 boxes of 8 columns x BN tokens (tokens past n zeros; k's core
+     * matrices BN * 16 bytes apart: wg_desc_t) and the (scale, bias) pairs as one bulk copy a group,
+     * all completing on the stage's "full" mbarrier. Each warp releases a stage on its "empty"
+     * mbarrier once its wgmmas that read it have completed; thread 0 waits for that before it
+     * refills the stage. No block barrier in the k loop, and no per-thread copies (~770 cp.async
+     * a step a block in the other form). The stages and their phases run on across stream-K's
+     * segments (tst, tround: thread 0's next stage to fill and how many times it went round; tcs,
+     * tph: the next stage to read and its phase). Not in the 128-token tiles, which keep a wgmma
+     * in flight through the loop: a release between two made ptxas serialize them (C7513). */
+    uint64_t *const fullb = (uint64_t *)(wg_smem + WG_STB(BN, NWG)), *const emptyb = fullb + NST;
+    [[maybe_unused]] int tst = 0, tround = 0, tcs = 0;
+    [[maybe_unused]] unsigned tph = 0;
+    if constexpr (TMA) {
+        if (tid == 0) {
+            for (int i = 0; i < NST; i++) { fd_mbar_init(fullb + i, 1); fd_mbar_init(emptyb + i, T / 32); }
+            asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        }
+        if constexpr (!SK) __syncthreads();   /* (stream-K's below) */
+    }
     /* the block's next unit: in shared memory, not a register held through the k loop (the
      * stream-K form is at the 128-register bound; held, it spilled in the loop) */
     __shared__ int sk_next;
@@ -1773,6 +1854,9 @@ k_gemm_wg(const gq_set set, const __nv_bfloat16 *__restrict__ x, int cols, int n
     int tile, kbeg, nk;
     if constexpr (SK) {
         const int su = *(volatile int *)&sk_next, su_end = (int)((int64_t)(blockIdx.x + 1) * (set.blk0[set.nw] * nka) / gridDim.x);
+        /* TMA: no block barrier in the k loop, so thread 0 could otherwise write the next unit
+         * (after a short segment) before every thread has read this one */
+        if constexpr (TMA) __syncthreads();
         if (su >= su_end) return;
         tile = su / nka;
         const int ka = su - tile * nka;
@@ -1857,10 +1941,29 @@ k_gemm_wg(const gq_set set, const __nv_bfloat16 *__restrict__ x, int cols, int n
         kc += GQ_BK;
         if (kc == kcend) kc = 0;
     };
+    [[maybe_unused]] const unsigned sbn = (unsigned)min(BM, rows4 - mb) * 4;   /* TMA: a group's pairs (16-byte multiples) */
+    auto issue_t = [&]() {   /* TMA, thread 0: k step kc into stage tst, then kc and tst to the next */
+        if (tround) fd_mbar_wait(emptyb + tst, (tround - 1) & 1);   /* its previous step's wgmmas have completed */
+        const unsigned bar = fd_sa(fullb + tst);
+        fd_mbar_expect(fullb + tst, WWB + WG_XB(BN) + ng * sbn);
+        const int col = kbeg + (int)kc;
+        tma2d_sa(wsb + tst * WWB, &tm.w[k], col / 8, mb, bar);
 #pragma unroll
-    for (int st = 0; st < WG_D; st++) {
-        if (st < nk) issue(st);
-        cp_async_commit();
+        for (int j = 0; j < 8; j++) tma2d_sa(smb + tst * WG_XB(BN) + j * BN * 16, &tm.x, col + 8 * j, nb, bar);
+        for (int j = 0; j < ng; j++) bulk_sa(sbb + tst * WG_SB(NWG) + j * BM * 4, set.SB[k] + (size_t)((col >> gs_shift) + j) * rows4 + mb, sbn, bar);
+        kc += GQ_BK;
+        if (kc == kcend) kc = 0;
+        if (++tst == NST) { tst = 0; tround++; }
+    };
+    if constexpr (TMA) {
+        if (tid == 0)
+            for (int st = 0; st < WG_D && st < nk; st++) issue_t();
+    } else {
+#pragma unroll
+        for (int st = 0; st < WG_D; st++) {
+            if (st < nk) issue(st);
+            cp_async_commit();
+        }
     }
     /* this lane's rows: g and g + 8 of its warp's 16 (block rows 16 wr + g, + 8); their (scale,
      * bias) pairs are in the stage (the group-major pairs: the original [row][group] arrays cost a
@@ -1875,18 +1978,34 @@ k_gemm_wg(const gq_set set, const __nv_bfloat16 *__restrict__ x, int cols, int n
 #pragma unroll
     for (int i = 0; i < BN / 2; i++) d[i] = 0.f;
     [[maybe_unused]] uint32_t a[2][4];   /* (the 128-token form's A words) */
+    /* TMA: a warp's release of the stage before the current one (its wgmmas have completed) */
+    [[maybe_unused]] auto release_prev = [&]() {
+        __syncwarp();
+        if (lane == 0) fd_mbar_arrive(emptyb + (tcs == 0 ? NST - 1 : tcs - 1));
+    };
     for (int it = 0, cst = 0, ist = WG_D; it < nk; it++) {   /* cst: the stage of step it; ist: of it + WG_D */
-        cp_async_wait<WG_D - 1>();
-        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");   /* this thread's copies, seen by wgmma */
-        __syncthreads();   /* stage it landed for all; stage it - 2 no longer read (its wgmmas completed) */
+        if constexpr (TMA) {
+            fd_mbar_wait(fullb + tcs, tph);   /* stage it landed */
+            cst = tcs;
+        } else {
+            cp_async_wait<WG_D - 1>();
+            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");   /* this thread's copies, seen by wgmma */
+            __syncthreads();   /* stage it landed for all; stage it - 2 no longer read (its wgmmas completed) */
+        }
         /* the step's words and pairs from shared memory first: the copies' issue below hides
          * their latency (the asm's memory clobbers keep the compiler from moving them over it) */
         s0.load_pair(*(const uint32_t *)(sbl + cst * WG_SB(NWG)));
         s1.load_pair(*(const uint32_t *)(sbl + cst * WG_SB(NWG) + 32));
         const uint2 wl = *(const uint2 *)(wl0 + cst * WWB), wh = *(const uint2 *)(wl0 + cst * WWB + 256);
-        if (it + WG_D < nk) issue(ist);
-        cp_async_commit();
-        const uint64_t desc = wg_desc(smb + cst * WG_XB(BN));
+        if constexpr (TMA) {
+            if (tid == 0 && it + WG_D < nk) issue_t();
+            __syncwarp();
+        } else {
+            if (it + WG_D < nk) issue(ist);
+            cp_async_commit();
+        }
+        const uint64_t desc = TMA ? wg_desc_t<BN>(smb + cst * WG_XB(BN)) : wg_desc(smb + cst * WG_XB(BN));
+        constexpr int DS = TMA ? 2 * BN : 16;   /* a k16 step along the descriptor: 2 core matrices along k */
         auto deq4 = [&](int s, uint32_t *o) {   /* the 4 A words of k16 step s */
             const int p = 2 * (s & 1);
             const uint32_t l = (s >> 1) ? wl.y : wl.x, h = (s >> 1) ? wh.y : wh.x;
@@ -1900,11 +2019,12 @@ k_gemm_wg(const gq_set set, const __nv_bfloat16 *__restrict__ x, int cols, int n
              * back before each of four (the form below) chained every step's wgmmas. */
             uint32_t af[16];
             wg_wait<0>();
+            if constexpr (TMA) if (it > 0) release_prev();
 #pragma unroll
             for (int s = 0; s < 4; s++) deq4(s, af + 4 * s);
             wg_fence();
 #pragma unroll
-            for (int s = 0; s < 4; s++) wg_mma<BN>(d, af + 4 * s, desc + (uint64_t)(s * 16));   /* k16 step s: 256 bytes on (2 cores) */
+            for (int s = 0; s < 4; s++) wg_mma<BN>(d, af + 4 * s, desc + (uint64_t)(s * DS));   /* k16 step s */
             wg_commit();
         } else {
 #pragma unroll
@@ -1912,15 +2032,23 @@ k_gemm_wg(const gq_set set, const __nv_bfloat16 *__restrict__ x, int cols, int n
                 wg_wait<1>();   /* the wgmma that read a[s & 1] (step s - 2) has completed */
                 deq4(s, a[s & 1]);
                 wg_fence();
-                wg_mma<BN>(d, a[s & 1], desc + (uint64_t)(s * 16));
+                wg_mma<BN>(d, a[s & 1], desc + (uint64_t)(s * DS));
                 wg_commit();
             }
         }
-        cst = cst + 1 == NST ? 0 : cst + 1;
-        ist = ist + 1 == NST ? 0 : ist + 1;
+        if constexpr (TMA) {
+            if (++tcs == NST) { tcs = 0; tph ^= 1; }
+        } else {
+            cst = cst + 1 == NST ? 0 : cst + 1;
+            ist = ist + 1 == NST ? 0 : ist + 1;
+        }
     }
     wg_wait<0>();
-    cp_async_wait<0>();
+    if constexpr (TMA) {
+        if (nk > 0) release_prev();   /* the last step's stage */
+    } else {
+        cp_async_wait<0>();
+    }
     const float(*acc)[4] = (const float(*)[4])d;
     if constexpr (PAIR) {   /* (never split along k) */
         /* every warp's tile (+ bias) into shared memory, then all the block's threads take four
@@ -3676,6 +3804,18 @@ static mx_status c_weight_prepare(void *ctx, mx_weight *w) {
         }
         if (!cw->w || !cw->scales || !cw->biases || (pairs && !cw->sbp))
             return mx_errorf(MX_ERR_NOMEM, "cuda: out of device memory for a weight");
+        if (pairs && c->tm_encode) {   /* k_gemm_wg's TMA form: W as [rows][cols / 8 words], a box of 8 words x 128 | 256 rows */
+            CUtensorMap m[2];
+            const cuuint64_t dim[2] = {(cuuint64_t)(w->cols / 8), (cuuint64_t)w->rows}, stride[1] = {(cuuint64_t)(w->cols / 8) * 4};
+            const cuuint32_t es[2] = {1, 1};
+            cw->has_tmw = true;
+            for (int i = 0; i < 2 && cw->has_tmw; i++) {
+                const cuuint32_t box[2] = {8, i ? 256u : 128u};
+                cw->has_tmw = c->tm_encode(&m[i], CU_TENSOR_MAP_DATA_TYPE_UINT32, 2, cw->w, dim, stride, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                           CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+                memcpy(cw->tmw[i], &m[i], sizeof m[i]);
+            }
+        }
     } else {
         if (!fdtype_ok(w->dtype)) return mx_errorf(MX_ERR_UNSUPPORTED, "cuda: dense weight dtype %s", mx_dtype_name(w->dtype));
         cw->w = up_copy(c, w->w, n * mx_dtype_size(w->dtype));
@@ -4655,12 +4795,33 @@ static bool gq_gemm(cu_ctx *c, int nw, const cu_weight *const *w, const float *x
     }
     const dim3 grid(sk_grid ? (unsigned)sk_grid : (unsigned)set.blk0[nw], nblk(n, bn), (unsigned)nsplit);
     const size_t shm = (size_t)GQ_ST * (GQ_BM * 8 * 4 + (size_t)bn * GQ_XS * 2);
+    /* the TMA form (MLXCEL_CUDA_GEMM_TMA) where every weight of the set has its maps and x's can
+     * be made (x: [n][cols] bf16, a box of 8 columns x bn tokens) */
+    wg_maps tmp;
+    memset(&tmp, 0, sizeof tmp);
+    bool tma = wg && !pair && bn <= 64 && c->gemm_tma && c->tm_encode;
+    for (int k = 0; k < nw && tma; k++) {
+        tma = w[k]->has_tmw;
+        if (tma) memcpy(&tmp.w[k], w[k]->tmw[nwg == 4], sizeof tmp.w[k]);
+    }
+    if (tma) {
+        const cuuint64_t dim[2] = {(cuuint64_t)cols, (cuuint64_t)n}, stride[1] = {(cuuint64_t)cols * 2};
+        const cuuint32_t box[2] = {8, (cuuint32_t)bn}, es[2] = {1, 1};
+        tma = c->tm_encode(&tmp.x, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, xb, dim, stride, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                           CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+    }
+    if (tma) c->n_tma++;
 #define GQ_ARGS (set, xb, (int)cols, n, gsh, kchunk, part)
+#define WG_ARGS (set, xb, (int)cols, n, gsh, kchunk, part, tmp)
     if (wg) {
 /* (the stream-K form is instantiated for 32 and 64 tokens only: B <= 64 as its SK argument) */
-#define WGL(B, NW, T) do { if (sk_grid && B <= 64) PL(c, k_gemm_wg<B, NW, T, false, B <= 64>, grid, 128 * NW, WG_SMEM(B, NW))GQ_ARGS; \
-                           else PL(c, k_gemm_wg<B, NW, T>, grid, 128 * NW, WG_SMEM(B, NW))GQ_ARGS; } while (0)
-#define WGP(B, NW, T) PL(c, k_gemm_wg<B, NW, T, true>, grid, 128 * NW, WG_SMEM(B, NW))GQ_ARGS
+/* (the TMA form: 32 and 64 tokens only, B <= 64 as tma's condition; T64: B, where that holds) */
+#define T64(B) (B <= 64 ? B : 64)
+#define WGL(B, NW, T) do { if (tma && B <= 64) { if (sk_grid) PL(c, k_gemm_wg<T64(B), NW, T, false, true, true>, grid, 128 * NW, WG_SMEM(B, NW))WG_ARGS; \
+                                      else PL(c, k_gemm_wg<T64(B), NW, T, false, false, true>, grid, 128 * NW, WG_SMEM(B, NW))WG_ARGS; } \
+                           else if (sk_grid && B <= 64) PL(c, k_gemm_wg<B, NW, T, false, B <= 64>, grid, 128 * NW, WG_SMEM(B, NW))WG_ARGS; \
+                           else PL(c, k_gemm_wg<B, NW, T>, grid, 128 * NW, WG_SMEM(B, NW))WG_ARGS; } while (0)
+#define WGP(B, NW, T) PL(c, k_gemm_wg<B, NW, T, true>, grid, 128 * NW, WG_SMEM(B, NW))WG_ARGS
         if (pair) {
             if (nwg == 4) {
                 if (w0->sdt == SDT_F16) { if (bn == 64) WGP(64, 4, __half); else WGP(128, 4, __half); }
@@ -4682,6 +4843,8 @@ static bool gq_gemm(cu_ctx *c, int nw, const cu_weight *const *w, const float *x
         }
 #undef WGL
 #undef WGP
+#undef WG_ARGS
+#undef T64
     } else if (w0->sdt == SDT_F16) {
         if (bn == 64) PL(c, k_gemm_gq<64, __half>, grid, 128, shm)GQ_ARGS;
         else PL(c, k_gemm_gq<128, __half>, grid, 256, shm)GQ_ARGS;
@@ -4690,7 +4853,8 @@ static bool gq_gemm(cu_ctx *c, int nw, const cu_weight *const *w, const float *x
         else PL(c, k_gemm_gq<128, __nv_bfloat16>, grid, 256, shm)GQ_ARGS;
     }
 #undef GQ_ARGS
-    LAUNCHED(c, pair ? "gemm (q4, wgmma, gate/up with the activation)" : sk_grid ? "gemm (q4, wgmma, stream-K)" : wg ? "gemm (q4, wgmma)" : "gemm (q4, mma)");
+    LAUNCHED(c, pair ? "gemm (q4, wgmma, gate/up with the activation)" : sk_grid ? (tma ? "gemm (q4, wgmma, stream-K, TMA)" : "gemm (q4, wgmma, stream-K)")
+                : tma ? "gemm (q4, wgmma, TMA)" : wg ? "gemm (q4, wgmma)" : "gemm (q4, mma)");
     if (sk_grid) { c->n_strk++; part = NULL; }   /* (no split sums follow) */
     if (pair) {   /* x's gq form was read from c->xg: the new one (if made) takes its place */
         c->n_pair++;
@@ -6180,6 +6344,7 @@ extern "C" mx_status mx_backend_cuda_init(mx_backend *out) {
         c->gq_rot = sw.gemm_rot;
         c->strk_mode = sw.gemm_sk;
         c->gemm_n32 = sw.gemm_n32;
+        c->gemm_tma = sw.gemm_tma;
         c->n32_wg = sw.n32_wg ? 2 * sw.n32_wg : 0;   /* ("2" is choice 1, "4" choice 2) */
         c->pair_on = sw.gemm_pair;
         c->sum_norm = sw.sum_norm;
@@ -6319,6 +6484,30 @@ extern "C" mx_status mx_backend_cuda_init(mx_backend *out) {
             }
         }
     }
+    if (c->wg_ok) {   /* the TMA form (MLXCEL_CUDA_GEMM_TMA): the driver's cuTensorMapEncodeTiled, the forms' shared memory */
+        void *fn = NULL;
+        cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+        bool ok = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) == cudaSuccess &&
+                  q == cudaDriverEntryPointSuccess && fn;
+#define TMAF(B, NW, T, SKF) {(const void *)k_gemm_wg<B, NW, T, false, SKF, true>, B, NW, SKF}
+        const struct { const void *f; int bn, nwg; bool sk; } tf[] = {
+            TMAF(32, 2, __nv_bfloat16, false), TMAF(32, 2, __half, false), TMAF(32, 4, __nv_bfloat16, false), TMAF(32, 4, __half, false),
+            TMAF(64, 2, __nv_bfloat16, false), TMAF(64, 2, __half, false), TMAF(64, 4, __nv_bfloat16, false), TMAF(64, 4, __half, false),
+            TMAF(32, 2, __nv_bfloat16, true), TMAF(32, 2, __half, true), TMAF(32, 4, __nv_bfloat16, true), TMAF(32, 4, __half, true),
+            TMAF(64, 2, __nv_bfloat16, true), TMAF(64, 2, __half, true), TMAF(64, 4, __nv_bfloat16, true), TMAF(64, 4, __half, true)};
+#undef TMAF
+        for (size_t i = 0; i < sizeof tf / sizeof tf[0] && ok; i++) {
+            ok = cudaFuncSetAttribute(tf[i].f, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)WG_SMEM(tf[i].bn, tf[i].nwg)) == cudaSuccess;
+            int bps = 0;   /* stream-K needs every block of its grid resident: its slots, the lower of the two forms' */
+            if (ok && tf[i].sk) {
+                ok = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&bps, tf[i].f, 128 * tf[i].nwg, WG_SMEM(tf[i].bn, tf[i].nwg)) == cudaSuccess && bps >= 1;
+                int *slot = tf[i].bn == 32 ? &c->wg_bps32_sk[tf[i].nwg == 4] : &c->wg_bps_sk[tf[i].nwg == 4][0];
+                if (ok && bps < *slot) *slot = bps;
+            }
+        }
+        cudaGetLastError();
+        c->tm_encode = ok ? (PFN_cuTensorMapEncodeTiled_v12000)fn : NULL;
+    }
     if (c->wg_ok) {   /* stream-K's counters (without them it does not run) */
         if (cudaMalloc((void **)&c->strk_cnt, STRK_TILES * sizeof(unsigned)) != cudaSuccess ||
             cudaMemsetAsync(c->strk_cnt, 0, STRK_TILES * sizeof(unsigned), c->st) != cudaSuccess) {
@@ -6426,6 +6615,13 @@ extern "C" bool mx_backend_cuda_set_gemm_n32(mx_backend *b, bool on) {
     return was;
 }
 extern "C" int mx_backend_cuda_n32_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_wg32; }
+extern "C" bool mx_backend_cuda_set_gemm_tma(mx_backend *b, bool on) {
+    cu_ctx *c = switch_ctx(b);
+    const bool was = c->gemm_tma != 0;
+    c->gemm_tma = on;
+    return was;
+}
+extern "C" int mx_backend_cuda_tma_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_tma; }
 extern "C" bool mx_backend_cuda_set_mv_ring(mx_backend *b, bool on, int kb, int warps, int slot) {
     cu_ctx *c = switch_ctx(b);
     const bool was = c->mr_on != 0;

@@ -112,35 +112,7 @@ __device__ __forceinline__ void fd_chunks(const fd_args &a, int fmt, const fd_ma
     }
 }
 
-/* ---- mbarriers, bulk copies, the grid barrier (sm_90) ---- */
-__device__ __forceinline__ uint32_t fd_sa(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
-__device__ __forceinline__ void fd_mbar_init(uint64_t *b, int count) {
-    asm volatile("mbarrier.init.shared.b64 [%0], %1;" ::"r"(fd_sa(b)), "r"(count) : "memory");
-}
-__device__ __forceinline__ void fd_mbar_expect(uint64_t *b, uint32_t bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(fd_sa(b)), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void fd_mbar_arrive(uint64_t *b) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(fd_sa(b)) : "memory");
-}
-__device__ __forceinline__ uint64_t fd_now() { uint64_t t; asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t)); return t; }
-/* (a wait of 10 s stops the kernel: a broken invariant, which would otherwise hang the device) */
-__device__ __forceinline__ void fd_mbar_wait(uint64_t *b, uint32_t parity) {
-    uint32_t ok = 0;
-    uint64_t t0 = 0;
-    for (int spin = 0; !ok; spin++) {
-        asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
-                     : "=r"(ok) : "r"(fd_sa(b)), "r"(parity) : "memory");
-        if (!ok && (spin & 255) == 255) {
-            const uint64_t t = fd_now();
-            if (!t0) t0 = t; else if (t - t0 > 10000000000ull) __trap();
-        }
-    }
-}
-__device__ __forceinline__ void fd_bulk(void *dst, const void *src, uint32_t bytes, uint64_t *bar, uint64_t pol) {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;"
-                 ::"r"(fd_sa(dst)), "l"(src), "r"(bytes), "r"(fd_sa(bar)), "l"(pol) : "memory");
-}
+/* ---- the grid barrier (sm_90; the mbarrier and bulk-copy helpers fd_* are in backend_cuda.cu) ---- */
 __device__ __forceinline__ void fd_cbar() { asm volatile("bar.sync 1, %0;" ::"n"(FD_CT) : "memory"); }
 
 /* all consumers of all blocks: the target-th arrival of every block (the counter is zeroed by the
