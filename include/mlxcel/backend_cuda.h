@@ -193,7 +193,7 @@ bool mx_backend_cuda_set_gemm_n32(mx_backend *b, bool on);
 /* How many products ran on the 32-token tiles so far (tests). */
 int mx_backend_cuda_n32_launches(mx_backend *b);
 /* The wgmma GEMM's 32- and 64-token tiles with their stages copied by the tensor memory
- * accelerator (MLXCEL_CUDA_GEMM_TMA, off by default: 15-30% slower so far, src/backend/cuda/NOTES.md):
+ * accelerator (MLXCEL_CUDA_GEMM_TMA, off by default: 15-32% slower so far, src/backend/cuda/NOTES.md):
  * one thread issues a k step's copies (tensor maps of the weights, made at load, and of x, made at
  * each launch), completion and release on mbarriers, no block barrier in the k loop; where the
  * maps cannot be made the cp.async form runs. Returns the previous setting. */
