@@ -12,7 +12,9 @@
 #           defaults and with each switch variant (GPU_CHECK_MODEL_VARIANTS adds, _ONLY replaces)
 #   bench   `mlxcel bench` on random weights of the issue's shapes (bench/configs): Llama-3.1-8B
 #           q4/g64 and bf16, Qwen3-0.6B q4/g64; batch 1 (pp512, tg128) and 128 sequences (tg128)
-#           and the switches' rows (GPU_CHECK_BENCH_OLD=0 leaves out those of the earlier forms)
+#           and the switches' rows (GPU_CHECK_BENCH_OLD=0 leaves out those of the earlier forms,
+#           GPU_CHECK_BENCH_SWITCHES=0 those of the switches: both 0, the issue's rows and the
+#           32-sequence ones alone; the whole stage ran past 420 s on an H100, the fortieth session)
 #   ckpt    shape-faithful checkpoints: .gpudeps/make_bench_model.py (HF layout, bf16, needs
 #           PyTorch + transformers) -> `mlxcel convert -q` (q4/g64) -> generate + bench
 #           (GPU_CHECK_CKPT: names, default "qwen3-0.6b")
@@ -372,54 +374,56 @@ if has bench && [ $full = 1 ]; then
     MLXCEL_CUDA_GEMM=mma bench qwen06-q4-mma-b32 --config $Q06 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 32 -r 2
     MLXCEL_CUDA_GEMM=mma bench qwen06-q4-mma-b128-d128 --config $Q06 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 128 -d 128 -r 2
   fi
-  # experimental: gate/up and act_mul in one launch of the wgmma form (as fast as the two launches,
-  # NOTES.md); and the k loop not rotated by block
-  MLXCEL_CUDA_GEMM_PAIR=1 bench llama8b-q4-pair-b128-d128 --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 128 -d 128 -r 2
-  # decode steps always as graphs (the default since the twenty-second session; auto: only below 1 GiB)
-  MLXCEL_CUDA_GRAPHS=1 bench llama8b-q4-graph --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -r 3
-  MLXCEL_CUDA_GRAPHS=1 bench llama8b-q4-graph-b128-d128 --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 128 -d 128 -r 2
-  MLXCEL_CUDA_GRAPHS=1 bench llama8b-q4-graph-b32 --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 32 -r 2
-  MLXCEL_CUDA_GRAPHS=0 bench qwen06-q4-nograph --config $Q06 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -r 3
-  MLXCEL_CUDA_GRAPHS=0 bench qwen06-q4-nograph-b128-d128 --config $Q06 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 128 -d 128 -r 2
-  # the rmsnorm after a split product's add reading its partial sums (default on) switched off
-  MLXCEL_CUDA_SUM_NORM=0 bench llama8b-q4-nosumnorm-b128-d128 --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 128 -d 128 -r 2
-  MLXCEL_CUDA_SUM_NORM=0 bench llama8b-q4-nosumnorm-b32 --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 32 -r 2
-  MLXCEL_CUDA_SUM_NORM=0 bench qwen06-q4-nosumnorm-b32 --config $Q06 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 32 -r 2
-  # the q/k/v product's partial sums read by the attention's q/k preparation (default on) switched off
-  MLXCEL_CUDA_SUM_QKV=0 bench llama8b-q4-nosumqkv-b128-d128 --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 128 -d 128 -r 2
-  MLXCEL_CUDA_SUM_QKV=0 bench llama8b-q4-nosumqkv-b32 --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 32 -r 2
-  MLXCEL_CUDA_SUM_QKV=0 bench qwen06-q4-nosumqkv-b32 --config $Q06 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 32 -r 2
-  # the decode attention writing its output's gq-order form (default on) switched off
-  MLXCEL_CUDA_ATT_GQ=0 bench llama8b-q4-noattgq-b128-d128 --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 128 -d 128 -r 2
-  MLXCEL_CUDA_ATT_GQ=0 bench qwen06-q4-noattgq-b32 --config $Q06 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 32 -r 2
-  MLXCEL_CUDA_GEMM_PAIR=1 bench llama8b-q4-pair-b32 --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 32 -r 2
-  # stream-K in the 64-token form of the wgmma GEMM (default on) switched off
-  # the batch-1 q4/q8 matvecs on registers (k_mv_i8) instead of bulk-copied weights (default on)
-  MLXCEL_CUDA_MV_RING=0 bench llama8b-q4-noring --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -r 3 --bandwidth
-  MLXCEL_CUDA_MV_RING=0 bench qwen06-q4-noring --config $Q06 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -r 3
-  MLXCEL_CUDA_MV_RING=0 bench llama8b-bf16-noring --config $L8 --random --dtype bf16 -p 0 -n 128 -r 3 --bandwidth
-  # the batch-1 rmsnorm in the ring products' prologue: for q4/q8 products too (default: bf16 only);
-  # off (a kernel of its own); bf16 products through the ring where they do not run the norm too
-  MLXCEL_CUDA_RING_NORM=1 bench llama8b-q4-ringnorm --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -r 3
-  MLXCEL_CUDA_RING_NORM=0 bench llama8b-bf16-noringnorm --config $L8 --random --dtype bf16 -p 0 -n 128 -r 3
-  MLXCEL_CUDA_MV_RING_BF16=1 bench llama8b-bf16-ringbf-all --config $L8 --random --dtype bf16 -p 0 -n 128 -r 3
-  MLXCEL_CUDA_MV_RING_BF16=norm bench llama8b-bf16-ringbf-norm --config $L8 --random --dtype bf16 -p 0 -n 128 -r 3
-  # batch-1 decode: the q/k preparation inside the attention after q4 products too (default: after
-  # bf16 ones only), and never (a kernel of its own)
-  MLXCEL_CUDA_ATTN_PREP=1 bench llama8b-q4-attnprep --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -r 3
-  MLXCEL_CUDA_ATTN_PREP=1 bench qwen06-q4-attnprep --config $Q06 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -r 3
-  MLXCEL_CUDA_ATTN_PREP=0 bench llama8b-bf16-noattnprep --config $L8 --random --dtype bf16 -p 0 -n 128 -r 3
-  MLXCEL_CUDA_RING_PAIR=0 bench llama8b-bf16-nopair --config $L8 --random --dtype bf16 -p 0 -n 128 -r 3
-  # batch-1 q4: the act_mul in the prologue of the ring down product (off by default: measured 8-11% slower)
-  MLXCEL_CUDA_RING_ACT=1 bench qwen06-q4-ringact --config $Q06 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -r 3
-  MLXCEL_CUDA_GEMM_SK=0 bench llama8b-q4-nosk-b32 --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 32 -r 2
-  MLXCEL_CUDA_GEMM_ROT=0 bench llama8b-q4-norot-b128-d128 --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 128 -d 128 -r 2
-  MLXCEL_CUDA_GEMM=wgmma bench qwen06-q4-wgmma-b128-d128 --config $Q06 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 128 -d 128 -r 2
-  bench llama8b-q4-b128-d128-again --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 128 -d 128 -r 2   # drift within the call
-  # experimental: the layers and head of a batch-1 decode step in one persistent kernel (decode_layers)
-  MLXCEL_CUDA_FUSED=1 bench llama8b-q4-fused --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -r 3
-  MLXCEL_CUDA_FUSED=1 bench llama8b-bf16-fused --config $L8 --random --dtype bf16 -p 0 -n 128 -r 3
-  MLXCEL_CUDA_FUSED=1 bench qwen06-q4-fused --config $Q06 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -r 3
+  if [ "${GPU_CHECK_BENCH_SWITCHES:-1}" = 1 ]; then   # GPU_CHECK_BENCH_SWITCHES=0: without the switches' rows
+    # experimental: gate/up and act_mul in one launch of the wgmma form (as fast as the two launches,
+    # NOTES.md); and the k loop not rotated by block
+    MLXCEL_CUDA_GEMM_PAIR=1 bench llama8b-q4-pair-b128-d128 --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 128 -d 128 -r 2
+    # decode steps always as graphs (the default since the twenty-second session; auto: only below 1 GiB)
+    MLXCEL_CUDA_GRAPHS=1 bench llama8b-q4-graph --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -r 3
+    MLXCEL_CUDA_GRAPHS=1 bench llama8b-q4-graph-b128-d128 --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 128 -d 128 -r 2
+    MLXCEL_CUDA_GRAPHS=1 bench llama8b-q4-graph-b32 --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 32 -r 2
+    MLXCEL_CUDA_GRAPHS=0 bench qwen06-q4-nograph --config $Q06 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -r 3
+    MLXCEL_CUDA_GRAPHS=0 bench qwen06-q4-nograph-b128-d128 --config $Q06 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 128 -d 128 -r 2
+    # the rmsnorm after a split product's add reading its partial sums (default on) switched off
+    MLXCEL_CUDA_SUM_NORM=0 bench llama8b-q4-nosumnorm-b128-d128 --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 128 -d 128 -r 2
+    MLXCEL_CUDA_SUM_NORM=0 bench llama8b-q4-nosumnorm-b32 --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 32 -r 2
+    MLXCEL_CUDA_SUM_NORM=0 bench qwen06-q4-nosumnorm-b32 --config $Q06 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 32 -r 2
+    # the q/k/v product's partial sums read by the attention's q/k preparation (default on) switched off
+    MLXCEL_CUDA_SUM_QKV=0 bench llama8b-q4-nosumqkv-b128-d128 --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 128 -d 128 -r 2
+    MLXCEL_CUDA_SUM_QKV=0 bench llama8b-q4-nosumqkv-b32 --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 32 -r 2
+    MLXCEL_CUDA_SUM_QKV=0 bench qwen06-q4-nosumqkv-b32 --config $Q06 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 32 -r 2
+    # the decode attention writing its output's gq-order form (default on) switched off
+    MLXCEL_CUDA_ATT_GQ=0 bench llama8b-q4-noattgq-b128-d128 --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 128 -d 128 -r 2
+    MLXCEL_CUDA_ATT_GQ=0 bench qwen06-q4-noattgq-b32 --config $Q06 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 32 -r 2
+    MLXCEL_CUDA_GEMM_PAIR=1 bench llama8b-q4-pair-b32 --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 32 -r 2
+    # stream-K in the 64-token form of the wgmma GEMM (default on) switched off
+    # the batch-1 q4/q8 matvecs on registers (k_mv_i8) instead of bulk-copied weights (default on)
+    MLXCEL_CUDA_MV_RING=0 bench llama8b-q4-noring --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -r 3 --bandwidth
+    MLXCEL_CUDA_MV_RING=0 bench qwen06-q4-noring --config $Q06 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -r 3
+    MLXCEL_CUDA_MV_RING=0 bench llama8b-bf16-noring --config $L8 --random --dtype bf16 -p 0 -n 128 -r 3 --bandwidth
+    # the batch-1 rmsnorm in the ring products' prologue: for q4/q8 products too (default: bf16 only);
+    # off (a kernel of its own); bf16 products through the ring where they do not run the norm too
+    MLXCEL_CUDA_RING_NORM=1 bench llama8b-q4-ringnorm --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -r 3
+    MLXCEL_CUDA_RING_NORM=0 bench llama8b-bf16-noringnorm --config $L8 --random --dtype bf16 -p 0 -n 128 -r 3
+    MLXCEL_CUDA_MV_RING_BF16=1 bench llama8b-bf16-ringbf-all --config $L8 --random --dtype bf16 -p 0 -n 128 -r 3
+    MLXCEL_CUDA_MV_RING_BF16=norm bench llama8b-bf16-ringbf-norm --config $L8 --random --dtype bf16 -p 0 -n 128 -r 3
+    # batch-1 decode: the q/k preparation inside the attention after q4 products too (default: after
+    # bf16 ones only), and never (a kernel of its own)
+    MLXCEL_CUDA_ATTN_PREP=1 bench llama8b-q4-attnprep --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -r 3
+    MLXCEL_CUDA_ATTN_PREP=1 bench qwen06-q4-attnprep --config $Q06 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -r 3
+    MLXCEL_CUDA_ATTN_PREP=0 bench llama8b-bf16-noattnprep --config $L8 --random --dtype bf16 -p 0 -n 128 -r 3
+    MLXCEL_CUDA_RING_PAIR=0 bench llama8b-bf16-nopair --config $L8 --random --dtype bf16 -p 0 -n 128 -r 3
+    # batch-1 q4: the act_mul in the prologue of the ring down product (off by default: measured 8-11% slower)
+    MLXCEL_CUDA_RING_ACT=1 bench qwen06-q4-ringact --config $Q06 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -r 3
+    MLXCEL_CUDA_GEMM_SK=0 bench llama8b-q4-nosk-b32 --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 32 -r 2
+    MLXCEL_CUDA_GEMM_ROT=0 bench llama8b-q4-norot-b128-d128 --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 128 -d 128 -r 2
+    MLXCEL_CUDA_GEMM=wgmma bench qwen06-q4-wgmma-b128-d128 --config $Q06 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 128 -d 128 -r 2
+    bench llama8b-q4-b128-d128-again --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -b 128 -d 128 -r 2   # drift within the call
+    # experimental: the layers and head of a batch-1 decode step in one persistent kernel (decode_layers)
+    MLXCEL_CUDA_FUSED=1 bench llama8b-q4-fused --config $L8 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -r 3
+    MLXCEL_CUDA_FUSED=1 bench llama8b-bf16-fused --config $L8 --random --dtype bf16 -p 0 -n 128 -r 3
+    MLXCEL_CUDA_FUSED=1 bench qwen06-q4-fused --config $Q06 --random --q-bits 4 --q-group-size 64 -p 0 -n 128 -r 3
+  fi
   for v in ${GPU_CHECK_EXTRA_BENCH:-}; do   # e.g. "llama8b-q4-f32mv" rows with MLXCEL_CUDA_MV=f32
     case $v in
       llama8b-q4-f32mv) MLXCEL_CUDA_MV=f32 bench $v --config $L8 --random --q-bits 4 -p 0 -n 128 -r 3 ;;
