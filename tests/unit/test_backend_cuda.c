@@ -1151,6 +1151,44 @@ static int g_sms(void) {   /* the GPU's multiprocessors, from its description */
     while (p && p > d && p[-1] >= '0' && p[-1] <= '9') p--;
     return p ? atoi(p) : 0;
 }
+/* A q4 GEMM test's set: nw weights of rows, rows + 64, rows + 128 x cols (q4, groups of gs, scales
+ * of sdt), x of n rows, the CPU's product of them (ref: the weights' outputs one after the other,
+ * off[k] the start of weight k's) and x on the GPU */
+typedef struct { tw t[3]; const mx_weight *ws[3]; int nw, n; int64_t off[4], tot; float *x, *ref, *dx; } qset;
+static bool qset_make(qset *q, int rows, int cols, int n, int gs, int nw, mx_dtype sdt, bool bias) {
+    memset(q, 0, sizeof *q);
+    q->nw = nw; q->n = n;
+    for (int k = 0; k < nw; k++) {
+        tw_make(&q->t[k], rows + 64 * k, cols, 4, gs, sdt, bias);
+        if (G.i->weight_prepare(G.ctx, &q->t[k].w) != MX_OK) return false;
+        q->ws[k] = &q->t[k].w;
+        q->off[k + 1] = q->off[k] + (int64_t)n * (rows + 64 * k);
+    }
+    q->tot = q->off[nw];
+    q->x = malloc((size_t)n * cols * 4); q->ref = malloc((size_t)q->tot * 4);
+    fill(q->x, (int64_t)n * cols, 1.f);
+    float *cy[3];
+    for (int k = 0; k < nw; k++) cy[k] = q->ref + q->off[k];
+    C.i->matmul_multi(C.ctx, nw, q->ws, q->x, cy, n);
+    q->dx = gup(q->x, (int64_t)n * cols);
+    return true;
+}
+/* the set's product on the GPU (one weight: matmul, more: matmul_multi) into a buffer of NaN,
+ * brought back to the host */
+static float *qset_run(const qset *q) {
+    float *dy = gnan(q->tot), *gy[3];
+    for (int k = 0; k < q->nw; k++) gy[k] = dy + q->off[k];
+    if (q->nw > 1) G.i->matmul_multi(G.ctx, q->nw, q->ws, q->dx, gy, q->n);
+    else G.i->matmul(G.ctx, q->ws[0], q->dx, dy, q->n);
+    float *out = gdown(dy, q->tot);
+    G.i->free(G.ctx, dy);
+    return out;
+}
+static void qset_free(qset *q) {
+    free(q->x); free(q->ref);
+    G.i->free(G.ctx, q->dx);
+    for (int k = 0; k < q->nw; k++) tw_free(&q->t[k]);
+}
 /* The wgmma GEMM's 32-token tiles (17..32 rows of x, mx_backend_cuda_set_gemm_n32) against its
  * 64-token tiles (the same sums for each output: the tiles differ only in how many tokens a block
  * holds), against the CPU, counted; one and three weights (a q/k/v set), bf16 and f16 scales,
@@ -1164,40 +1202,21 @@ static const n32_case g_n32[] = {
     {"cuda_gemm_n32_n20_2048_g64_qkv", 200, 2048, 20, 64, 3, MX_DTYPE_BF16, false},
 };
 static void check_n32(const n32_case *nc) {
-    const int n = nc->n, K = nc->cols, nw = nc->nw;
-    tw t[3];
-    const mx_weight *ws[3];
-    int64_t tot = 0, off[4] = {0};
-    for (int k = 0; k < nw; k++) {
-        tw_make(&t[k], nc->rows + 64 * k, K, 4, nc->gs, nc->sdt, nc->bias);
-        TREQUIRE(G.i->weight_prepare(G.ctx, &t[k].w) == MX_OK, "prepare");
-        ws[k] = &t[k].w;
-        off[k + 1] = off[k] + (int64_t)n * (nc->rows + 64 * k);
-    }
-    tot = off[nw];
-    float *x = malloc((size_t)n * K * 4), *ref = malloc((size_t)tot * 4);
-    fill(x, (int64_t)n * K, 1.f);
-    float *cy[3];
-    for (int k = 0; k < nw; k++) cy[k] = ref + off[k];
-    C.i->matmul_multi(C.ctx, nw, ws, x, cy, n);
-    float *dx = gup(x, (int64_t)n * K);
+    qset q;
+    TREQUIRE(qset_make(&q, nc->rows, nc->cols, nc->n, nc->gs, nc->nw, nc->sdt, nc->bias), "prepare");
+    const int64_t tot = q.tot;
     const bool rot = mx_backend_cuda_set_gemm_rot(&G, false);
     const int sk = mx_backend_cuda_set_gemm_sk(&G, 0, 0);
     TREQUIRE(mx_backend_cuda_set_gemm(&G, "wgmma") == MX_OK, "set_gemm wgmma");
     float *out[2];
     for (int on = 0; on < 2; on++) {
         const bool was = mx_backend_cuda_set_gemm_n32(&G, on);
-        float *dy = gnan(tot), *gy[3];
-        for (int k = 0; k < nw; k++) gy[k] = dy + off[k];
         const int before = mx_backend_cuda_n32_launches(&G);
-        if (nw > 1) G.i->matmul_multi(G.ctx, nw, ws, dx, gy, n);
-        else G.i->matmul(G.ctx, &t[0].w, dx, dy, n);
-        out[on] = gdown(dy, tot);
+        out[on] = qset_run(&q);
         const int got = mx_backend_cuda_n32_launches(&G) - before, want = on && mx_backend_cuda_has_wgmma(&G) ? 1 : 0;
         TCHECK(got == want, "32-token tiles %s: %d launches of them, expected %d", on ? "on" : "off", got, want);
         mx_backend_cuda_set_gemm_n32(&G, was);
-        G.i->free(G.ctx, dy);
-        const double e = relerr(out[on], ref, tot);
+        const double e = relerr(out[on], q.ref, tot);
         TCHECK(e < 1.5e-2, "32-token tiles %s: rel err %.3g against the CPU", on ? "on" : "off", e);
     }
     const double e = relerr(out[1], out[0], tot);
@@ -1206,9 +1225,8 @@ static void check_n32(const n32_case *nc) {
     mx_backend_cuda_set_gemm(&G, "auto");
     mx_backend_cuda_set_gemm_sk(&G, sk, 0);
     mx_backend_cuda_set_gemm_rot(&G, rot);
-    free(out[0]); free(out[1]); free(x); free(ref);
-    G.i->free(G.ctx, dx);
-    for (int k = 0; k < nw; k++) tw_free(&t[k]);
+    free(out[0]); free(out[1]);
+    qset_free(&q);
 }
 
 /* The wgmma GEMM's TMA form (mx_backend_cuda_set_gemm_tma: the stages copied by the tensor memory
@@ -1231,50 +1249,31 @@ static const tma_case g_tma[] = {
     {"cuda_gemm_tma_n24_1024_g128_sk_qkv", 700, 1024, 24, 128, 3, MX_DTYPE_F16, true, 5},
 };
 static void check_tma(const tma_case *tc) {
-    const int n = tc->n, K = tc->cols, nw = tc->nw;
-    tw t[3];
-    const mx_weight *ws[3];
-    int64_t off[4] = {0};
-    for (int k = 0; k < nw; k++) {
-        tw_make(&t[k], tc->rows + 64 * k, K, 4, tc->gs, tc->sdt, tc->bias);
-        TREQUIRE(G.i->weight_prepare(G.ctx, &t[k].w) == MX_OK, "prepare");
-        ws[k] = &t[k].w;
-        off[k + 1] = off[k] + (int64_t)n * (tc->rows + 64 * k);
-    }
-    const int64_t tot = off[nw];
-    float *x = malloc((size_t)n * K * 4), *ref = malloc((size_t)tot * 4);
-    fill(x, (int64_t)n * K, 1.f);
-    float *cy[3];
-    for (int k = 0; k < nw; k++) cy[k] = ref + off[k];
-    C.i->matmul_multi(C.ctx, nw, ws, x, cy, n);
-    float *dx = gup(x, (int64_t)n * K);
+    qset q;
+    TREQUIRE(qset_make(&q, tc->rows, tc->cols, tc->n, tc->gs, tc->nw, tc->sdt, tc->bias), "prepare");
+    const int n = tc->n;
+    const int64_t tot = q.tot;
     const int sk = mx_backend_cuda_set_gemm_sk(&G, tc->sk_grid > 0, tc->sk_grid);
     TREQUIRE(mx_backend_cuda_set_gemm(&G, "wgmma") == MX_OK, "set_gemm wgmma");
     float *out[2];
     for (int on = 0; on < 2; on++) {
         const bool was = mx_backend_cuda_set_gemm_tma(&G, on);
-        float *dy = gnan(tot), *gy[3];
-        for (int k = 0; k < nw; k++) gy[k] = dy + off[k];
         const int before = mx_backend_cuda_tma_launches(&G), skb = mx_backend_cuda_sk_launches(&G);
-        if (nw > 1) G.i->matmul_multi(G.ctx, nw, ws, dx, gy, n);
-        else G.i->matmul(G.ctx, &t[0].w, dx, dy, n);
-        out[on] = gdown(dy, tot);
+        out[on] = qset_run(&q);
         const int got = mx_backend_cuda_tma_launches(&G) - before, want = on && n <= 64 && mx_backend_cuda_has_wgmma(&G) ? 1 : 0;
         TCHECK(got == want, "TMA %s: %d launches of that form, expected %d", on ? "on" : "off", got, want);
         if (tc->sk_grid && mx_backend_cuda_has_wgmma(&G))
             TCHECK(mx_backend_cuda_sk_launches(&G) - skb == 1, "TMA %s: not through stream-K", on ? "on" : "off");
         mx_backend_cuda_set_gemm_tma(&G, was);
-        G.i->free(G.ctx, dy);
-        const double e = relerr(out[on], ref, tot);
+        const double e = relerr(out[on], q.ref, tot);
         TCHECK(e < 1.5e-2, "TMA %s: rel err %.3g against the CPU", on ? "on" : "off", e);
     }
     TCHECK(!memcmp(out[0], out[1], (size_t)tot * 4), "the TMA form differs from the cp.async form (rel err %.3g)", relerr(out[1], out[0], tot));
     TCHECK(mx_backend_cuda_status(&G) == MX_OK, "status: %s", mx_last_error());
     mx_backend_cuda_set_gemm(&G, "auto");
     mx_backend_cuda_set_gemm_sk(&G, sk, 0);
-    free(out[0]); free(out[1]); free(x); free(ref);
-    G.i->free(G.ctx, dx);
-    for (int k = 0; k < nw; k++) tw_free(&t[k]);
+    free(out[0]); free(out[1]);
+    qset_free(&q);
 }
 
 static void check_strk(const sk_case *sc) {
