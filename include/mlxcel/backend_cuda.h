@@ -192,13 +192,15 @@ int mx_backend_cuda_sk_launches(mx_backend *b);
 bool mx_backend_cuda_set_gemm_n32(mx_backend *b, bool on);
 /* How many products ran on the 32-token tiles so far (tests). */
 int mx_backend_cuda_n32_launches(mx_backend *b);
-/* The wgmma GEMM's 32- and 64-token tiles with their stages copied by the tensor memory
- * accelerator (MLXCEL_CUDA_GEMM_TMA, off by default: 15-32% slower so far, src/backend/cuda/NOTES.md):
- * one thread issues a k step's copies (tensor maps of the weights, made at load, and of x, made at
- * each launch), completion and release on mbarriers, no block barrier in the k loop; where the
- * maps cannot be made the cp.async form runs. Returns the previous setting. */
-bool mx_backend_cuda_set_gemm_tma(mx_backend *b, bool on);
-/* How many products ran in that form so far (tests). */
+/* The wgmma GEMM's stages copied by the tensor memory accelerator (MLXCEL_CUDA_GEMM_TMA, 0 by
+ * default, src/backend/cuda/NOTES.md). 1: the 32- and 64-token tiles' whole stages (15-32% slower
+ * in the fortieth session, with x in 16-byte rows): one thread issues a k step's copies (tensor
+ * maps of the weights, made at load, and of x, made at each launch), completion and release on
+ * mbarriers, no block barrier in the k loop. 2: x alone, one swizzled box a step by one thread, in
+ * every tile; the weights and pairs by cp.async as in 0. Where the maps cannot be made the
+ * cp.async form runs. Returns the previous mode. */
+int mx_backend_cuda_set_gemm_tma(mx_backend *b, int mode);
+/* How many products ran in either TMA form so far (tests). */
 int mx_backend_cuda_tma_launches(mx_backend *b);
 /* The batch-1 q4/q8 matvec on weights bulk-copied into shared memory (MLXCEL_CUDA_MV_RING, on by
  * default on sm_90 and later; rows of at most 4096 columns): one block a multiprocessor, a ring of

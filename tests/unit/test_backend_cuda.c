@@ -59,7 +59,7 @@ static void test_select(void) {
                                          {"MLXCEL_CUDA_SUM_QKV", "on"}, {"MLXCEL_CUDA_GRAPHS", "2"},
                                          {"MLXCEL_CUDA_ATT_GQ", "yes"}, {"MLXCEL_CUDA_FUSED", "on"},
                                          {"MLXCEL_CUDA_FUSED_PF", "65"}, {"MLXCEL_CUDA_FUSED_PF", "-1"},
-                                         {"MLXCEL_CUDA_GEMM_SK", "auto"}, {"MLXCEL_CUDA_GEMM_N32", "yes"}, {"MLXCEL_CUDA_GEMM_TMA", "on"}, {"MLXCEL_CUDA_GEMM_N32_WG", "3"}, {"MLXCEL_CUDA_MV_RING", "yes"},
+                                         {"MLXCEL_CUDA_GEMM_SK", "auto"}, {"MLXCEL_CUDA_GEMM_N32", "yes"}, {"MLXCEL_CUDA_GEMM_TMA", "3"}, {"MLXCEL_CUDA_GEMM_N32_WG", "3"}, {"MLXCEL_CUDA_MV_RING", "yes"},
                                          {"MLXCEL_CUDA_MV_RING_KB", "500"}, {"MLXCEL_CUDA_MV_RING_WARPS", "0"},
                                          {"MLXCEL_CUDA_MV_RING_SLOT", "32k"}, {"MLXCEL_CUDA_RING_NORM", "on"}, {"MLXCEL_CUDA_RING_NORM", "2"},
                                          {"MLXCEL_CUDA_MV_RING_BF16", "2"}, {"MLXCEL_CUDA_ATTN_PREP", "on"},
@@ -1229,10 +1229,11 @@ static void check_n32(const n32_case *nc) {
     qset_free(&q);
 }
 
-/* The wgmma GEMM's TMA form (mx_backend_cuda_set_gemm_tma: the stages copied by the tensor memory
- * accelerator) against its cp.async form, bit for bit (the same k order: the same wgmmas on the
- * same values, only the shared-memory layout of x and who copies differ), against the CPU, and
- * counted: 32- and 64-token tiles (17..64 rows of x; 65..128 keep the cp.async form, checked), 2
+/* The wgmma GEMM's TMA forms (mx_backend_cuda_set_gemm_tma: 1, the stages copied by the tensor
+ * memory accelerator; 2, x alone) against its cp.async form, bit for bit (the same k order: the
+ * same wgmmas on the same values, only the shared-memory layout of x and who copies differ),
+ * against the CPU, and counted: 32- and 64-token tiles (17..64 rows of x; 65..128 take form 2
+ * only, checked), 2
  * and 4 warpgroups, one and three weights, groups of 32 / 64 / 128, bf16 and f16 scales, weight
  * rows that leave the last tile partial and are not a multiple of 4 (the pairs' padding), tokens
  * that leave the tile partial (x's box past n), the k loop rotated (the default) and stream-K
@@ -1244,7 +1245,8 @@ static const tma_case g_tma[] = {
     {"cuda_gemm_tma_n25_1024_g32_f16_rows_odd", 3001, 1024, 25, 32, 1, MX_DTYPE_F16, true, 0},
     {"cuda_gemm_tma_n50_2048_g64_qkv", 200, 2048, 50, 64, 3, MX_DTYPE_BF16, false, 0},
     {"cuda_gemm_tma_n64_4096_g32", 1000, 4096, 64, 32, 1, MX_DTYPE_BF16, true, 0},
-    {"cuda_gemm_tma_n100_4096_g64_not_taken", 512, 4096, 100, 64, 1, MX_DTYPE_BF16, false, 0},
+    {"cuda_gemm_tma_n100_4096_g64_form2_only", 512, 4096, 100, 64, 1, MX_DTYPE_BF16, false, 0},
+    {"cuda_gemm_tma_n128_1024_g32_f16_form2_only", 1000, 1024, 128, 32, 1, MX_DTYPE_F16, true, 0},
     {"cuda_gemm_tma_n40_4096_g64_sk", 4096, 4096, 40, 64, 1, MX_DTYPE_BF16, false, 37},
     {"cuda_gemm_tma_n24_1024_g128_sk_qkv", 700, 1024, 24, 128, 3, MX_DTYPE_F16, true, 5},
 };
@@ -1255,24 +1257,25 @@ static void check_tma(const tma_case *tc) {
     const int64_t tot = q.tot;
     const int sk = mx_backend_cuda_set_gemm_sk(&G, tc->sk_grid > 0, tc->sk_grid);
     TREQUIRE(mx_backend_cuda_set_gemm(&G, "wgmma") == MX_OK, "set_gemm wgmma");
-    float *out[2];
-    for (int on = 0; on < 2; on++) {
-        const bool was = mx_backend_cuda_set_gemm_tma(&G, on);
+    float *out[3];
+    for (int on = 0; on < 3; on++) {
+        const int was = mx_backend_cuda_set_gemm_tma(&G, on);
         const int before = mx_backend_cuda_tma_launches(&G), skb = mx_backend_cuda_sk_launches(&G);
         out[on] = qset_run(&q);
-        const int got = mx_backend_cuda_tma_launches(&G) - before, want = on && n <= 64 && mx_backend_cuda_has_wgmma(&G) ? 1 : 0;
-        TCHECK(got == want, "TMA %s: %d launches of that form, expected %d", on ? "on" : "off", got, want);
+        const int got = mx_backend_cuda_tma_launches(&G) - before, want = on && (n <= 64 || on == 2) && mx_backend_cuda_has_wgmma(&G) ? 1 : 0;
+        TCHECK(got == want, "TMA form %d: %d launches of a TMA form, expected %d", on, got, want);
         if (tc->sk_grid && mx_backend_cuda_has_wgmma(&G))
-            TCHECK(mx_backend_cuda_sk_launches(&G) - skb == 1, "TMA %s: not through stream-K", on ? "on" : "off");
+            TCHECK(mx_backend_cuda_sk_launches(&G) - skb == 1, "TMA form %d: not through stream-K", on);
         mx_backend_cuda_set_gemm_tma(&G, was);
         const double e = relerr(out[on], q.ref, tot);
-        TCHECK(e < 1.5e-2, "TMA %s: rel err %.3g against the CPU", on ? "on" : "off", e);
+        TCHECK(e < 1.5e-2, "TMA form %d: rel err %.3g against the CPU", on, e);
     }
-    TCHECK(!memcmp(out[0], out[1], (size_t)tot * 4), "the TMA form differs from the cp.async form (rel err %.3g)", relerr(out[1], out[0], tot));
+    for (int m = 1; m < 3; m++)
+        TCHECK(!memcmp(out[0], out[m], (size_t)tot * 4), "TMA form %d differs from the cp.async form (rel err %.3g)", m, relerr(out[m], out[0], tot));
     TCHECK(mx_backend_cuda_status(&G) == MX_OK, "status: %s", mx_last_error());
     mx_backend_cuda_set_gemm(&G, "auto");
     mx_backend_cuda_set_gemm_sk(&G, sk, 0);
-    free(out[0]); free(out[1]);
+    free(out[0]); free(out[1]); free(out[2]);
     qset_free(&q);
 }
 

@@ -227,7 +227,7 @@ struct cu_ctx {
     bool wg32_ok;                          /* k_gemm_wg<32, ..>'s forms could be set up */
     int gemm_n32;                          /* 17..32 rows of x on them (MLXCEL_CUDA_GEMM_N32; else the 64-token form) */
     int gemm_tma;                          /* k_gemm_wg's stages copied by the tensor memory accelerator
-                                              (MLXCEL_CUDA_GEMM_TMA; where the maps could be made) */
+                                              (MLXCEL_CUDA_GEMM_TMA: 1 all, 2 x alone; where the maps could be made) */
     PFN_cuTensorMapEncodeTiled_v12000 tm_encode;   /* the driver's cuTensorMapEncodeTiled (NULL: no TMA form) */
     int n_tma;                             /* launches of the TMA form (tests) */
     int n32_wg;                            /* their warpgroups a block, 2 or 4 (MLXCEL_CUDA_GEMM_N32_WG); 0: by the
@@ -454,7 +454,7 @@ static mx_status env_long(const char *name, long lo, long hi, long def, const ch
 #define PAIR_HALF_KB 76      /* MLXCEL_CUDA_PAIR_HALF: a block's ring (two 4.6 KB slots a warp of 8) */
 static mx_status read_switches(cu_switches *sw) {
     static const char *const attn[] = {"mma", "tiled", "pertoken"}, *const attn_dec[] = {"vec", "lanes"},
-                             *const onoff[] = {"0", "1"},
+                             *const onoff[] = {"0", "1"}, *const tma_modes[] = {"0", "1", "2"},
                              *const pdl[] = {"0", "1", "2", "3"},
                              *const mv[] = {"i8", "f32"}, *const kv[] = {"bf16", "f32"},
                              *const off_on_auto[] = {"0", "1", "auto"}, *const ring_bf[] = {"0", "norm", "1", "long"},
@@ -469,7 +469,7 @@ static mx_status read_switches(cu_switches *sw) {
         (st = env_choice("MLXCEL_CUDA_GEMM_ROT", onoff, 2, 1, &sw->gemm_rot)) ||
         (st = env_choice("MLXCEL_CUDA_GEMM_SK", onoff, 2, 1, &sw->gemm_sk)) ||
         (st = env_choice("MLXCEL_CUDA_GEMM_N32", onoff, 2, 1, &sw->gemm_n32)) ||
-        (st = env_choice("MLXCEL_CUDA_GEMM_TMA", onoff, 2, 0, &sw->gemm_tma)) ||
+        (st = env_choice("MLXCEL_CUDA_GEMM_TMA", tma_modes, 3, 0, &sw->gemm_tma)) ||
         (st = env_choice("MLXCEL_CUDA_GEMM_N32_WG", n32_wgs, 3, 0, &sw->n32_wg)) ||
         (st = env_choice("MLXCEL_CUDA_GEMM_PAIR", onoff, 2, 0, &sw->gemm_pair)) ||
         (st = env_choice("MLXCEL_CUDA_SUM_NORM", onoff, 2, 1, &sw->sum_norm)) ||
@@ -1746,10 +1746,11 @@ __global__ void k_gq_sum4(const gq_set set, const float *__restrict__ part, int 
 __device__ __forceinline__ uint64_t wg_desc(uint32_t saddr) {   /* no swizzle, LBO 128, SBO 1024 */
     return (uint64_t)((saddr >> 4) & 0x3FFF) | ((uint64_t)(128 >> 4) << 16) | ((uint64_t)(1024 >> 4) << 32);
 }
-/* the TMA form's x stage: k's core matrices BN * 16 bytes apart (a box of 8 columns x BN tokens
- * each), the tokens' 128 */
-template <int BN> __device__ __forceinline__ uint64_t wg_desc_t(uint32_t saddr) {
-    return (uint64_t)((saddr >> 4) & 0x3FFF) | ((uint64_t)((BN * 16) >> 4) << 16) | ((uint64_t)(128 >> 4) << 32);
+/* the TMA forms' x stage: one box of 64 columns x BN tokens, 128 bytes a token, with the 128-byte
+ * swizzle (the 16-byte pieces of token t's row XORed with t % 8; the stage 1024-aligned): SBO 1024
+ * (8 tokens), LBO unused; a k16 step is 32 bytes on inside the swizzled row */
+__device__ __forceinline__ uint64_t wg_desc_sw(uint32_t saddr) {
+    return (uint64_t)((saddr >> 4) & 0x3FFF) | ((uint64_t)1 << 16) | ((uint64_t)(1024 >> 4) << 32) | ((uint64_t)1 << 62);
 }
 #define WG_D8(i) "+f"(d[i + 0]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
 template <int BN> __device__ __forceinline__ void wg_mma(float *d, const uint32_t *a, uint64_t desc);
@@ -1793,7 +1794,7 @@ __device__ __forceinline__ unsigned ld_acquire_gpu(const unsigned *p) {
 struct wg_maps {   /* k_gemm_wg's TMA form: the set's weights (boxes of 8 words x BM rows) and x's */
     CUtensorMap w[4], x;
 };
-template <int BN, int NWG, typename ST, bool PAIR = false, bool SK = false, bool TMA = false>
+template <int BN, int NWG, typename ST, bool PAIR = false, bool SK = false, int TM = 0>
 __global__ void __launch_bounds__(128 * NWG, NWG == 2 ? 2 : 1)
 k_gemm_wg(const gq_set set, const __nv_bfloat16 *__restrict__ x, int cols, int n, int gs_shift, int kchunk,
           float *__restrict__ part, const __grid_constant__ wg_maps tm) {
@@ -1821,11 +1822,14 @@ k_gemm_wg(const gq_set set, const __nv_bfloat16 *__restrict__ x, int cols, int n
      * them, adds them in k order (deterministic) and stores the tile. Every block of the grid is
      * resident at once (G <= the slots of the occupancy), so the wait ends. */
     static_assert(!(SK && PAIR), "stream-K has no fused pair form");
-    static_assert(!(TMA && (PAIR || BN > 64)), "the TMA form: 32- and 64-token tiles, no fused pair form");
+    /* TM: 0 every stage by cp.async; 1 the TMA form below; 2 x alone by TMA (its box and the
+     * full mbarrier as in 1), the weights and pairs by cp.async with the block barrier as in 0 */
+    constexpr bool TMA = TM == 1, XT = TM >= 1;
+    static_assert(!(TMA && (PAIR || BN > 64)) && !(XT && PAIR), "the TMA forms: no fused pair form; 1: 32- and 64-token tiles");
     /* TMA: the stages are filled by the tensor memory accelerator, issued by thread 0: a step's
      * weights as one box of W's map (BM rows x 8 words, the cp.async form's layout; rows past the
-     * weight's read as zeros), x as 8 boxes of 8 columns x BN tokens (tokens past n zeros; k's core
-     * matrices BN * 16 bytes apart: wg_desc_t) and the (scale, bias) pairs as one bulk copy a group,
+     * weight's read as zeros), x as one box of 64 columns x BN tokens, swizzled (tokens past n
+     * zeros: wg_desc_sw) and the (scale, bias) pairs as one bulk copy a group,
      * all completing on the stage's "full" mbarrier. Each warp releases a stage on its "empty"
      * mbarrier once its wgmmas that read it have completed; thread 0 waits for that before it
      * refills the stage. No block barrier in the k loop, and no per-thread copies (~770 cp.async
@@ -1835,8 +1839,8 @@ k_gemm_wg(const gq_set set, const __nv_bfloat16 *__restrict__ x, int cols, int n
      * in flight through the loop: a release between two made ptxas serialize them (C7513). */
     uint64_t *const fullb = (uint64_t *)(wg_smem + WG_STB(BN, NWG)), *const emptyb = fullb + NST;
     [[maybe_unused]] int tst = 0, tround = 0, tcs = 0;
-    [[maybe_unused]] unsigned tph = 0;
-    if constexpr (TMA) {
+    [[maybe_unused]] unsigned tph = 0, xph = 0;   /* xph (TM 2): bit st, the phase of stage st's next x */
+    if constexpr (XT) {
         if (tid == 0) {
             for (int i = 0; i < NST; i++) { fd_mbar_init(fullb + i, 1); fd_mbar_init(emptyb + i, T / 32); }
             asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -1934,9 +1938,15 @@ k_gemm_wg(const gq_set set, const __nv_bfloat16 *__restrict__ x, int cols, int n
     unsigned kc = (unsigned)r0it * GQ_BK;
     auto issue = [&](int st) {   /* k step kc into stage st, then kc to the next */
         cp_async16_sa(wdst + st * WWB, wsrc + (kc >> 3));
-        if (xon)
+        if constexpr (XT) {   /* (TM 2) x: thread 0, one box */
+            if (tid == 0) {
+                fd_mbar_expect(fullb + st, WG_XB(BN));
+                tma2d_sa(smb + st * WG_XB(BN), &tm.x, kbeg + (int)kc, nb, fd_sa(fullb + st));
+            }
+        } else if (xon) {
 #pragma unroll
             for (int j = 0; j < XI; j++) cp_async16z_sa(xdst + st * WG_XB(BN) + j * (T / BN) * 128, xsrc + kc + j * (T / BN) * 8, xbytes);
+        }
         if (sbq) cp_async16z_sa(sbdst + st * WG_SB(NWG), sbsrc + (((unsigned)kbeg + kc) >> gs_shift) * (unsigned)rows4, sbbytes);
         kc += GQ_BK;
         if (kc == kcend) kc = 0;
@@ -1948,8 +1958,7 @@ k_gemm_wg(const gq_set set, const __nv_bfloat16 *__restrict__ x, int cols, int n
         fd_mbar_expect(fullb + tst, WWB + WG_XB(BN) + ng * sbn);
         const int col = kbeg + (int)kc;
         tma2d_sa(wsb + tst * WWB, &tm.w[k], col / 8, mb, bar);
-#pragma unroll
-        for (int j = 0; j < 8; j++) tma2d_sa(smb + tst * WG_XB(BN) + j * BN * 16, &tm.x, col + 8 * j, nb, bar);
+        tma2d_sa(smb + tst * WG_XB(BN), &tm.x, col, nb, bar);
         for (int j = 0; j < ng; j++) bulk_sa(sbb + tst * WG_SB(NWG) + j * BM * 4, set.SB[k] + (size_t)((col >> gs_shift) + j) * rows4 + mb, sbn, bar);
         kc += GQ_BK;
         if (kc == kcend) kc = 0;
@@ -1991,6 +2000,10 @@ k_gemm_wg(const gq_set set, const __nv_bfloat16 *__restrict__ x, int cols, int n
             cp_async_wait<WG_D - 1>();
             asm volatile("fence.proxy.async.shared::cta;" ::: "memory");   /* this thread's copies, seen by wgmma */
             __syncthreads();   /* stage it landed for all; stage it - 2 no longer read (its wgmmas completed) */
+            if constexpr (XT) {   /* (TM 2) and its x */
+                fd_mbar_wait(fullb + cst, (xph >> cst) & 1);
+                xph ^= 1u << cst;
+            }
         }
         /* the step's words and pairs from shared memory first: the copies' issue below hides
          * their latency (the asm's memory clobbers keep the compiler from moving them over it) */
@@ -2004,8 +2017,8 @@ k_gemm_wg(const gq_set set, const __nv_bfloat16 *__restrict__ x, int cols, int n
             if (it + WG_D < nk) issue(ist);
             cp_async_commit();
         }
-        const uint64_t desc = TMA ? wg_desc_t<BN>(smb + cst * WG_XB(BN)) : wg_desc(smb + cst * WG_XB(BN));
-        constexpr int DS = TMA ? 2 * BN : 16;   /* a k16 step along the descriptor: 2 core matrices along k */
+        const uint64_t desc = XT ? wg_desc_sw(smb + cst * WG_XB(BN)) : wg_desc(smb + cst * WG_XB(BN));
+        constexpr int DS = XT ? 2 : 16;   /* a k16 step along the descriptor (16-byte units): 32 bytes swizzled, else 2 core matrices */
         auto deq4 = [&](int s, uint32_t *o) {   /* the 4 A words of k16 step s */
             const int p = 2 * (s & 1);
             const uint32_t l = (s >> 1) ? wl.y : wl.x, h = (s >> 1) ? wh.y : wh.x;
@@ -4795,30 +4808,34 @@ static bool gq_gemm(cu_ctx *c, int nw, const cu_weight *const *w, const float *x
     }
     const dim3 grid(sk_grid ? (unsigned)sk_grid : (unsigned)set.blk0[nw], nblk(n, bn), (unsigned)nsplit);
     const size_t shm = (size_t)GQ_ST * (GQ_BM * 8 * 4 + (size_t)bn * GQ_XS * 2);
-    /* the TMA form (MLXCEL_CUDA_GEMM_TMA) where every weight of the set has its maps and x's can
-     * be made (x: [n][cols] bf16, a box of 8 columns x bn tokens) */
+    /* the TMA forms (MLXCEL_CUDA_GEMM_TMA): 1 where every weight of the set has its maps (32 and 64
+     * tokens), 2 anywhere; x's map made here ([n][cols] bf16, a box of 64 columns x bn tokens,
+     * swizzled) */
     wg_maps tmp;
     memset(&tmp, 0, sizeof tmp);
-    bool tma = wg && !pair && bn <= 64 && c->gemm_tma && c->tm_encode;
-    for (int k = 0; k < nw && tma; k++) {
-        tma = w[k]->has_tmw;
-        if (tma) memcpy(&tmp.w[k], w[k]->tmw[nwg == 4], sizeof tmp.w[k]);
+    int tma = wg && !pair && c->tm_encode ? c->gemm_tma : 0;
+    if (tma == 1 && bn > 64) tma = 0;
+    for (int k = 0; k < nw && tma == 1; k++) {
+        if (!w[k]->has_tmw) tma = 0;
+        else memcpy(&tmp.w[k], w[k]->tmw[nwg == 4], sizeof tmp.w[k]);
     }
     if (tma) {
         const cuuint64_t dim[2] = {(cuuint64_t)cols, (cuuint64_t)n}, stride[1] = {(cuuint64_t)cols * 2};
-        const cuuint32_t box[2] = {8, (cuuint32_t)bn}, es[2] = {1, 1};
-        tma = c->tm_encode(&tmp.x, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, xb, dim, stride, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                           CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+        const cuuint32_t box[2] = {64, (cuuint32_t)bn}, es[2] = {1, 1};
+        if (c->tm_encode(&tmp.x, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, xb, dim, stride, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                         CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS) tma = 0;
     }
     if (tma) c->n_tma++;
 #define GQ_ARGS (set, xb, (int)cols, n, gsh, kchunk, part)
 #define WG_ARGS (set, xb, (int)cols, n, gsh, kchunk, part, tmp)
     if (wg) {
 /* (the stream-K form is instantiated for 32 and 64 tokens only: B <= 64 as its SK argument) */
-/* (the TMA form: 32 and 64 tokens only, B <= 64 as tma's condition; T64: B, where that holds) */
+/* (TMA form 1: 32 and 64 tokens only, B <= 64 as its condition; T64: B, where that holds) */
 #define T64(B) (B <= 64 ? B : 64)
-#define WGL(B, NW, T) do { if (tma && B <= 64) { if (sk_grid) PL(c, k_gemm_wg<T64(B), NW, T, false, true, true>, grid, 128 * NW, WG_SMEM(B, NW))WG_ARGS; \
-                                      else PL(c, k_gemm_wg<T64(B), NW, T, false, false, true>, grid, 128 * NW, WG_SMEM(B, NW))WG_ARGS; } \
+#define WGL(B, NW, T) do { if (tma == 1 && B <= 64) { if (sk_grid) PL(c, k_gemm_wg<T64(B), NW, T, false, true, 1>, grid, 128 * NW, WG_SMEM(B, NW))WG_ARGS; \
+                                      else PL(c, k_gemm_wg<T64(B), NW, T, false, false, 1>, grid, 128 * NW, WG_SMEM(B, NW))WG_ARGS; } \
+                           else if (tma == 2) { if (sk_grid && B <= 64) PL(c, k_gemm_wg<B, NW, T, false, B <= 64, 2>, grid, 128 * NW, WG_SMEM(B, NW))WG_ARGS; \
+                                                else PL(c, k_gemm_wg<B, NW, T, false, false, 2>, grid, 128 * NW, WG_SMEM(B, NW))WG_ARGS; } \
                            else if (sk_grid && B <= 64) PL(c, k_gemm_wg<B, NW, T, false, B <= 64>, grid, 128 * NW, WG_SMEM(B, NW))WG_ARGS; \
                            else PL(c, k_gemm_wg<B, NW, T>, grid, 128 * NW, WG_SMEM(B, NW))WG_ARGS; } while (0)
 #define WGP(B, NW, T) PL(c, k_gemm_wg<B, NW, T, true>, grid, 128 * NW, WG_SMEM(B, NW))WG_ARGS
@@ -4854,7 +4871,7 @@ static bool gq_gemm(cu_ctx *c, int nw, const cu_weight *const *w, const float *x
     }
 #undef GQ_ARGS
     LAUNCHED(c, pair ? "gemm (q4, wgmma, gate/up with the activation)" : sk_grid ? (tma ? "gemm (q4, wgmma, stream-K, TMA)" : "gemm (q4, wgmma, stream-K)")
-                : tma ? "gemm (q4, wgmma, TMA)" : wg ? "gemm (q4, wgmma)" : "gemm (q4, mma)");
+                : tma ? "gemm (q4, wgmma, TMA)" : wg ? "gemm (q4, wgmma)" : "gemm (q4, mma)");   /* (either TMA form) */
     if (sk_grid) { c->n_strk++; part = NULL; }   /* (no split sums follow) */
     if (pair) {   /* x's gq form was read from c->xg: the new one (if made) takes its place */
         c->n_pair++;
@@ -6489,12 +6506,12 @@ extern "C" mx_status mx_backend_cuda_init(mx_backend *out) {
         cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
         bool ok = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) == cudaSuccess &&
                   q == cudaDriverEntryPointSuccess && fn;
-#define TMAF(B, NW, T, SKF) {(const void *)k_gemm_wg<B, NW, T, false, SKF, true>, B, NW, SKF}
+#define TMAF(B, NW, T, SKF, M) {(const void *)k_gemm_wg<B, NW, T, false, SKF, M>, B, NW, SKF}
+#define TMA4(B, SKF, M) TMAF(B, 2, __nv_bfloat16, SKF, M), TMAF(B, 2, __half, SKF, M), TMAF(B, 4, __nv_bfloat16, SKF, M), TMAF(B, 4, __half, SKF, M)
         const struct { const void *f; int bn, nwg; bool sk; } tf[] = {
-            TMAF(32, 2, __nv_bfloat16, false), TMAF(32, 2, __half, false), TMAF(32, 4, __nv_bfloat16, false), TMAF(32, 4, __half, false),
-            TMAF(64, 2, __nv_bfloat16, false), TMAF(64, 2, __half, false), TMAF(64, 4, __nv_bfloat16, false), TMAF(64, 4, __half, false),
-            TMAF(32, 2, __nv_bfloat16, true), TMAF(32, 2, __half, true), TMAF(32, 4, __nv_bfloat16, true), TMAF(32, 4, __half, true),
-            TMAF(64, 2, __nv_bfloat16, true), TMAF(64, 2, __half, true), TMAF(64, 4, __nv_bfloat16, true), TMAF(64, 4, __half, true)};
+            TMA4(32, false, 1), TMA4(64, false, 1), TMA4(32, true, 1), TMA4(64, true, 1),
+            TMA4(32, false, 2), TMA4(64, false, 2), TMA4(128, false, 2), TMA4(32, true, 2), TMA4(64, true, 2)};
+#undef TMA4
 #undef TMAF
         for (size_t i = 0; i < sizeof tf / sizeof tf[0] && ok; i++) {
             ok = cudaFuncSetAttribute(tf[i].f, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)WG_SMEM(tf[i].bn, tf[i].nwg)) == cudaSuccess;
@@ -6615,10 +6632,10 @@ extern "C" bool mx_backend_cuda_set_gemm_n32(mx_backend *b, bool on) {
     return was;
 }
 extern "C" int mx_backend_cuda_n32_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_wg32; }
-extern "C" bool mx_backend_cuda_set_gemm_tma(mx_backend *b, bool on) {
+extern "C" int mx_backend_cuda_set_gemm_tma(mx_backend *b, int mode) {
     cu_ctx *c = switch_ctx(b);
-    const bool was = c->gemm_tma != 0;
-    c->gemm_tma = on;
+    const int was = c->gemm_tma;
+    c->gemm_tma = mode >= 0 && mode <= 2 ? mode : 0;
     return was;
 }
 extern "C" int mx_backend_cuda_tma_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_tma; }
