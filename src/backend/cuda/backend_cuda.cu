@@ -1943,6 +1943,7 @@ k_gemm_wg(const gq_set set, const __nv_bfloat16 *__restrict__ x, int cols, int n
                 fd_mbar_expect(fullb + st, WG_XB(BN));
                 tma2d_sa(smb + st * WG_XB(BN), &tm.x, kbeg + (int)kc, nb, fd_sa(fullb + st));
             }
+            __syncwarp();   /* (the warp whole again before its wgmmas) */
         } else if (xon) {
 #pragma unroll
             for (int j = 0; j < XI; j++) cp_async16z_sa(xdst + st * WG_XB(BN) + j * (T / BN) * 128, xsrc + kc + j * (T / BN) * 8, xbytes);
@@ -2000,8 +2001,10 @@ k_gemm_wg(const gq_set set, const __nv_bfloat16 *__restrict__ x, int cols, int n
             cp_async_wait<WG_D - 1>();
             asm volatile("fence.proxy.async.shared::cta;" ::: "memory");   /* this thread's copies, seen by wgmma */
             __syncthreads();   /* stage it landed for all; stage it - 2 no longer read (its wgmmas completed) */
-            if constexpr (XT) {   /* (TM 2) and its x */
-                fd_mbar_wait(fullb + cst, (xph >> cst) & 1);
+            if constexpr (XT) {   /* (TM 2) and its x (the wait's loop inside the asm: fd_mbar_wait's
+                                   * timer and trap there made ptxas serialize the wgmmas, C7517) */
+                asm volatile("{ .reg .pred p; WX_%=: mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1; @!p bra WX_%=; }"
+                             ::"r"(fd_sa(fullb + cst)), "r"((xph >> cst) & 1) : "memory");
                 xph ^= 1u << cst;
             }
         }
