@@ -227,7 +227,8 @@ struct cu_ctx {
     bool wg32_ok;                          /* k_gemm_wg<32, ..>'s forms could be set up */
     int gemm_n32;                          /* 17..32 rows of x on them (MLXCEL_CUDA_GEMM_N32; else the 64-token form) */
     int gemm_tma;                          /* k_gemm_wg's stages copied by the tensor memory accelerator
-                                              (MLXCEL_CUDA_GEMM_TMA: 1 all, 2 x alone; where the maps could be made) */
+                                              (MLXCEL_CUDA_GEMM_TMA: 0 none, 1 all, 2 x alone (the default);
+                                              where the maps could be made, else 0) */
     PFN_cuTensorMapEncodeTiled_v12000 tm_encode;   /* the driver's cuTensorMapEncodeTiled (NULL: no TMA form) */
     int n_tma;                             /* launches of the TMA form (tests) */
     int n32_wg;                            /* their warpgroups a block, 2 or 4 (MLXCEL_CUDA_GEMM_N32_WG); 0: by the
@@ -469,7 +470,7 @@ static mx_status read_switches(cu_switches *sw) {
         (st = env_choice("MLXCEL_CUDA_GEMM_ROT", onoff, 2, 1, &sw->gemm_rot)) ||
         (st = env_choice("MLXCEL_CUDA_GEMM_SK", onoff, 2, 1, &sw->gemm_sk)) ||
         (st = env_choice("MLXCEL_CUDA_GEMM_N32", onoff, 2, 1, &sw->gemm_n32)) ||
-        (st = env_choice("MLXCEL_CUDA_GEMM_TMA", tma_modes, 3, 0, &sw->gemm_tma)) ||
+        (st = env_choice("MLXCEL_CUDA_GEMM_TMA", tma_modes, 3, 2, &sw->gemm_tma)) ||
         (st = env_choice("MLXCEL_CUDA_GEMM_N32_WG", n32_wgs, 3, 0, &sw->n32_wg)) ||
         (st = env_choice("MLXCEL_CUDA_GEMM_PAIR", onoff, 2, 0, &sw->gemm_pair)) ||
         (st = env_choice("MLXCEL_CUDA_SUM_NORM", onoff, 2, 1, &sw->sum_norm)) ||
