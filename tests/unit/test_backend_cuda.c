@@ -3202,7 +3202,8 @@ int main(int argc, char **argv) {
     }
     mx_backend_cuda_set_exact_matvec(&G, false); G_EXACT = false;
     /* q4 above 16 rows through each GEMM path (the default, auto, takes the tensor-core GEMM on
-     * packed weights up to 64 rows and for >= 4096 columns up to 128) */
+     * packed weights up to 128 rows where the wgmma form runs; elsewhere up to 64 rows and for
+     * >= 4096 columns up to 128) */
     static const char *const gm_modes[] = {"mma", "cublas", "wgmma"};
     /* an sm_90 GPU runs the wgmma form (else "wgmma" would test the mma.sync one again) */
     char desc[256];

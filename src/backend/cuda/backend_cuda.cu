@@ -4713,10 +4713,12 @@ static void multi_run(cu_ctx *c, int nw, const cu_weight *const *w, const float 
  * False (nothing done) when the weights do not qualify. */
 static bool gq_rows(const cu_ctx *c, int n, int64_t cols) {   /* x of n rows x cols can go to k_gemm_gq */
     if (!c->gq_ok || n <= MV_I8_MAX || n > GQ_NMAX || c->precise || cols % GQ_BK) return false;
-    /* auto: above 64 rows only for weights of 4096 columns or more (on the H200 at 128 rows the
-     * dequantize + cuBLAS path was 3% faster for Qwen3-0.6B's 1024-3072 columns, k_gemm_gq 1-7%
-     * faster for Llama-3.1-8B's; at 32-64 rows k_gemm_gq was 33-69% faster for both) */
-    return c->gemm_mode == GM_MMA || c->gemm_mode == GM_WG || (c->gemm_mode == GM_AUTO && (n <= 64 || cols >= 4096));
+    /* auto: where the wgmma form runs, always (H100, 128 sequences of Qwen3-0.6B q4 after 128-token
+     * prompts, its 1024-3072 columns: 44,030 tok/s against 36,235 through the dequantize + cuBLAS
+     * path, with x by TMA; 38,781 without); elsewhere above 64 rows only for weights of 4096
+     * columns or more (on the H200 at 128 rows the cuBLAS path was 3% faster for Qwen3-0.6B's,
+     * k_gemm_gq 1-7% faster for Llama-3.1-8B's; at 32-64 rows k_gemm_gq was 33-69% faster for both) */
+    return c->gemm_mode == GM_MMA || c->gemm_mode == GM_WG || (c->gemm_mode == GM_AUTO && (n <= 64 || cols >= 4096 || c->wg_ok));
 }
 /* the split-k partial sums of a set added into its outputs: four values a thread where every
  * weight's rows allow it */
