@@ -192,13 +192,13 @@ int mx_backend_cuda_sk_launches(mx_backend *b);
 bool mx_backend_cuda_set_gemm_n32(mx_backend *b, bool on);
 /* How many products ran on the 32-token tiles so far (tests). */
 int mx_backend_cuda_n32_launches(mx_backend *b);
-/* The wgmma GEMM's stages copied by the tensor memory accelerator (MLXCEL_CUDA_GEMM_TMA, 0 by
- * default, src/backend/cuda/NOTES.md). 1: the 32- and 64-token tiles' whole stages (15-32% slower
- * in the fortieth session, with x in 16-byte rows): one thread issues a k step's copies (tensor
+/* The wgmma GEMM's stages copied by the tensor memory accelerator (MLXCEL_CUDA_GEMM_TMA, 2 by
+ * default, src/backend/cuda/NOTES.md). 0: every thread's cp.async. 1: the 32- and 64-token tiles'
+ * whole stages (14% slower in the forty-first session): one thread issues a k step's copies (tensor
  * maps of the weights, made at load, and of x, made at each launch), completion and release on
  * mbarriers, no block barrier in the k loop. 2: x alone, one swizzled box a step by one thread, in
- * every tile; the weights and pairs by cp.async as in 0. Where the maps cannot be made the
- * cp.async form runs. Returns the previous mode. */
+ * every tile; the weights and pairs by cp.async as in 0. 3: 2 except in stream-K launches, which
+ * take 0. Where the maps cannot be made the cp.async form runs. Returns the previous mode. */
 int mx_backend_cuda_set_gemm_tma(mx_backend *b, int mode);
 /* How many products ran in either TMA form so far (tests). */
 int mx_backend_cuda_tma_launches(mx_backend *b);

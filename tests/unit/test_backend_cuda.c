@@ -59,7 +59,7 @@ static void test_select(void) {
                                          {"MLXCEL_CUDA_SUM_QKV", "on"}, {"MLXCEL_CUDA_GRAPHS", "2"},
                                          {"MLXCEL_CUDA_ATT_GQ", "yes"}, {"MLXCEL_CUDA_FUSED", "on"},
                                          {"MLXCEL_CUDA_FUSED_PF", "65"}, {"MLXCEL_CUDA_FUSED_PF", "-1"},
-                                         {"MLXCEL_CUDA_GEMM_SK", "auto"}, {"MLXCEL_CUDA_GEMM_N32", "yes"}, {"MLXCEL_CUDA_GEMM_TMA", "3"}, {"MLXCEL_CUDA_GEMM_N32_WG", "3"}, {"MLXCEL_CUDA_MV_RING", "yes"},
+                                         {"MLXCEL_CUDA_GEMM_SK", "auto"}, {"MLXCEL_CUDA_GEMM_N32", "yes"}, {"MLXCEL_CUDA_GEMM_TMA", "4"}, {"MLXCEL_CUDA_GEMM_N32_WG", "3"}, {"MLXCEL_CUDA_MV_RING", "yes"},
                                          {"MLXCEL_CUDA_MV_RING_KB", "500"}, {"MLXCEL_CUDA_MV_RING_WARPS", "0"},
                                          {"MLXCEL_CUDA_MV_RING_SLOT", "32k"}, {"MLXCEL_CUDA_RING_NORM", "on"}, {"MLXCEL_CUDA_RING_NORM", "2"},
                                          {"MLXCEL_CUDA_MV_RING_BF16", "2"}, {"MLXCEL_CUDA_ATTN_PREP", "on"},
@@ -1230,7 +1230,7 @@ static void check_n32(const n32_case *nc) {
 }
 
 /* The wgmma GEMM's TMA forms (mx_backend_cuda_set_gemm_tma: 1, the stages copied by the tensor
- * memory accelerator; 2, x alone) against its cp.async form, bit for bit (the same k order: the
+ * memory accelerator; 2, x alone; 3, x alone except in stream-K launches) against its cp.async form, bit for bit (the same k order: the
  * same wgmmas on the same values, only the shared-memory layout of x and who copies differ),
  * against the CPU, and counted: 32- and 64-token tiles (17..64 rows of x; 65..128 take form 2
  * only, checked), 2
@@ -1257,12 +1257,13 @@ static void check_tma(const tma_case *tc) {
     const int64_t tot = q.tot;
     const int sk = mx_backend_cuda_set_gemm_sk(&G, tc->sk_grid > 0, tc->sk_grid);
     TREQUIRE(mx_backend_cuda_set_gemm(&G, "wgmma") == MX_OK, "set_gemm wgmma");
-    float *out[3];
-    for (int on = 0; on < 3; on++) {
+    float *out[4];
+    for (int on = 0; on < 4; on++) {
         const int was = mx_backend_cuda_set_gemm_tma(&G, on);
         const int before = mx_backend_cuda_tma_launches(&G), skb = mx_backend_cuda_sk_launches(&G);
         out[on] = qset_run(&q);
-        const int got = mx_backend_cuda_tma_launches(&G) - before, want = on && (n <= 64 || on == 2) && mx_backend_cuda_has_wgmma(&G) ? 1 : 0;
+        const bool takes = on == 1 ? n <= 64 : on == 2 || (on == 3 && !tc->sk_grid);
+        const int got = mx_backend_cuda_tma_launches(&G) - before, want = takes && mx_backend_cuda_has_wgmma(&G) ? 1 : 0;
         TCHECK(got == want, "TMA form %d: %d launches of a TMA form, expected %d", on, got, want);
         if (tc->sk_grid && mx_backend_cuda_has_wgmma(&G))
             TCHECK(mx_backend_cuda_sk_launches(&G) - skb == 1, "TMA form %d: not through stream-K", on);
@@ -1270,12 +1271,12 @@ static void check_tma(const tma_case *tc) {
         const double e = relerr(out[on], q.ref, tot);
         TCHECK(e < 1.5e-2, "TMA form %d: rel err %.3g against the CPU", on, e);
     }
-    for (int m = 1; m < 3; m++)
+    for (int m = 1; m < 4; m++)
         TCHECK(!memcmp(out[0], out[m], (size_t)tot * 4), "TMA form %d differs from the cp.async form (rel err %.3g)", m, relerr(out[m], out[0], tot));
     TCHECK(mx_backend_cuda_status(&G) == MX_OK, "status: %s", mx_last_error());
     mx_backend_cuda_set_gemm(&G, "auto");
     mx_backend_cuda_set_gemm_sk(&G, sk, 0);
-    free(out[0]); free(out[1]); free(out[2]);
+    for (int m = 0; m < 4; m++) free(out[m]);
     qset_free(&q);
 }
 
