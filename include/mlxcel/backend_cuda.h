@@ -197,8 +197,9 @@ int mx_backend_cuda_n32_launches(mx_backend *b);
  * whole stages (14% slower in the forty-first session): one thread issues a k step's copies (tensor
  * maps of the weights, made at load, and of x, made at each launch), completion and release on
  * mbarriers, no block barrier in the k loop. 2: x alone, one swizzled box a step by one thread, in
- * every tile; the weights and pairs by cp.async as in 0. 3: 2 except in stream-K launches, which
- * take 0. Where the maps cannot be made the cp.async form runs. Returns the previous mode. */
+ * every tile but the 32-token tiles' stream-K launches (those as 0); the weights and pairs by
+ * cp.async as in 0. 3: as 2 in every launch. Where the maps cannot be made the cp.async form runs.
+ * Returns the previous mode. */
 int mx_backend_cuda_set_gemm_tma(mx_backend *b, int mode);
 /* How many products ran in either TMA form so far (tests). */
 int mx_backend_cuda_tma_launches(mx_backend *b);

@@ -1230,7 +1230,8 @@ static void check_n32(const n32_case *nc) {
 }
 
 /* The wgmma GEMM's TMA forms (mx_backend_cuda_set_gemm_tma: 1, the stages copied by the tensor
- * memory accelerator; 2, x alone; 3, x alone except in stream-K launches) against its cp.async form, bit for bit (the same k order: the
+ * memory accelerator; 2, x alone except in the 32-token tiles' stream-K launches; 3, x alone in every
+ * launch) against its cp.async form, bit for bit (the same k order: the
  * same wgmmas on the same values, only the shared-memory layout of x and who copies differ),
  * against the CPU, and counted: 32- and 64-token tiles (17..64 rows of x; 65..128 take form 2
  * only, checked), 2
@@ -1260,9 +1261,10 @@ static void check_tma(const tma_case *tc) {
     float *out[4];
     for (int on = 0; on < 4; on++) {
         const int was = mx_backend_cuda_set_gemm_tma(&G, on);
-        const int before = mx_backend_cuda_tma_launches(&G), skb = mx_backend_cuda_sk_launches(&G);
+        const int before = mx_backend_cuda_tma_launches(&G), skb = mx_backend_cuda_sk_launches(&G), n32b = mx_backend_cuda_n32_launches(&G);
         out[on] = qset_run(&q);
-        const bool takes = on == 1 ? n <= 64 : on == 2 || (on == 3 && !tc->sk_grid);
+        const bool t32 = mx_backend_cuda_n32_launches(&G) > n32b;   /* (the 32-token tiles ran) */
+        const bool takes = on == 1 ? n <= 64 : on == 3 || (on == 2 && !(tc->sk_grid && t32));
         const int got = mx_backend_cuda_tma_launches(&G) - before, want = takes && mx_backend_cuda_has_wgmma(&G) ? 1 : 0;
         TCHECK(got == want, "TMA form %d: %d launches of a TMA form, expected %d", on, got, want);
         if (tc->sk_grid && mx_backend_cuda_has_wgmma(&G))

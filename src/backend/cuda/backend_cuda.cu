@@ -227,9 +227,9 @@ struct cu_ctx {
     bool wg32_ok;                          /* k_gemm_wg<32, ..>'s forms could be set up */
     int gemm_n32;                          /* 17..32 rows of x on them (MLXCEL_CUDA_GEMM_N32; else the 64-token form) */
     int gemm_tma;                          /* k_gemm_wg's stages copied by the tensor memory accelerator
-                                              (MLXCEL_CUDA_GEMM_TMA: 0 none, 1 all, 2 x alone (the default),
-                                              3 x alone except in stream-K launches; where the maps could
-                                              be made, else 0) */
+                                              (MLXCEL_CUDA_GEMM_TMA: 0 none, 1 all, 2 x alone except in the
+                                              32-token tiles' stream-K launches (the default), 3 x alone in
+                                              every launch; where the maps could be made, else 0) */
     PFN_cuTensorMapEncodeTiled_v12000 tm_encode;   /* the driver's cuTensorMapEncodeTiled (NULL: no TMA form) */
     int n_tma;                             /* launches of the TMA form (tests) */
     int n32_wg;                            /* their warpgroups a block, 2 or 4 (MLXCEL_CUDA_GEMM_N32_WG); 0: by the
@@ -4822,7 +4822,12 @@ static bool gq_gemm(cu_ctx *c, int nw, const cu_weight *const *w, const float *x
     memset(&tmp, 0, sizeof tmp);
     int tma = wg && !pair && c->tm_encode ? c->gemm_tma : 0;
     if (tma == 1 && bn > 64) tma = 0;
-    if (tma == 3) tma = sk_grid ? 0 : 2;   /* (ncu, Llama-8B q4 at 32 rows: the stream-K gate/up 4.7% slower with 2) */
+    /* 2: the 32-token tiles' stream-K launches on the cp.async form (Llama-8B q4 on an H100, x by TMA
+     * in every launch against stream-K launches on cp.async: 17 / 32 sequences 4,625 / 8,368 tok/s
+     * against 4,784 / 8,461, 48 / 64 sequences (64-token tiles) 11,550 / 14,926 against 11,310 /
+     * 14,068); 3: x by TMA in every launch */
+    if (tma == 3) tma = 2;
+    else if (tma == 2 && sk_grid && bn == 32) tma = 0;
     for (int k = 0; k < nw && tma == 1; k++) {
         if (!w[k]->has_tmw) tma = 0;
         else memcpy(&tmp.w[k], w[k]->tmw[nwg == 4], sizeof tmp.w[k]);
