@@ -1233,8 +1233,8 @@ static void check_n32(const n32_case *nc) {
  * memory accelerator; 2, x alone except in the 32-token tiles' stream-K launches; 3, x alone in every
  * launch) against its cp.async form, bit for bit (the same k order: the
  * same wgmmas on the same values, only the shared-memory layout of x and who copies differ),
- * against the CPU, and counted: 32- and 64-token tiles (17..64 rows of x; 65..128 take form 2
- * only, checked), 2
+ * against the CPU, and counted: 32- and 64-token tiles (17..64 rows of x; 65..128 take forms 2
+ * and 3, not 1, checked), 2
  * and 4 warpgroups, one and three weights, groups of 32 / 64 / 128, bf16 and f16 scales, weight
  * rows that leave the last tile partial and are not a multiple of 4 (the pairs' padding), tokens
  * that leave the tile partial (x's box past n), the k loop rotated (the default) and stream-K
@@ -1246,8 +1246,8 @@ static const tma_case g_tma[] = {
     {"cuda_gemm_tma_n25_1024_g32_f16_rows_odd", 3001, 1024, 25, 32, 1, MX_DTYPE_F16, true, 0},
     {"cuda_gemm_tma_n50_2048_g64_qkv", 200, 2048, 50, 64, 3, MX_DTYPE_BF16, false, 0},
     {"cuda_gemm_tma_n64_4096_g32", 1000, 4096, 64, 32, 1, MX_DTYPE_BF16, true, 0},
-    {"cuda_gemm_tma_n100_4096_g64_form2_only", 512, 4096, 100, 64, 1, MX_DTYPE_BF16, false, 0},
-    {"cuda_gemm_tma_n128_1024_g32_f16_form2_only", 1000, 1024, 128, 32, 1, MX_DTYPE_F16, true, 0},
+    {"cuda_gemm_tma_n100_4096_g64_not_form1", 512, 4096, 100, 64, 1, MX_DTYPE_BF16, false, 0},
+    {"cuda_gemm_tma_n128_1024_g32_f16_not_form1", 1000, 1024, 128, 32, 1, MX_DTYPE_F16, true, 0},
     {"cuda_gemm_tma_n40_4096_g64_sk", 4096, 4096, 40, 64, 1, MX_DTYPE_BF16, false, 37},
     {"cuda_gemm_tma_n24_1024_g128_sk_qkv", 700, 1024, 24, 128, 3, MX_DTYPE_F16, true, 5},
 };
