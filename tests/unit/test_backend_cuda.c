@@ -2473,8 +2473,9 @@ static void check_decode_layers(const dl_case *dc) {
     float *lf = malloc((size_t)S * V * 4), *xf = malloc((size_t)S * H * 4);
     float *lgp = malloc((size_t)S * V * 4), *xgp = malloc((size_t)S * H * 4);
     float *lc = malloc((size_t)S * V * 4), *xc = malloc((size_t)S * H * 4);
-    /* (the ops as the fused kernel does them: x's int8 form after the norm's scale, not before) */
-    const bool epi = mx_backend_cuda_set_ring_epi(&G, false);
+    /* (the ops as the fused kernel does them: q4/q8 with the products' epilogues, so x's int8 form
+     * before the norm's scale, which the group scales take; bf16 without) */
+    const bool epi = mx_backend_cuda_set_ring_epi(&G, dc->bits != 0);
     mx_backend_cuda_set_fused(&G, false);
     bool ok_r = dl_run(&G, m, dc, false, false, lr, xr, xin);
     mx_backend_cuda_set_fused(&G, true);
