@@ -32,7 +32,7 @@
 #define FD_CW 15                   /* consumer warps */
 #define FD_CT (FD_CW * 32)         /* consumer threads */
 #define FD_MAXSLOT 8
-#define FD_NPROF 10                /* profile counters (MLXCEL_CUDA_PROFILE) */
+#define FD_NPROF 16                /* profile counters (MLXCEL_CUDA_PROFILE) */
 #define FD_MAXRT 64                /* rows of a chunk */
 #define FD_RPW ((FD_MAXRT + FD_CW - 1) / FD_CW)   /* a warp's rows of a chunk, at most */
 #define FD_GSM ((FD_CW * FD_RPW + 3) & ~3)        /* floats of the gate sums (keeps what follows aligned) */
@@ -41,6 +41,7 @@
 #define FD_XR 4                    /* q4/q8: x units a lane keeps in registers for a stage */
 #define FD_NCMAX 32                /* position chunks of a KV head in the attention stage */
 #define FD_PPW 2                   /* positions a warp loads at once in the attention */
+#define FD_PMIN 60                 /* the fewest positions a chunk of the attention has (when there are more) */
 #define FD_LDN 16                  /* loads a thread has in flight in the prologues */
 #define FD_PMAX 256                /* q4/q8: the most blocks (parts of a sum of squares, 8 a lane) */
 enum { FD_Q4 = 0, FD_Q8 = 1, FD_BF16 = 2 };
@@ -305,7 +306,7 @@ struct fd_att_plan { int L, NC, P; };
 __device__ __forceinline__ fd_att_plan fd_att_tasks(const fd_args &a) {
     fd_att_plan p;
     p.L = a.pos[0] + 1;
-    int NC = min((p.L + 2 * FD_PPW * FD_CW - 1) / (2 * FD_PPW * FD_CW), min(FD_NCMAX, max(1, (int)gridDim.x / a.nkv)));
+    int NC = min((p.L + FD_PMIN - 1) / FD_PMIN, min(FD_NCMAX, max(1, (int)gridDim.x / a.nkv)));
     p.P = (p.L + NC - 1) / NC;
     p.NC = (p.L + p.P - 1) / p.P;
     return p;
@@ -549,7 +550,8 @@ __global__ void __launch_bounds__(FD_THREADS, 1) k_fused_decode(const fd_args a)
     pdl_wait();
     /* profile (a.prof): sprof[0, 1] the second consumer warp's waits for data and its rows, [2, 3, 4]
      * thread 0's grid barriers, prologues, attention, [5] the producer's waits for a free slot, [6]
-     * cycles and [7] ns from here to the end (thread 0), [8] thread 0's epilogues (q4/q8) */
+     * cycles and [7] ns from here to the end (thread 0), [8] thread 0's epilogues (q4/q8), [10-14]
+     * its waits at the barriers after q/k/v, the attention, o, gate/up and down */
     const bool prof = a.prof != nullptr;
     if (prof && threadIdx.x == 32) { sprof[6] = (unsigned long long)clock64(); sprof[7] = fd_now(); }
 #define FD_PROF(k, t0) do { if (prof && (threadIdx.x & 31) == 0 && ((k) >= 2 ? threadIdx.x == 32 : threadIdx.x == 64)) \
@@ -568,11 +570,12 @@ __global__ void __launch_bounds__(FD_THREADS, 1) k_fused_decode(const fd_args a)
     const int sra = fd_sra<FMT>(a);
     int ci = 0;
     unsigned nsync = 0;
-    auto gsync = [&]() {
+    auto gsync = [&](int stage) {   /* (stage 0-4: the barrier after q/k/v, the attention, o, gate/up, down) */
         const long long t0 = clock64();
         nsync++;
         fd_grid_sync(&a.ctr[0], nsync * (unsigned)G, ctid);
         FD_PROF(2, t0);
+        FD_PROF(10 + stage, t0);
     };
     const int s0 = (int)((long long)H * blockIdx.x / G), s1 = (int)((long long)H * (blockIdx.x + 1) / G);
     /* rmsnorm of rin (+ din), this block's slice of the sum stored to wout, into the activations
@@ -680,6 +683,14 @@ __global__ void __launch_bounds__(FD_THREADS, 1) k_fused_decode(const fd_args a)
      * results in ebuf): a warp a group. The residual add: h = rin + the result, stored to rout, its
      * sum of squares to part[block], and the int8 form of h * (g + add_one) to gb (the next
      * product's input before its norm's scale; g null: none) */
+    float pa0 = 0.f, pg0 = 1.f;   /* the residual and gamma of the warp's first group, loaded before the rows */
+    auto epi_pre = [&](int lo, int n, const float *rin, const float *g) {
+        if (cw < n >> 5) {
+            const int i = lo + (cw << 5) + lane;
+            pa0 = __ldcg(rin + i);
+            pg0 = g ? g[i] + a.a1 : 1.f;
+        }
+    };
     auto epi_add = [&](int lo, int n, const float *rin, float *rout, const float *g, uint8_t *gb, float *part) {
         fd_cbar();   /* (every warp's results are in ebuf) */
         const long long t0 = clock64();
@@ -687,11 +698,12 @@ __global__ void __launch_bounds__(FD_THREADS, 1) k_fused_decode(const fd_args a)
         float ss = 0.f;
         for (int gl = cw; gl < n >> 5; gl += FD_CW) {
             const int i = lo + (gl << 5) + lane, grp = i >> 5;
-            const float h = __ldcg(rin + i) + ebuf[(gl << 5) + lane];
+            const bool first = gl == cw;
+            const float h = (first ? pa0 : __ldcg(rin + i)) + ebuf[(gl << 5) + lane];
             rout[i] = h;
             ss = fmaf(h, h, ss);
             if (g) {
-                const float v = h * (g[i] + a.a1);
+                const float v = h * (first ? pg0 : g[i] + a.a1);
                 const bool ok = true;
                 fd_quant_n<FMT, 1>(&v, &grp, &ok, GX);
             }
@@ -785,7 +797,7 @@ __global__ void __launch_bounds__(FD_THREADS, 1) k_fused_decode(const fd_args a)
             consume(m, r0, n, g, sr, [&](int r, int, float v) { y[r] = v; });
         });
         fd_att_prefetch(a, l, ctid);
-        gsync();
+        gsync(0);
         /* 2. attention */
         {
             const long long t0 = clock64();
@@ -794,16 +806,16 @@ __global__ void __launch_bounds__(FD_THREADS, 1) k_fused_decode(const fd_args a)
             else fd_attention<FMT, 4>(a, l, U, flag, EPI);
             FD_PROF(4, t0);
         }
-        gsync();
+        gsync(1);
         /* 3. o (q4/q8: then the residual add and gate/up's input) */
-        if (EPI) load_q(a.gx[3], a.nh * a.D, nullptr);
+        if (EPI) { epi_pre(lo_h, n_h, a.x, Ly.ln2); load_q(a.gx[3], a.nh * a.D, nullptr); }
         else load_in(a.att, a.nh * a.D);
         xregs(a.nh * a.D);
         fd_chunks(a, FMT, &Ly.o, 1, false, a.nh * a.D, sra, [&](const fd_mat &m, int, int r0, int n, const fd_geo &g, int sr) {
             consume(m, r0, n, g, sr, [&](int r, int, float v) { if (EPI) ebuf[r - lo_h] = v; else a.o[r] = v; });
         });
         if (EPI) epi_add(lo_h, n_h, a.x, a.y, Ly.ln2, a.gx[1], a.part[1]);
-        gsync();
+        gsync(2);
         /* 4. residual add + norm, gate/up (q4/q8: the add was o's epilogue; the act_mul's int8 form after) */
         if (EPI) load_q(a.gx[1], H, a.part[1]);
         else norm_in(a.x, a.o, a.y, Ly.ln2);
@@ -816,16 +828,17 @@ __global__ void __launch_bounds__(FD_THREADS, 1) k_fused_decode(const fd_args a)
             });
         });
         if (EPI) epi_act(lo_i, n_i, a.gx[2]);
-        gsync();
+        gsync(3);
         /* 5. down (q4/q8: then the residual add into x and the next norm's input) */
-        if (EPI) load_q(a.gx[2], a.I, nullptr);
+        const float *gnext = l + 1 < a.nl ? a.L[l + 1].ln1 : a.head.w ? a.fnorm : nullptr;
+        if (EPI) { epi_pre(lo_h, n_h, a.y, gnext); load_q(a.gx[2], a.I, nullptr); }
         else load_in(a.act, a.I);
         xregs(a.I);
         fd_chunks(a, FMT, &Ly.down, 1, false, a.I, sra, [&](const fd_mat &m, int, int r0, int n, const fd_geo &g, int sr) {
             consume(m, r0, n, g, sr, [&](int r, int, float v) { if (EPI) ebuf[r - lo_h] = v; else a.d[r] = v; });
         });
-        if (EPI) epi_add(lo_h, n_h, a.y, a.x, l + 1 < a.nl ? a.L[l + 1].ln1 : a.head.w ? a.fnorm : nullptr, a.gx[0], a.part[0]);
-        gsync();
+        if (EPI) epi_add(lo_h, n_h, a.y, a.x, gnext, a.gx[0], a.part[0]);
+        gsync(4);
     }
     /* the last residual add into x (q4/q8: down's epilogue made it); the final norm and the head */
     if (a.head.w) {
