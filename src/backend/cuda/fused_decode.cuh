@@ -351,6 +351,29 @@ __device__ void fd_attention(const fd_args &a, int layer, float *U, int *flag, b
         const int j = t % a.nkv, c = t / a.nkv;
         const int p0 = c * P, p1 = min(L, p0 + P);
         const bool last = p1 == L;
+        /* the K/V rows of the warp's positions of a round (FD_PPW, FD_CW apart from pb) but the
+         * token's own (from shared memory once made): the first round's loads go out before the
+         * q/k preparation, so that their round trips (the block table's, then the rows') overlap it */
+        float kv[FD_PPW][NI], vv[FD_PPW][NI];
+        bool ok[FD_PPW];
+        auto kv_load = [&](int pb) {
+#pragma unroll
+            for (int q = 0; q < FD_PPW; q++) {
+                const int p = pb + q * FD_CW;
+                ok[q] = p < p1;
+                if (ok[q] && p != pos) {
+                    const int32_t blk = btr[p / a.bs];
+                    ok[q] = blk >= 0 && blk < a.nblocks;
+                    const size_t o = lofs + ((size_t)(ok[q] ? blk : 0) * a.bs + p % a.bs) * kvdim + (size_t)j * D + lane * NI;
+#pragma unroll
+                    for (int i = 0; i < NI; i++) {
+                        if (a.kv_f32) { kv[q][i] = ((const float *)a.kp)[o + i]; vv[q][i] = ((const float *)a.vp)[o + i]; }
+                        else { kv[q][i] = __bfloat162float(((const __nv_bfloat16 *)a.kp)[o + i]); vv[q][i] = __bfloat162float(((const __nv_bfloat16 *)a.vp)[o + i]); }
+                    }
+                }
+            }
+        };
+        kv_load(p0 + cw);
         /* q heads of KV head j (normed, roped, scaled), and the token's k, v in the last chunk */
         for (int h = cw; h < G + 2; h += FD_CW) {
             if (h >= G && !last) continue;
@@ -415,26 +438,13 @@ __device__ void fd_attention(const fd_args &a, int layer, float *U, int *flag, b
             for (int i = 0; i < NI; i++) acc[g][i] = 0.f;
         }
         for (int pb = p0 + cw; pb < p1; pb += FD_PPW * FD_CW) {
-            float kv[FD_PPW][NI], vv[FD_PPW][NI];
-            bool ok[FD_PPW];
+            if (pb != p0 + cw) kv_load(pb);
 #pragma unroll
-            for (int q = 0; q < FD_PPW; q++) {
-                const int p = pb + q * FD_CW;
-                ok[q] = p < p1;
-                if (ok[q] && p == pos) {
+            for (int q = 0; q < FD_PPW; q++)
+                if (ok[q] && pb + q * FD_CW == pos) {
 #pragma unroll
                     for (int i = 0; i < NI; i++) { kv[q][i] = ks[lane * NI + i]; vv[q][i] = vs[lane * NI + i]; }
-                } else if (ok[q]) {
-                    const int32_t blk = btr[p / a.bs];
-                    ok[q] = blk >= 0 && blk < a.nblocks;
-                    const size_t o = lofs + ((size_t)(ok[q] ? blk : 0) * a.bs + p % a.bs) * kvdim + (size_t)j * D + lane * NI;
-#pragma unroll
-                    for (int i = 0; i < NI; i++) {
-                        if (a.kv_f32) { kv[q][i] = ((const float *)a.kp)[o + i]; vv[q][i] = ((const float *)a.vp)[o + i]; }
-                        else { kv[q][i] = __bfloat162float(((const __nv_bfloat16 *)a.kp)[o + i]); vv[q][i] = __bfloat162float(((const __nv_bfloat16 *)a.vp)[o + i]); }
-                    }
                 }
-            }
 #pragma unroll
             for (int q = 0; q < FD_PPW; q++) {
                 if (!ok[q]) continue;
