@@ -351,29 +351,6 @@ __device__ void fd_attention(const fd_args &a, int layer, float *U, int *flag, b
         const int j = t % a.nkv, c = t / a.nkv;
         const int p0 = c * P, p1 = min(L, p0 + P);
         const bool last = p1 == L;
-        /* the K/V rows of the warp's positions of a round (FD_PPW, FD_CW apart from pb) but the
-         * token's own (from shared memory once made): the first round's loads go out before the
-         * q/k preparation, so that their round trips (the block table's, then the rows') overlap it */
-        float kv[FD_PPW][NI], vv[FD_PPW][NI];
-        bool ok[FD_PPW];
-        auto kv_load = [&](int pb) {
-#pragma unroll
-            for (int q = 0; q < FD_PPW; q++) {
-                const int p = pb + q * FD_CW;
-                ok[q] = p < p1;
-                if (ok[q] && p != pos) {
-                    const int32_t blk = btr[p / a.bs];
-                    ok[q] = blk >= 0 && blk < a.nblocks;
-                    const size_t o = lofs + ((size_t)(ok[q] ? blk : 0) * a.bs + p % a.bs) * kvdim + (size_t)j * D + lane * NI;
-#pragma unroll
-                    for (int i = 0; i < NI; i++) {
-                        if (a.kv_f32) { kv[q][i] = ((const float *)a.kp)[o + i]; vv[q][i] = ((const float *)a.vp)[o + i]; }
-                        else { kv[q][i] = __bfloat162float(((const __nv_bfloat16 *)a.kp)[o + i]); vv[q][i] = __bfloat162float(((const __nv_bfloat16 *)a.vp)[o + i]); }
-                    }
-                }
-            }
-        };
-        kv_load(p0 + cw);
         /* q heads of KV head j (normed, roped, scaled), and the token's k, v in the last chunk */
         for (int h = cw; h < G + 2; h += FD_CW) {
             if (h >= G && !last) continue;
@@ -438,13 +415,26 @@ __device__ void fd_attention(const fd_args &a, int layer, float *U, int *flag, b
             for (int i = 0; i < NI; i++) acc[g][i] = 0.f;
         }
         for (int pb = p0 + cw; pb < p1; pb += FD_PPW * FD_CW) {
-            if (pb != p0 + cw) kv_load(pb);
+            float kv[FD_PPW][NI], vv[FD_PPW][NI];
+            bool ok[FD_PPW];
 #pragma unroll
-            for (int q = 0; q < FD_PPW; q++)
-                if (ok[q] && pb + q * FD_CW == pos) {
+            for (int q = 0; q < FD_PPW; q++) {
+                const int p = pb + q * FD_CW;
+                ok[q] = p < p1;
+                if (ok[q] && p == pos) {
 #pragma unroll
                     for (int i = 0; i < NI; i++) { kv[q][i] = ks[lane * NI + i]; vv[q][i] = vs[lane * NI + i]; }
+                } else if (ok[q]) {
+                    const int32_t blk = btr[p / a.bs];
+                    ok[q] = blk >= 0 && blk < a.nblocks;
+                    const size_t o = lofs + ((size_t)(ok[q] ? blk : 0) * a.bs + p % a.bs) * kvdim + (size_t)j * D + lane * NI;
+#pragma unroll
+                    for (int i = 0; i < NI; i++) {
+                        if (a.kv_f32) { kv[q][i] = ((const float *)a.kp)[o + i]; vv[q][i] = ((const float *)a.vp)[o + i]; }
+                        else { kv[q][i] = __bfloat162float(((const __nv_bfloat16 *)a.kp)[o + i]); vv[q][i] = __bfloat162float(((const __nv_bfloat16 *)a.vp)[o + i]); }
+                    }
                 }
+            }
 #pragma unroll
             for (int q = 0; q < FD_PPW; q++) {
                 if (!ok[q]) continue;
@@ -693,14 +683,6 @@ __global__ void __launch_bounds__(FD_THREADS, 1) k_fused_decode(const fd_args a)
      * results in ebuf): a warp a group. The residual add: h = rin + the result, stored to rout, its
      * sum of squares to part[block], and the int8 form of h * (g + add_one) to gb (the next
      * product's input before its norm's scale; g null: none) */
-    float pa0 = 0.f, pg0 = 1.f;   /* the residual and gamma of the warp's first group, loaded before the rows */
-    auto epi_pre = [&](int lo, int n, const float *rin, const float *g) {
-        if (cw < n >> 5) {
-            const int i = lo + (cw << 5) + lane;
-            pa0 = __ldcg(rin + i);
-            pg0 = g ? g[i] + a.a1 : 1.f;
-        }
-    };
     auto epi_add = [&](int lo, int n, const float *rin, float *rout, const float *g, uint8_t *gb, float *part) {
         fd_cbar();   /* (every warp's results are in ebuf) */
         const long long t0 = clock64();
@@ -708,12 +690,11 @@ __global__ void __launch_bounds__(FD_THREADS, 1) k_fused_decode(const fd_args a)
         float ss = 0.f;
         for (int gl = cw; gl < n >> 5; gl += FD_CW) {
             const int i = lo + (gl << 5) + lane, grp = i >> 5;
-            const bool first = gl == cw;
-            const float h = (first ? pa0 : __ldcg(rin + i)) + ebuf[(gl << 5) + lane];
+            const float h = __ldcg(rin + i) + ebuf[(gl << 5) + lane];
             rout[i] = h;
             ss = fmaf(h, h, ss);
             if (g) {
-                const float v = h * (first ? pg0 : g[i] + a.a1);
+                const float v = h * (g[i] + a.a1);
                 const bool ok = true;
                 fd_quant_n<FMT, 1>(&v, &grp, &ok, GX);
             }
@@ -818,7 +799,7 @@ __global__ void __launch_bounds__(FD_THREADS, 1) k_fused_decode(const fd_args a)
         }
         gsync(1);
         /* 3. o (q4/q8: then the residual add and gate/up's input) */
-        if (EPI) { epi_pre(lo_h, n_h, a.x, Ly.ln2); load_q(a.gx[3], a.nh * a.D, nullptr); }
+        if (EPI) load_q(a.gx[3], a.nh * a.D, nullptr);
         else load_in(a.att, a.nh * a.D);
         xregs(a.nh * a.D);
         fd_chunks(a, FMT, &Ly.o, 1, false, a.nh * a.D, sra, [&](const fd_mat &m, int, int r0, int n, const fd_geo &g, int sr) {
@@ -841,7 +822,7 @@ __global__ void __launch_bounds__(FD_THREADS, 1) k_fused_decode(const fd_args a)
         gsync(3);
         /* 5. down (q4/q8: then the residual add into x and the next norm's input) */
         const float *gnext = l + 1 < a.nl ? a.L[l + 1].ln1 : a.head.w ? a.fnorm : nullptr;
-        if (EPI) { epi_pre(lo_h, n_h, a.y, gnext); load_q(a.gx[2], a.I, nullptr); }
+        if (EPI) load_q(a.gx[2], a.I, nullptr);
         else load_in(a.act, a.I);
         xregs(a.I);
         fd_chunks(a, FMT, &Ly.down, 1, false, a.I, sra, [&](const fd_mat &m, int, int r0, int n, const fd_geo &g, int sr) {
