@@ -93,7 +93,7 @@ struct cu_prof {
     int nl;
     /* decode_layers (fd_args.prof): cycles summed over the blocks and launches, the largest
      * block's, launches, blocks */
-    double fdsum[8], fdmax[8]; long fdlaunch; int fdgrid;
+    double fdsum[16], fdmax[16]; long fdlaunch; int fdgrid;
 };
 
 struct gq_set {   /* blocks [blk0[k], blk0[k + 1]) along x do weight k; rb[k]: rows of the weights before k */
@@ -559,13 +559,14 @@ static void prof_report(cu_ctx *c) {
         fprintf(stderr, "cuda profile: last captured step: %d nodes; edges %d ordinary, %d programmatic, %d at launch completion\n",
                 c->gcap_nodes, c->gcap_edges[0], c->gcap_edges[1], c->gcap_edges[2]);
     if (p->fdlaunch > 0 && p->fdsum[6] > 0) {
-        static const char *const what[6] = {"data wait (a warp)", "rows (a warp)", "grid barriers", "prologues",
-                                             "attention", "producer, ring full"};
+        static const char *const what[15] = {"data wait (a warp)", "rows (a warp)", "grid barriers", "prologues",
+                                              "attention", "producer, ring full", "", "", "epilogues", "",
+                                              "barrier after q/k/v", "  after the attention", "  after o", "  after gate/up", "  after down"};
         const double nspc = p->fdsum[7] / p->fdsum[6], n = (double)p->fdlaunch;
         fprintf(stderr, "cuda profile: decode_layers: %ld launches, %.2f us each (%.2f GHz); per block, mean (largest):\n",
                 p->fdlaunch, p->fdsum[7] / n / p->fdgrid / 1e3, 1.0 / nspc);
-        for (int k = 0; k < 6; k++)
-            fprintf(stderr, "cuda profile:   %-22s %9.2f us (%9.2f)\n", what[k], p->fdsum[k] * nspc / n / p->fdgrid / 1e3,
+        for (int k = 0; k < 15; k++)
+            if (k < 6 || k == 8 || k >= 10) fprintf(stderr, "cuda profile:   %-22s %9.2f us (%9.2f)\n", what[k], p->fdsum[k] * nspc / n / p->fdgrid / 1e3,
                     p->fdmax[k] * nspc / n / 1e3);
     }
     for (int k = 0; k < p->nl; k++) {   /* largest first */
@@ -6086,8 +6087,13 @@ static void fd_build(cu_ctx *c, const mx_dstack *s, cu_fd *f) {
         const int kmax = H > QD ? (H > I ? H : I) : (QD > I ? QD : I);
         const size_t fixed = FD_FIXED;
         static_assert(FD_FIXED % 16 == 0, "the union region is 16-byte aligned");
-        /* the row being normed and its gammas (f32), then the activations (fused_decode.cuh, fd_x) */
-        const size_t ux = (size_t)H * 8 + (fmt == FD_BF16 ? (size_t)kmax * 2 : (size_t)kmax + (size_t)kmax / 32 * 8);
+        /* the row being normed and its gammas (f32), then the activations (fused_decode.cuh, fd_x);
+         * q4/q8: then (16-byte aligned) a block's results of a stage's rows before the epilogue,
+         * whole groups of 32 of H or I rows */
+        const int grid = c->prop.multiProcessorCount;
+        const int hi_ = H > I ? H : I, ebuf = fmt == FD_BF16 ? 0 : (hi_ / 32 + grid - 1) / grid * 32;
+        const size_t ux = (size_t)H * 8 + (fmt == FD_BF16 ? (size_t)kmax * 2 : (size_t)kmax + (size_t)kmax / 32 * 8 + 16 + (size_t)ebuf * 4);
+        if (fmt != FD_BF16 && grid > FD_PMAX) { why = "more multiprocessors than the parts of a sum"; goto no; }
         const size_t ua = ((size_t)G * D + 2 * D + 2 * FD_CW * G + (size_t)FD_CW * G * D + (size_t)FD_NCMAX * G * 2) * 4;
         const size_t U = ux > ua ? ux : ua;
         int maxrow = 0;
@@ -6125,7 +6131,9 @@ static void fd_build(cu_ctx *c, const mx_dstack *s, cu_fd *f) {
         const size_t al = 64;   /* floats: 256-byte pieces */
 #define FD_SZ(n) ((((size_t)(n)) + al - 1) / al * al)
         const size_t nap = (size_t)nkv * FD_NCMAX * G * (D + 2);
-        const size_t nf = FD_SZ(H) * 3 + FD_SZ(QD) * 2 + FD_SZ(KD) * 2 + FD_SZ(I) + FD_SZ(nap);
+        /* q4/q8: the stages' int8 inputs (K + K / 4 bytes each: FD_SZ(K / 2) floats) and two sets of parts */
+        const size_t ngx = fmt == FD_BF16 ? 0 : FD_SZ(H / 2) * 2 + FD_SZ(I / 2) + FD_SZ(QD / 2) + FD_SZ(FD_PMAX) * 2;
+        const size_t nf = FD_SZ(H) * 3 + FD_SZ(QD) * 2 + FD_SZ(KD) * 2 + FD_SZ(I) + FD_SZ(nap) + ngx;
         const size_t bytes = nf * 4 + (size_t)(2 + nkv) * 4;
 #undef FD_SZ
         if (cudaMalloc((void **)&f->dl, (size_t)nl * sizeof *hl) != cudaSuccess || cudaMalloc(&f->buf, bytes) != cudaSuccess) {
@@ -6143,6 +6151,11 @@ static void fd_build(cu_ctx *c, const mx_dstack *s, cu_fd *f) {
         auto take = [&](size_t n) { float *r = p; p += (n + al - 1) / al * al; return r; };
         a.y = take(H); a.o = take(H); a.d = take(H); a.q = take(QD); a.att = take(QD);
         a.k = take(KD); a.v = take(KD); a.act = take(I); a.apart = take(nap);
+        if (fmt != FD_BF16) {
+            a.gx[0] = (uint8_t *)take(H / 2); a.gx[1] = (uint8_t *)take(H / 2);
+            a.gx[2] = (uint8_t *)take(I / 2); a.gx[3] = (uint8_t *)take(QD / 2);
+            a.part[0] = take(FD_PMAX); a.part[1] = take(FD_PMAX);
+        }
         a.ctr = (unsigned *)p;
     }
     if (c->prof) {

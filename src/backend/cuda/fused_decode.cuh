@@ -32,7 +32,7 @@
 #define FD_CW 15                   /* consumer warps */
 #define FD_CT (FD_CW * 32)         /* consumer threads */
 #define FD_MAXSLOT 8
-#define FD_NPROF 8                 /* profile counters (MLXCEL_CUDA_PROFILE) */
+#define FD_NPROF 16                /* profile counters (MLXCEL_CUDA_PROFILE) */
 #define FD_MAXRT 64                /* rows of a chunk */
 #define FD_RPW ((FD_MAXRT + FD_CW - 1) / FD_CW)   /* a warp's rows of a chunk, at most */
 #define FD_GSM ((FD_CW * FD_RPW + 3) & ~3)        /* floats of the gate sums (keeps what follows aligned) */
@@ -41,7 +41,9 @@
 #define FD_XR 4                    /* q4/q8: x units a lane keeps in registers for a stage */
 #define FD_NCMAX 32                /* position chunks of a KV head in the attention stage */
 #define FD_PPW 2                   /* positions a warp loads at once in the attention */
+#define FD_PMIN 60                 /* the fewest positions a chunk of the attention has (when there are more) */
 #define FD_LDN 16                  /* loads a thread has in flight in the prologues */
+#define FD_PMAX 256                /* q4/q8: the most blocks (parts of a sum of squares, 8 a lane) */
 enum { FD_Q4 = 0, FD_Q8 = 1, FD_BF16 = 2 };
 
 struct fd_mat {                    /* one weight on the device */
@@ -71,6 +73,11 @@ struct fd_args {
     int gs_shift, sdt;                 /* q4/q8: log2 of the group size, the scales' SDT_* */
     int slot_bytes, nslot, ra;         /* ring geometry; ra: row alignment of chunks */
     int pf;                            /* chunks prefetched into L2 ahead of the ring (0: none) */
+    /* q4/q8 (the epilogues): a stage's input in its int8 form, in the fd_x layout (fd_gx), written
+     * by the stage before: [0] q/k/v's and the head's (the residual times the next norm's gamma,
+     * before its scale), [1] gate/up's (likewise), [2] down's (the act_mul), [3] o's (the attention) */
+    uint8_t *gx[4];
+    float *part[2];                    /* [G] each block's sum of squares of its rows of the residual: [0] for gx[0]'s norm, [1] gx[1]'s */
 };
 
 /* a chunk's geometry for weights of K columns: packed row bytes, scale bytes a row, units of a row
@@ -92,15 +99,16 @@ __host__ __device__ inline int fd_split(int R, int b, int nb, int ra) {
 }
 
 /* The chunks of a stage for this block: f(weight, index in m, first row, rows, geometry, the
- * stage's rows before this chunk) for each, in order. nm weights whose rows follow each other
+ * stage's rows before this chunk) for each, in order; the blocks' runs of rows start at multiples
+ * of sra (a multiple of a.ra, the chunks' alignment). nm weights whose rows follow each other
  * (q | k | v), or a pair (gate, up) whose chunks alternate over the same rows. The producer and
  * the consumers walk the same sequence. */
 template <class F>
-__device__ __forceinline__ void fd_chunks(const fd_args &a, int fmt, const fd_mat *m, int nm, bool pair, int K, F f) {
+__device__ __forceinline__ void fd_chunks(const fd_args &a, int fmt, const fd_mat *m, int nm, bool pair, int K, int sra, F f) {
     const fd_geo g = fd_geometry(fmt, K, a.gs_shift, a.slot_bytes, a.ra);
     int R = m[0].rows;
     if (!pair) for (int i = 1; i < nm; i++) R += m[i].rows;
-    const int lo = fd_split(R, blockIdx.x, gridDim.x, a.ra), hi = fd_split(R, blockIdx.x + 1, gridDim.x, a.ra);
+    const int lo = fd_split(R, blockIdx.x, gridDim.x, sra), hi = fd_split(R, blockIdx.x + 1, gridDim.x, sra);
     int base = 0, w = 0;
     for (int r = lo; r < hi;) {
         while (!pair && r >= base + m[w].rows) { base += m[w].rows; w++; }
@@ -137,17 +145,21 @@ __device__ __forceinline__ float fd_h2f(uint16_t h, int sdt) {
 }
 
 /* The chunks of the whole step, in the consumers' order, to f. */
+/* the split alignment of o's, gate/up's and down's rows: q4/q8 blocks take whole groups of 32 rows,
+ * whose int8 form their epilogues write */
+template <int FMT> __device__ __forceinline__ int fd_sra(const fd_args &a) { return FMT == FD_BF16 || a.ra >= 32 ? a.ra : 32; }
 template <int FMT, class F>
 __device__ __forceinline__ void fd_all_chunks(const fd_args &a, F f) {
+    const int sra = fd_sra<FMT>(a);
     for (int l = 0; l < a.nl; l++) {
         const fd_layer &L = a.L[l];
         const fd_mat qkv[3] = {L.q, L.k, L.v}, gu[2] = {L.gate, L.up};
-        fd_chunks(a, FMT, qkv, 3, false, a.H, f);
-        fd_chunks(a, FMT, &L.o, 1, false, a.nh * a.D, f);
-        fd_chunks(a, FMT, gu, 2, true, a.H, f);
-        fd_chunks(a, FMT, &L.down, 1, false, a.I, f);
+        fd_chunks(a, FMT, qkv, 3, false, a.H, a.ra, f);
+        fd_chunks(a, FMT, &L.o, 1, false, a.nh * a.D, sra, f);
+        fd_chunks(a, FMT, gu, 2, true, a.H, sra, f);
+        fd_chunks(a, FMT, &L.down, 1, false, a.I, sra, f);
     }
-    if (a.head.w) fd_chunks(a, FMT, &a.head, 1, false, a.H, f);
+    if (a.head.w) fd_chunks(a, FMT, &a.head, 1, false, a.H, a.ra, f);
 }
 /* The producer (lane 0 of warp 0): every chunk of the step into the ring, in the consumers' order;
  * *issued counts them. */
@@ -198,6 +210,12 @@ __device__ void fd_prefetch(const fd_args &a, volatile int *issued) {
  * groups are then conflict-free), and per group (dx, dx * sum of codes). bf16: the values rounded
  * to bf16 (16 bytes a unit of 8). */
 struct fd_x { uint8_t *lo, *hi; float2 *ds; __nv_bfloat16 *b; };
+/* the fd_x of K values at b (global: a.gx): lo, hi K / 2 bytes each, then the K / 32 (dx, dx * sum) */
+__device__ __forceinline__ fd_x fd_gx(uint8_t *b, int K) {
+    fd_x x;
+    x.lo = b; x.hi = b + K / 2; x.ds = (float2 *)(b + K); x.b = nullptr;
+    return x;
+}
 /* a lane's x codes for one unit, in registers (q4/q8; the unit's (dx, dx * sum) come from x.ds) */
 struct fd_xu { uint4 lo, hi; };
 
@@ -269,13 +287,26 @@ __device__ __forceinline__ float fd_csum(float v, float *red) {
     return t;
 }
 
+/* warp-wide (the 32 lanes hold values i0 .. i0 + 31 of a group, lane order): the attention's
+ * output value v of element i, to a.att, or quantized into o's input (a.gx[3]) */
+template <int FMT>
+__device__ __forceinline__ void fd_att_out(const fd_args &a, bool qo, size_t i, float v) {
+    if (FMT != FD_BF16 && qo) {
+        const int grp = (int)(i >> 5);
+        const bool ok = true;
+        fd_quant_n<FMT, 1>(&v, &grp, &ok, fd_gx(a.gx[3], a.nh * a.D));
+    } else {
+        a.att[i] = v;
+    }
+}
+
 /* the attention tasks: NC chunks of P positions for each KV head, task t = chunk t / nkv of KV
  * head t % nkv, tasks dealt over the blocks */
 struct fd_att_plan { int L, NC, P; };
 __device__ __forceinline__ fd_att_plan fd_att_tasks(const fd_args &a) {
     fd_att_plan p;
     p.L = a.pos[0] + 1;
-    int NC = min((p.L + 2 * FD_PPW * FD_CW - 1) / (2 * FD_PPW * FD_CW), min(FD_NCMAX, max(1, (int)gridDim.x / a.nkv)));
+    int NC = min((p.L + FD_PMIN - 1) / FD_PMIN, min(FD_NCMAX, max(1, (int)gridDim.x / a.nkv)));
     p.P = (p.L + NC - 1) / NC;
     p.NC = (p.L + p.P - 1) / p.P;
     return p;
@@ -300,9 +331,11 @@ __device__ __forceinline__ void fd_att_prefetch(const fd_args &a, int layer, int
     }
 }
 
-/* The attention of the token for layer `layer` (consumers of every block; tasks over blocks). */
-template <int NI>
-__device__ void fd_attention(const fd_args &a, int layer, float *U, int *flag) {
+/* The attention of the token for layer `layer` (consumers of every block; tasks over blocks). Its
+ * output goes to a.att, or (q4/q8, qo) in its int8 form to qo (o's input; a warp holds a group of
+ * 32 values of a head where the results are made). */
+template <int FMT, int NI>
+__device__ void fd_attention(const fd_args &a, int layer, float *U, int *flag, bool qo) {
     constexpr int D = 32 * NI, GMAX = NI == 4 ? 4 : 8;   /* G <= GMAX (the host checks) */
     const int lane = threadIdx.x & 31, cw = (threadIdx.x >> 5) - 1, ctid = threadIdx.x - 32;
     const int G = a.nh / a.nkv, kvdim = a.nkv * D;
@@ -441,7 +474,7 @@ __device__ void fd_attention(const fd_args &a, int layer, float *U, int *flag) {
                 A = fmaf(wacc[(size_t)(w * G + g) * D + d], cf, A);
             }
             if (NC == 1) {
-                a.att[(size_t)(j * G + g) * D + d] = Ls > 0.f ? A / Ls : 0.f;
+                fd_att_out<FMT>(a, qo, (size_t)(j * G + g) * D + d, Ls > 0.f ? A / Ls : 0.f);
             } else {
                 float *pp = ap + ((size_t)c * G + g) * (D + 2);
                 pp[d] = A;
@@ -480,7 +513,7 @@ __device__ void fd_attention(const fd_args &a, int layer, float *U, int *flag) {
                             A = fmaf(av[u], cf, A);
                         }
                     }
-                    a.att[(size_t)(j * G + g) * D + d] = Ls > 0.f ? A / Ls : 0.f;
+                    fd_att_out<FMT>(a, qo, (size_t)(j * G + g) * D + d, Ls > 0.f ? A / Ls : 0.f);
                 }
                 if (ctid == 0) a.ctr[2 + j] = 0;
             }
@@ -517,7 +550,8 @@ __global__ void __launch_bounds__(FD_THREADS, 1) k_fused_decode(const fd_args a)
     pdl_wait();
     /* profile (a.prof): sprof[0, 1] the second consumer warp's waits for data and its rows, [2, 3, 4]
      * thread 0's grid barriers, prologues, attention, [5] the producer's waits for a free slot, [6]
-     * cycles and [7] ns from here to the end (thread 0) */
+     * cycles and [7] ns from here to the end (thread 0), [8] thread 0's epilogues (q4/q8), [10-14]
+     * its waits at the barriers after q/k/v, the attention, o, gate/up and down */
     const bool prof = a.prof != nullptr;
     if (prof && threadIdx.x == 32) { sprof[6] = (unsigned long long)clock64(); sprof[7] = fd_now(); }
 #define FD_PROF(k, t0) do { if (prof && (threadIdx.x & 31) == 0 && ((k) >= 2 ? threadIdx.x == 32 : threadIdx.x == 64)) \
@@ -530,13 +564,18 @@ __global__ void __launch_bounds__(FD_THREADS, 1) k_fused_decode(const fd_args a)
     fd_x X;
     X.lo = (uint8_t *)(U + 2 * H); X.hi = X.lo + kmax / 2; X.ds = (float2 *)(X.hi + kmax / 2);
     X.b = (__nv_bfloat16 *)(U + 2 * H);
+    /* q4/q8: the block's results of a stage's rows before its epilogue (after X, 16-byte aligned) */
+    float *ebuf = (float *)(((uintptr_t)(X.ds + kmax / 32) + 15) & ~(uintptr_t)15);
+    constexpr bool EPI = FMT != FD_BF16;
+    const int sra = fd_sra<FMT>(a);
     int ci = 0;
     unsigned nsync = 0;
-    auto gsync = [&]() {
+    auto gsync = [&](int stage) {   /* (stage 0-4: the barrier after q/k/v, the attention, o, gate/up, down) */
         const long long t0 = clock64();
         nsync++;
         fd_grid_sync(&a.ctr[0], nsync * (unsigned)G, ctid);
         FD_PROF(2, t0);
+        FD_PROF(10 + stage, t0);
     };
     const int s0 = (int)((long long)H * blockIdx.x / G), s1 = (int)((long long)H * (blockIdx.x + 1) / G);
     /* rmsnorm of rin (+ din), this block's slice of the sum stored to wout, into the activations
@@ -606,6 +645,77 @@ __global__ void __launch_bounds__(FD_THREADS, 1) k_fused_decode(const fd_args a)
         fd_cbar();
         FD_PROF(3, t0);
     };
+    /* q4/q8: a stage's input as the stage before left it (gb, the fd_gx layout of K values) into
+     * the activations, its group scales times the norm's scale that the blocks' parts give (part
+     * null: none). Every warp sums the parts itself in one order, so all get the same bits. */
+    auto load_q = [&](const uint8_t *gb, int K, const float *part) {
+        const long long t0 = clock64();
+        float pt[FD_PMAX / 32];
+#pragma unroll
+        for (int j = 0; j < FD_PMAX / 32; j++) pt[j] = part && lane + 32 * j < G ? __ldcg(part + lane + 32 * j) : 0.f;
+        const int nu = K / 32;   /* 16-byte pieces of lo (and of hi); (dx, dx * sum) pairs */
+        const uint4 *glo = (const uint4 *)gb, *ghi = (const uint4 *)(gb + K / 2);
+        const float2 *gds = (const float2 *)(gb + K);
+        uint4 l4 = make_uint4(0, 0, 0, 0), h4 = l4;
+        float2 d2 = make_float2(0.f, 0.f);
+        const bool has = ctid < nu;
+        if (has) { l4 = __ldcg(glo + ctid); h4 = __ldcg(ghi + ctid); d2 = __ldcg(gds + ctid); }
+        float inv = 1.f;
+        if (part) {
+            float t = 0.f;
+#pragma unroll
+            for (int j = 0; j < FD_PMAX / 32; j++) t += pt[j];
+            inv = rsqrtf(warp_sum(t) / (float)H + a.eps);
+        }
+        if (has) {
+            ((uint4 *)X.lo)[ctid] = l4; ((uint4 *)X.hi)[ctid] = h4;
+            X.ds[ctid] = make_float2(d2.x * inv, d2.y * inv);
+        }
+        for (int i = ctid + FD_CT; i < nu; i += FD_CT) {
+            ((uint4 *)X.lo)[i] = __ldcg(glo + i); ((uint4 *)X.hi)[i] = __ldcg(ghi + i);
+            const float2 d = __ldcg(gds + i);
+            X.ds[i] = make_float2(d.x * inv, d.y * inv);
+        }
+        fd_cbar();
+        FD_PROF(3, t0);
+    };
+    /* q4/q8 epilogues, after a stage's rows [lo, lo + n) of this block (whole groups of 32, their
+     * results in ebuf): a warp a group. The residual add: h = rin + the result, stored to rout, its
+     * sum of squares to part[block], and the int8 form of h * (g + add_one) to gb (the next
+     * product's input before its norm's scale; g null: none) */
+    auto epi_add = [&](int lo, int n, const float *rin, float *rout, const float *g, uint8_t *gb, float *part) {
+        fd_cbar();   /* (every warp's results are in ebuf) */
+        const long long t0 = clock64();
+        const fd_x GX = fd_gx(gb, H);
+        float ss = 0.f;
+        for (int gl = cw; gl < n >> 5; gl += FD_CW) {
+            const int i = lo + (gl << 5) + lane, grp = i >> 5;
+            const float h = __ldcg(rin + i) + ebuf[(gl << 5) + lane];
+            rout[i] = h;
+            ss = fmaf(h, h, ss);
+            if (g) {
+                const float v = h * (g[i] + a.a1);
+                const bool ok = true;
+                fd_quant_n<FMT, 1>(&v, &grp, &ok, GX);
+            }
+        }
+        ss = fd_csum(ss, red);
+        if (ctid == 0) part[blockIdx.x] = ss;
+        FD_PROF(8, t0);
+    };
+    /* the act_mul's results (ebuf) in their int8 form to gb, down's input */
+    auto epi_act = [&](int lo, int n, uint8_t *gb) {
+        fd_cbar();
+        const long long t0 = clock64();
+        const fd_x GX = fd_gx(gb, a.I);
+        for (int gl = cw; gl < n >> 5; gl += FD_CW) {
+            const float v = ebuf[(gl << 5) + lane];
+            const int grp = (lo >> 5) + gl;
+            const bool ok = true;
+            fd_quant_n<FMT, 1>(&v, &grp, &ok, GX);
+        }
+        FD_PROF(8, t0);
+    };
     /* q4/q8 stages of at most FD_XR * 32 units a row: a lane's x for its units (lane + 32 k) stay in
      * registers for the stage, so that the rows read only their weights from shared memory */
     fd_xu xr[FD_XR];
@@ -663,58 +773,73 @@ __global__ void __launch_bounds__(FD_THREADS, 1) k_fused_decode(const fd_args a)
         ci++;
     };
     float *gw = gsm + cw * FD_RPW;   /* this warp's gate sums */
+    /* the block's rows of o's and down's (H) and of gate/up's (I) stages */
+    const int lo_h = fd_split(H, blockIdx.x, G, sra), n_h = fd_split(H, blockIdx.x + 1, G, sra) - lo_h;
+    const int lo_i = fd_split(a.I, blockIdx.x, G, sra), n_i = fd_split(a.I, blockIdx.x + 1, G, sra) - lo_i;
     for (int l = 0; l < a.nl; l++) {
         const fd_layer &Ly = a.L[l];
-        /* 1. norm, q/k/v */
-        norm_in(l == 0 ? a.x : a.y, l == 0 ? NULL : a.d, l == 0 ? NULL : a.x, Ly.ln1);
+        /* 1. norm, q/k/v (q4/q8 after the first layer: down's epilogue left q/k/v's input) */
+        if (EPI && l > 0) load_q(a.gx[0], H, a.part[0]);
+        else norm_in(l == 0 ? a.x : a.y, l == 0 ? NULL : a.d, l == 0 ? NULL : a.x, Ly.ln1);
         xregs(H);
         const fd_mat qkv[3] = {Ly.q, Ly.k, Ly.v}, gu[2] = {Ly.gate, Ly.up};
-        fd_chunks(a, FMT, qkv, 3, false, H, [&](const fd_mat &m, int w, int r0, int n, const fd_geo &g, int sr) {
+        fd_chunks(a, FMT, qkv, 3, false, H, a.ra, [&](const fd_mat &m, int w, int r0, int n, const fd_geo &g, int sr) {
             float *y = w == 0 ? a.q : w == 1 ? a.k : a.v;
             consume(m, r0, n, g, sr, [&](int r, int, float v) { y[r] = v; });
         });
         fd_att_prefetch(a, l, ctid);
-        gsync();
+        gsync(0);
         /* 2. attention */
         {
             const long long t0 = clock64();
-            if (a.D == 32) fd_attention<1>(a, l, U, flag);
-            else if (a.D == 64) fd_attention<2>(a, l, U, flag);
-            else fd_attention<4>(a, l, U, flag);
+            if (a.D == 32) fd_attention<FMT, 1>(a, l, U, flag, EPI);
+            else if (a.D == 64) fd_attention<FMT, 2>(a, l, U, flag, EPI);
+            else fd_attention<FMT, 4>(a, l, U, flag, EPI);
             FD_PROF(4, t0);
         }
-        gsync();
-        /* 3. o */
-        load_in(a.att, a.nh * a.D);
+        gsync(1);
+        /* 3. o (q4/q8: then the residual add and gate/up's input) */
+        if (EPI) load_q(a.gx[3], a.nh * a.D, nullptr);
+        else load_in(a.att, a.nh * a.D);
         xregs(a.nh * a.D);
-        fd_chunks(a, FMT, &Ly.o, 1, false, a.nh * a.D, [&](const fd_mat &m, int, int r0, int n, const fd_geo &g, int sr) {
-            consume(m, r0, n, g, sr, [&](int r, int, float v) { a.o[r] = v; });
+        fd_chunks(a, FMT, &Ly.o, 1, false, a.nh * a.D, sra, [&](const fd_mat &m, int, int r0, int n, const fd_geo &g, int sr) {
+            consume(m, r0, n, g, sr, [&](int r, int, float v) { if (EPI) ebuf[r - lo_h] = v; else a.o[r] = v; });
         });
-        gsync();
-        /* 4. residual add + norm, gate/up */
-        norm_in(a.x, a.o, a.y, Ly.ln2);
+        if (EPI) epi_add(lo_h, n_h, a.x, a.y, Ly.ln2, a.gx[1], a.part[1]);
+        gsync(2);
+        /* 4. residual add + norm, gate/up (q4/q8: the add was o's epilogue; the act_mul's int8 form after) */
+        if (EPI) load_q(a.gx[1], H, a.part[1]);
+        else norm_in(a.x, a.o, a.y, Ly.ln2);
         xregs(H);
-        fd_chunks(a, FMT, gu, 2, true, H, [&](const fd_mat &m, int w, int r0, int n, const fd_geo &g, int sr) {
+        fd_chunks(a, FMT, gu, 2, true, H, sra, [&](const fd_mat &m, int w, int r0, int n, const fd_geo &g, int sr) {
             if (w == 0) consume(m, r0, n, g, sr, [&](int, int k, float v) { gw[k] = v; });
-            else consume(m, r0, n, g, sr, [&](int r, int k, float v) { a.act[r] = act_f(a.act_kind, gw[k]) * v; });
+            else consume(m, r0, n, g, sr, [&](int r, int k, float v) {
+                const float o = act_f(a.act_kind, gw[k]) * v;
+                if (EPI) ebuf[r - lo_i] = o; else a.act[r] = o;
+            });
         });
-        gsync();
-        /* 5. down */
-        load_in(a.act, a.I);
+        if (EPI) epi_act(lo_i, n_i, a.gx[2]);
+        gsync(3);
+        /* 5. down (q4/q8: then the residual add into x and the next norm's input) */
+        const float *gnext = l + 1 < a.nl ? a.L[l + 1].ln1 : a.head.w ? a.fnorm : nullptr;
+        if (EPI) load_q(a.gx[2], a.I, nullptr);
+        else load_in(a.act, a.I);
         xregs(a.I);
-        fd_chunks(a, FMT, &Ly.down, 1, false, a.I, [&](const fd_mat &m, int, int r0, int n, const fd_geo &g, int sr) {
-            consume(m, r0, n, g, sr, [&](int r, int, float v) { a.d[r] = v; });
+        fd_chunks(a, FMT, &Ly.down, 1, false, a.I, sra, [&](const fd_mat &m, int, int r0, int n, const fd_geo &g, int sr) {
+            consume(m, r0, n, g, sr, [&](int r, int, float v) { if (EPI) ebuf[r - lo_h] = v; else a.d[r] = v; });
         });
-        gsync();
+        if (EPI) epi_add(lo_h, n_h, a.y, a.x, gnext, a.gx[0], a.part[0]);
+        gsync(4);
     }
-    /* the last residual add into x; the final norm and the head */
+    /* the last residual add into x (q4/q8: down's epilogue made it); the final norm and the head */
     if (a.head.w) {
-        norm_in(a.y, a.d, a.x, a.fnorm);
+        if (EPI) load_q(a.gx[0], H, a.part[0]);
+        else norm_in(a.y, a.d, a.x, a.fnorm);
         xregs(H);
-        fd_chunks(a, FMT, &a.head, 1, false, H, [&](const fd_mat &m, int, int r0, int n, const fd_geo &g, int sr) {
+        fd_chunks(a, FMT, &a.head, 1, false, H, a.ra, [&](const fd_mat &m, int, int r0, int n, const fd_geo &g, int sr) {
             consume(m, r0, n, g, sr, [&](int r, int, float v) { a.logits[r] = v; });
         });
-    } else {
+    } else if (!EPI) {
         for (int i = s0 + ctid; i < s1; i += FD_CT) a.x[i] = __ldcg(a.y + i) + __ldcg(a.d + i);
     }
     /* the last block out zeroes the barrier for the next launch */
