@@ -19,6 +19,12 @@
  *     4. residual add + rmsnorm, then gate and up rows in pairs with act(gate) * up stored;
  *     5. that quantized, then the block's rows of down.
  *   Then the final residual add + norm and the block's rows of the LM head.
+ *   q4/q8 (forty-second session): each stage's epilogue makes the next stage's input, so that its
+ *   prologue is one load (load_q) rather than a norm and a quantization of the whole row in every
+ *   block: o's and down's blocks take whole groups of 32 rows, add the residual, store their part
+ *   of the next norm's sum of squares and the int8 form of h * (gamma + add_one) (the norm's scale
+ *   goes into the group scales when loaded: the op path's RING_EPI arithmetic); gate/up's blocks the
+ *   act_mul's int8 form; the attention its output's. Only the first layer's norm is made from x.
  *   A block's rows of a stage are a contiguous range (balanced to a row), streamed in chunks of up
  *   to FD_MAXRT rows that fill a slot. Each row is one warp's (the block's rows of a stage dealt
  *   round-robin over the warps), so the warps go through the chunks independently: a warp releases
