@@ -93,7 +93,7 @@ struct cu_prof {
     int nl;
     /* decode_layers (fd_args.prof): cycles summed over the blocks and launches, the largest
      * block's, launches, blocks */
-    double fdsum[16], fdmax[16]; long fdlaunch; int fdgrid;
+    double fdsum[16], fdmax[16]; long fdlaunch; int fdgrid;   /* (FD_NPROF counters: checked where it is defined) */
 };
 
 struct gq_set {   /* blocks [blk0[k], blk0[k + 1]) along x do weight k; rb[k]: rows of the weights before k */
@@ -559,14 +559,15 @@ static void prof_report(cu_ctx *c) {
         fprintf(stderr, "cuda profile: last captured step: %d nodes; edges %d ordinary, %d programmatic, %d at launch completion\n",
                 c->gcap_nodes, c->gcap_edges[0], c->gcap_edges[1], c->gcap_edges[2]);
     if (p->fdlaunch > 0 && p->fdsum[6] > 0) {
-        static const char *const what[15] = {"data wait (a warp)", "rows (a warp)", "grid barriers", "prologues",
-                                              "attention", "producer, ring full", "", "", "epilogues", "",
-                                              "barrier after q/k/v", "  after the attention", "  after o", "  after gate/up", "  after down"};
+        /* (the counters fused_decode.cuh's k_fused_decode keeps; null: not a time to print) */
+        static const char *const what[16] = {"data wait (a warp)", "rows (a warp)", "grid barriers", "prologues",
+                                              "attention", "producer, ring full", NULL, NULL, "epilogues", NULL,
+                                              "barrier after q/k/v", "  after the attention", "  after o", "  after gate/up", "  after down", NULL};
         const double nspc = p->fdsum[7] / p->fdsum[6], n = (double)p->fdlaunch;
         fprintf(stderr, "cuda profile: decode_layers: %ld launches, %.2f us each (%.2f GHz); per block, mean (largest):\n",
                 p->fdlaunch, p->fdsum[7] / n / p->fdgrid / 1e3, 1.0 / nspc);
-        for (int k = 0; k < 15; k++)
-            if (k < 6 || k == 8 || k >= 10) fprintf(stderr, "cuda profile:   %-22s %9.2f us (%9.2f)\n", what[k], p->fdsum[k] * nspc / n / p->fdgrid / 1e3,
+        for (int k = 0; k < 16; k++)
+            if (what[k]) fprintf(stderr, "cuda profile:   %-22s %9.2f us (%9.2f)\n", what[k], p->fdsum[k] * nspc / n / p->fdgrid / 1e3,
                     p->fdmax[k] * nspc / n / 1e3);
     }
     for (int k = 0; k < p->nl; k++) {   /* largest first */
@@ -5978,6 +5979,7 @@ struct cu_fd {                         /* the plan for one stack */
     unsigned long long *prof;          /* MLXCEL_CUDA_PROFILE: [grid][FD_NPROF] cycles */
     long launches;
 };
+static_assert(sizeof(((cu_prof *)0)->fdsum) / sizeof(double) == FD_NPROF, "cu_prof keeps every decode_layers counter");
 static void fd_release(cu_ctx *c) {
     if (!c->fd) return;
     cudaStreamSynchronize(c->st);

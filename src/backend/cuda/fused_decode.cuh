@@ -281,6 +281,13 @@ __device__ __forceinline__ void fd_quant_n(const float *v, const int *grp, const
     }
 }
 
+/* warp-wide: one group grp (the lane's value v) into its int8 form in x (fd_quant_n of one group) */
+template <int FMT>
+__device__ __forceinline__ void fd_quant1(float v, int grp, const fd_x &x) {
+    const bool ok = true;
+    fd_quant_n<FMT, 1>(&v, &grp, &ok, x);
+}
+
 /* sum over the consumer threads (all get it) */
 __device__ __forceinline__ float fd_csum(float v, float *red) {
     v = warp_sum(v);
@@ -298,9 +305,7 @@ __device__ __forceinline__ float fd_csum(float v, float *red) {
 template <int FMT>
 __device__ __forceinline__ void fd_att_out(const fd_args &a, bool qo, size_t i, float v) {
     if (FMT != FD_BF16 && qo) {
-        const int grp = (int)(i >> 5);
-        const bool ok = true;
-        fd_quant_n<FMT, 1>(&v, &grp, &ok, fd_gx(a.gx[3], a.nh * a.D));
+        fd_quant1<FMT>(v, (int)(i >> 5), fd_gx(a.gx[3], a.nh * a.D));
     } else {
         a.att[i] = v;
     }
@@ -695,15 +700,11 @@ __global__ void __launch_bounds__(FD_THREADS, 1) k_fused_decode(const fd_args a)
         const fd_x GX = fd_gx(gb, H);
         float ss = 0.f;
         for (int gl = cw; gl < n >> 5; gl += FD_CW) {
-            const int i = lo + (gl << 5) + lane, grp = i >> 5;
+            const int i = lo + (gl << 5) + lane;
             const float h = __ldcg(rin + i) + ebuf[(gl << 5) + lane];
             rout[i] = h;
             ss = fmaf(h, h, ss);
-            if (g) {
-                const float v = h * (g[i] + a.a1);
-                const bool ok = true;
-                fd_quant_n<FMT, 1>(&v, &grp, &ok, GX);
-            }
+            if (g) fd_quant1<FMT>(h * (g[i] + a.a1), i >> 5, GX);
         }
         ss = fd_csum(ss, red);
         if (ctid == 0) part[blockIdx.x] = ss;
@@ -714,12 +715,7 @@ __global__ void __launch_bounds__(FD_THREADS, 1) k_fused_decode(const fd_args a)
         fd_cbar();
         const long long t0 = clock64();
         const fd_x GX = fd_gx(gb, a.I);
-        for (int gl = cw; gl < n >> 5; gl += FD_CW) {
-            const float v = ebuf[(gl << 5) + lane];
-            const int grp = (lo >> 5) + gl;
-            const bool ok = true;
-            fd_quant_n<FMT, 1>(&v, &grp, &ok, GX);
-        }
+        for (int gl = cw; gl < n >> 5; gl += FD_CW) fd_quant1<FMT>(ebuf[(gl << 5) + lane], (lo >> 5) + gl, GX);
         FD_PROF(8, t0);
     };
     /* q4/q8 stages of at most FD_XR * 32 units a row: a lane's x for its units (lane + 32 k) stay in
