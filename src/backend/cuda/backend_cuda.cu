@@ -378,6 +378,7 @@ struct cu_ctx {
     int fd_epoch;                          /* bumped by kv_init / kv_free: the model's weights may change */
     bool fused;                            /* decode_layers on (MLXCEL_CUDA_FUSED=1; off by default: slower so far) */
     int fused_pf;                          /* its L2 prefetch depth in chunks (MLXCEL_CUDA_FUSED_PF) */
+    int fused_pmin;                        /* its attention's fewest positions a chunk (MLXCEL_CUDA_FUSED_PMIN) */
     int n_fused;                           /* its launches (tests) */
     void *trace; const char *trace_path;   /* the wait trace's records and file (MLXCEL_CUDA_TRACE) */
     long trace_cap;                        /* its most records (MLXCEL_CUDA_TRACE_MAX) */
@@ -422,7 +423,7 @@ static pdl_launch<KArgs...> PL(cu_ctx *c, void (*k)(KArgs...), dim3 g, dim3 b, s
  * the default; anything else is an error naming the variable and what it takes. */
 enum { GM_AUTO, GM_CUBLAS, GM_MMA, GM_WG, GM_NMODES };   /* MLXCEL_CUDA_GEMM, in k_gemm_modes' order */
 static const char *const k_gemm_modes[] = {"auto", "cublas", "mma", "wgmma"};
-struct cu_switches { int att_o, attn, attn_dec, attn_prep, gqa, gemm, gemm_rot, gemm_sk, gemm_n32, gemm_tma, n32_wg, gemm_pair, sum_norm, sum_qkv, att_gq, pdl, mv, profile, kv, graphs, fused, mv_ring, ring_norm, ring_bf, ring_pair, ring_act, ring_epi, i8_epi, ring_long, attn_early, dense_short, fast_replay, topk_one, chain, mv_mma_wide, mm_pfx, mm_form; long dq_mb, fused_pf, mr_kb, mr_slot, mr_warps, attn_l2pf, trace_max, epi_blocks, mv_pf, mv_mma, mm_nst; int pair_half; };   /* kv: checked here, read by kv_init */
+struct cu_switches { int att_o, attn, attn_dec, attn_prep, gqa, gemm, gemm_rot, gemm_sk, gemm_n32, gemm_tma, n32_wg, gemm_pair, sum_norm, sum_qkv, att_gq, pdl, mv, profile, kv, graphs, fused, mv_ring, ring_norm, ring_bf, ring_pair, ring_act, ring_epi, i8_epi, ring_long, attn_early, dense_short, fast_replay, topk_one, chain, mv_mma_wide, mm_pfx, mm_form; long dq_mb, fused_pf, fused_pmin, mr_kb, mr_slot, mr_warps, attn_l2pf, trace_max, epi_blocks, mv_pf, mv_mma, mm_nst; int pair_half; };   /* kv: checked here, read by kv_init */
 static mx_status env_choice(const char *name, const char *const *vals, int n, int def, int *out) {
     const char *e = getenv(name);
     *out = def;
@@ -502,6 +503,7 @@ static mx_status read_switches(cu_switches *sw) {
         (st = env_choice("MLXCEL_CUDA_PAIR_HALF", off_on_auto, 3, 2, &sw->pair_half)))
         return st;
     if ((st = env_long("MLXCEL_CUDA_FUSED_PF", 0, 64, 0, "chunks", &sw->fused_pf)) ||
+        (st = env_long("MLXCEL_CUDA_FUSED_PMIN", 1, 1 << 20, 60, "positions", &sw->fused_pmin)) ||
         (st = env_long("MLXCEL_CUDA_MV_RING_KB", 8, MR_RING_KB_MAX, MR_RING_KB, "KB", &sw->mr_kb)) ||
         (st = env_long("MLXCEL_CUDA_MV_RING_SLOT", 512, 65536, MR_SLOT, "bytes", &sw->mr_slot)) ||
         (st = env_long("MLXCEL_CUDA_MV_RING_WARPS", 1, 16, MR_WARPS, "warps", &sw->mr_warps)) ||
@@ -6096,7 +6098,7 @@ static void fd_build(cu_ctx *c, const mx_dstack *s, cu_fd *f) {
         const int hi_ = H > I ? H : I, ebuf = fmt == FD_BF16 ? 0 : (hi_ / 32 + grid - 1) / grid * 32;
         const size_t ux = (size_t)H * 8 + (fmt == FD_BF16 ? (size_t)kmax * 2 : (size_t)kmax + (size_t)kmax / 32 * 8 + 16 + (size_t)ebuf * 4);
         if (fmt != FD_BF16 && grid > FD_PMAX) { why = "more multiprocessors than the parts of a sum"; goto no; }
-        const size_t ua = ((size_t)G * D + 2 * D + 2 * FD_CW * G + (size_t)FD_CW * G * D + (size_t)FD_NCMAX * G * 2) * 4;
+        const size_t ua = ((size_t)G * D + 2 * D + 2 * FD_CW * G + (size_t)FD_CW * G * D + (size_t)FD_NCMAX * G * 2 + FD_BTMAX) * 4;
         const size_t U = ux > ua ? ux : ua;
         int maxrow = 0;
         for (int i = 0; i < 3; i++) {
@@ -6122,7 +6124,7 @@ static void fd_build(cu_ctx *c, const mx_dstack *s, cu_fd *f) {
             why = "kernel attributes";
             goto no;
         }
-        a.gs_shift = gsh; a.sdt = sdt; a.slot_bytes = slot; a.nslot = nslot; a.ra = ra; a.pf = c->fused_pf;
+        a.gs_shift = gsh; a.sdt = sdt; a.slot_bytes = slot; a.nslot = nslot; a.ra = ra; a.pf = c->fused_pf; a.pmin = c->fused_pmin;
     }
     {
         const float *inv = const_table(c, c->rf, &c->n_rf, MX_RF_CACHE, s->inv_freq, D / 2, "decode_layers: rope");
@@ -6405,6 +6407,7 @@ extern "C" mx_status mx_backend_cuda_init(mx_backend *out) {
         c->graph_auto_bytes = (int64_t)1 << 30;
         c->fused = sw.fused;
         c->fused_pf = (int)sw.fused_pf;
+        c->fused_pmin = (int)sw.fused_pmin;
         c->mr_on = sw.mv_ring;
         c->mr_kb = (int)sw.mr_kb; c->mr_slot = (int)sw.mr_slot; c->mr_warps = (int)sw.mr_warps;
         c->mr_init[0] = c->mr_kb; c->mr_init[1] = c->mr_warps; c->mr_init[2] = c->mr_slot;
