@@ -563,7 +563,7 @@ static void prof_report(cu_ctx *c) {
     if (p->fdlaunch > 0 && p->fdsum[6] > 0) {
         /* (the counters fused_decode.cuh's k_fused_decode keeps; null: not a time to print) */
         static const char *const what[16] = {"data wait (a warp)", "rows (a warp)", "grid barriers", "prologues",
-                                              "attention", "producer, ring full", NULL, NULL, "epilogues", NULL,
+                                              "attention", "producer, ring full", NULL, NULL, "epilogues", "prologues, own loads",
                                               "barrier after q/k/v", "  after the attention", "  after o", "  after gate/up", "  after down", NULL};
         const double nspc = p->fdsum[7] / p->fdsum[6], n = (double)p->fdlaunch;
         fprintf(stderr, "cuda profile: decode_layers: %ld launches, %.2f us each (%.2f GHz); per block, mean (largest):\n",
@@ -6097,7 +6097,7 @@ static void fd_build(cu_ctx *c, const mx_dstack *s, cu_fd *f) {
         const int grid = c->prop.multiProcessorCount;
         const int hi_ = H > I ? H : I, ebuf = fmt == FD_BF16 ? 0 : (hi_ / 32 + grid - 1) / grid * 32;
         const size_t ux = (size_t)H * 8 + (fmt == FD_BF16 ? (size_t)kmax * 2 : (size_t)kmax + (size_t)kmax / 32 * 8 + 16 + (size_t)ebuf * 4);
-        if (fmt != FD_BF16 && grid > FD_PMAX) { why = "more multiprocessors than the parts of a sum"; goto no; }
+        if (fmt != FD_BF16 && H / 32 > FD_PMAX) { why = "hidden size above the parts of a sum"; goto no; }
         const size_t ua = ((size_t)G * D + 2 * D + 2 * FD_CW * G + (size_t)FD_CW * G * D + (size_t)FD_NCMAX * G * 2 + FD_BTMAX) * 4;
         const size_t U = ux > ua ? ux : ua;
         int maxrow = 0;

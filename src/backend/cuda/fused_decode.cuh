@@ -49,7 +49,7 @@
 #define FD_PPW 4                   /* positions a warp loads at once in the attention (bf16 cache; f32: half) */
 #define FD_BTMAX 64                /* block-table entries of an attention task kept in shared memory */
 #define FD_LDN 16                  /* loads a thread has in flight in the prologues */
-#define FD_PMAX 256                /* q4/q8: the most blocks (parts of a sum of squares, 8 a lane) */
+#define FD_PMAX 256                /* q4/q8: the most groups of 32 in H (parts of a sum of squares, 8 a lane) */
 enum { FD_Q4 = 0, FD_Q8 = 1, FD_BF16 = 2 };
 
 struct fd_mat {                    /* one weight on the device */
@@ -84,7 +84,7 @@ struct fd_args {
      * by the stage before: [0] q/k/v's and the head's (the residual times the next norm's gamma,
      * before its scale), [1] gate/up's (likewise), [2] down's (the act_mul), [3] o's (the attention) */
     uint8_t *gx[4];
-    float *part[2];                    /* [G] each block's sum of squares of its rows of the residual: [0] for gx[0]'s norm, [1] gx[1]'s */
+    float *part[2];                    /* [H / 32] each group's sum of squares of the residual: [0] for gx[0]'s norm, [1] gx[1]'s */
 };
 
 /* a chunk's geometry for weights of K columns: packed row bytes, scale bytes a row, units of a row
@@ -589,7 +589,8 @@ __global__ void __launch_bounds__(FD_THREADS, 1) k_fused_decode(const fd_args a)
     pdl_wait();
     /* profile (a.prof): sprof[0, 1] the second consumer warp's waits for data and its rows, [2, 3, 4]
      * thread 0's grid barriers, prologues, attention, [5] the producer's waits for a free slot, [6]
-     * cycles and [7] ns from here to the end (thread 0), [8] thread 0's epilogues (q4/q8), [10-14]
+     * cycles and [7] ns from here to the end (thread 0), [8] thread 0's epilogues (q4/q8), [9] its
+     * prologues' loads (q4/q8, before the block barrier), [10-14]
      * its waits at the barriers after q/k/v, the attention, o, gate/up and down */
     const bool prof = a.prof != nullptr;
     if (prof && threadIdx.x == 32) { sprof[6] = (unsigned long long)clock64(); sprof[7] = fd_now(); }
@@ -691,7 +692,7 @@ __global__ void __launch_bounds__(FD_THREADS, 1) k_fused_decode(const fd_args a)
         const long long t0 = clock64();
         float pt[FD_PMAX / 32];
 #pragma unroll
-        for (int j = 0; j < FD_PMAX / 32; j++) pt[j] = part && lane + 32 * j < G ? __ldcg(part + lane + 32 * j) : 0.f;
+        for (int j = 0; j < FD_PMAX / 32; j++) pt[j] = part && lane + 32 * j < H / 32 ? __ldcg(part + lane + 32 * j) : 0.f;
         const int nu = K / 32;   /* 16-byte pieces of lo (and of hi); (dx, dx * sum) pairs */
         const uint4 *glo = (const uint4 *)gb, *ghi = (const uint4 *)(gb + K / 2);
         const float2 *gds = (const float2 *)(gb + K);
@@ -710,6 +711,7 @@ __global__ void __launch_bounds__(FD_THREADS, 1) k_fused_decode(const fd_args a)
             ((uint4 *)X.lo)[ctid] = l4; ((uint4 *)X.hi)[ctid] = h4;
             X.ds[ctid] = make_float2(d2.x * inv, d2.y * inv);
         }
+        FD_PROF(9, t0);   /* (thread 0's own loads back; [3] also waits for the block's) */
         for (int i = ctid + FD_CT; i < nu; i += FD_CT) {
             ((uint4 *)X.lo)[i] = __ldcg(glo + i); ((uint4 *)X.hi)[i] = __ldcg(ghi + i);
             const float2 d = __ldcg(gds + i);
@@ -720,22 +722,20 @@ __global__ void __launch_bounds__(FD_THREADS, 1) k_fused_decode(const fd_args a)
     };
     /* q4/q8 epilogues, after a stage's rows [lo, lo + n) of this block (whole groups of 32, their
      * results in ebuf): a warp a group. The residual add: h = rin + the result, stored to rout, its
-     * sum of squares to part[block], and the int8 form of h * (g + add_one) to gb (the next
+     * sum of squares to part[group], and the int8 form of h * (g + add_one) to gb (the next
      * product's input before its norm's scale; g null: none) */
     auto epi_add = [&](int lo, int n, const float *rin, float *rout, const float *g, uint8_t *gb, float *part) {
         fd_cbar();   /* (every warp's results are in ebuf) */
         const long long t0 = clock64();
         const fd_x GX = fd_gx(gb, H);
-        float ss = 0.f;
         for (int gl = cw; gl < n >> 5; gl += FD_CW) {
             const int i = lo + (gl << 5) + lane;
             const float h = __ldcg(rin + i) + ebuf[(gl << 5) + lane];
             rout[i] = h;
-            ss = fmaf(h, h, ss);
+            const float ss = warp_sum(h * h);
+            if (lane == 0) part[i >> 5] = ss;   /* (a part a group: no block-wide sum) */
             if (g) fd_quant1<FMT>(h * (g[i] + a.a1), i >> 5, GX);
         }
-        ss = fd_csum(ss, red);
-        if (ctid == 0) part[blockIdx.x] = ss;
         FD_PROF(8, t0);
     };
     /* the act_mul's results (ebuf) in their int8 form to gb, down's input */
