@@ -6886,6 +6886,127 @@ extern "C" double mx_backend_cuda_bench_read(const mx_backend *b, size_t bytes, 
     return r;
 }
 
+/* What a persistent decode kernel's synchronization costs (mx_backend_cuda_bench_sync): the grid
+ * barrier of k_fused_decode (one block a multiprocessor, a counter), alone and with an exchange of
+ * partial rows (each block writes its share of np rows of h floats, the barrier, then every block
+ * reads and sums all np rows: a residual update by partial sums), and a cluster's barrier alone and
+ * with a distributed-shared-memory exchange (every block reads 64 floats of each block of its
+ * cluster). Each kernel runs `rounds` of them; the host times it. */
+#define SB_SMEM (160 * 1024)   /* dynamic shared memory a block: one block a multiprocessor */
+__global__ void __launch_bounds__(512, 1) k_sync_grid(unsigned *ctr, int rounds, float *part, int h, int np, float *out) {
+    extern __shared__ __align__(16) float sb_sm[];
+    const unsigned G = gridDim.x;
+    float acc = 0.f;
+    for (int r = 0; r < rounds; r++) {
+        float *buf = part + (size_t)(r & 1) * np * h;
+        if (np > 0) {   /* this block's share of the np rows */
+            const int n = np * h, lo = (int)((long long)n * blockIdx.x / G), hi = (int)((long long)n * (blockIdx.x + 1) / G);
+            for (int i = lo + threadIdx.x; i < hi; i += blockDim.x) buf[i] = (float)(r + i);
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(ctr) : "memory");
+            while (ld_acquire_gpu(ctr) < (unsigned)(r + 1) * G) {}
+        }
+        __syncthreads();
+        if (np > 0) {   /* every block: the sum of the np rows, into shared memory */
+            for (int i = threadIdx.x; i < h; i += blockDim.x) {
+                float v = 0.f;
+                for (int k = 0; k < np; k++) v += __ldcg(buf + (size_t)k * h + i);
+                sb_sm[i] = v;
+            }
+            __syncthreads();
+            acc += sb_sm[(threadIdx.x * 7 + r) % h];
+        }
+    }
+    if (acc == 1.2345f) out[0] = acc;
+}
+__global__ void __launch_bounds__(512, 1) k_sync_cluster(int rounds, int dsmem, float *out) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    extern __shared__ __align__(16) float sb_sm[];
+    unsigned csize;
+    asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(csize));
+    float acc = 0.f;
+    for (int r = 0; r < rounds; r++) {
+        float *mine = sb_sm + (r & 1) * 64;
+        if (dsmem && threadIdx.x < 64) mine[threadIdx.x] = (float)(r + threadIdx.x);
+        asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+        if (dsmem && threadIdx.x < 64 * csize) {   /* 64 floats of each block of the cluster */
+            const unsigned rank = threadIdx.x / 64;
+            uint32_t la = (uint32_t)__cvta_generic_to_shared(mine + threadIdx.x % 64), ra;
+            asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(la), "r"(rank));
+            float v;
+            asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(ra) : "memory");
+            acc += v;
+        }
+    }
+    /* (no block leaves while another of its cluster may still read its shared memory) */
+    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+    if (acc == 1.2345f) out[0] = acc;
+#else
+    (void)rounds; (void)dsmem; (void)out;
+#endif
+}
+
+/* us a round of each (see above), into us[0..6]: [0] the grid barrier, [1] it with 8 rows of
+ * 1024 floats, [2] 8 rows of 4096, [3] the clusters of 8's barrier, [4] with the exchange, [5] the
+ * clusters of 16's, [6] with the exchange; clusters[0, 1]: the clusters of 8 and 16 that can be
+ * resident at once (one block a multiprocessor). A figure that could not be had: -1. MX_OK, or
+ * MX_ERR_BACKEND below sm_90 or on a CUDA error. */
+extern "C" mx_status mx_backend_cuda_bench_sync(const mx_backend *b, int rounds, double us[7], int clusters[2]) {
+    cu_ctx *c = (cu_ctx *)b->ctx;
+    for (int i = 0; i < 7; i++) us[i] = -1;
+    clusters[0] = clusters[1] = 0;
+    if (c->prop.major < 9) return mx_errorf(MX_ERR_UNSUPPORTED, "cuda: bench_sync needs sm_90");
+    unsigned *ctr = NULL;
+    float *part = NULL, *out = NULL;
+    const int G = c->prop.multiProcessorCount;
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0); cudaEventCreate(&e1);
+    auto timed = [&](auto launch) {   /* us a round, the kernel run twice (the first warms up) */
+        float ms = -1.f;
+        for (int k = 0; k < 2; k++) {
+            cudaMemsetAsync(ctr, 0, 4, c->st);
+            cudaEventRecord(e0, c->st);
+            launch();
+            cudaEventRecord(e1, c->st);
+            if (cudaEventSynchronize(e1) != cudaSuccess) return -1.0;
+            cudaEventElapsedTime(&ms, e0, e1);
+        }
+        return (double)ms * 1e3 / rounds;
+    };
+    if (cudaMalloc(&ctr, 4) == cudaSuccess && cudaMalloc(&part, (size_t)2 * 8 * 4096 * 4) == cudaSuccess && cudaMalloc(&out, 4) == cudaSuccess &&
+        cudaFuncSetAttribute(k_sync_grid, cudaFuncAttributeMaxDynamicSharedMemorySize, SB_SMEM) == cudaSuccess &&
+        cudaFuncSetAttribute(k_sync_cluster, cudaFuncAttributeMaxDynamicSharedMemorySize, SB_SMEM) == cudaSuccess &&
+        cudaFuncSetAttribute(k_sync_cluster, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess) {
+        static const int rows[3][2] = {{0, 0}, {8, 1024}, {8, 4096}};
+        for (int k = 0; k < 3; k++)
+            us[k] = timed([&] { k_sync_grid<<<G, 512, SB_SMEM, c->st>>>(ctr, rounds, part, rows[k][1], rows[k][0], out); });
+        for (int k = 0; k < 2; k++) {
+            const unsigned cs = k == 0 ? 8 : 16;
+            cudaLaunchConfig_t cfg = {};
+            cudaLaunchAttribute at[1];
+            at[0].id = cudaLaunchAttributeClusterDimension;
+            at[0].val.clusterDim.x = cs; at[0].val.clusterDim.y = 1; at[0].val.clusterDim.z = 1;
+            cfg.blockDim = dim3(512); cfg.dynamicSmemBytes = SB_SMEM; cfg.stream = c->st;
+            cfg.attrs = at; cfg.numAttrs = 1;
+            cfg.gridDim = dim3(cs * (G / cs));
+            int nc = 0;
+            if (cudaOccupancyMaxActiveClusters(&nc, k_sync_cluster, &cfg) != cudaSuccess || nc <= 0) { cudaGetLastError(); continue; }
+            clusters[k] = nc;
+            cfg.gridDim = dim3(cs * (unsigned)nc);
+            for (int d = 0; d < 2; d++)
+                us[3 + 2 * k + d] = timed([&] { cudaLaunchKernelEx(&cfg, k_sync_cluster, rounds, d, out); });
+        }
+    }
+    const bool ok = cudaGetLastError() == cudaSuccess;
+    cudaEventDestroy(e0); cudaEventDestroy(e1);
+    if (ctr) cudaFree(ctr);
+    if (part) cudaFree(part);
+    if (out) cudaFree(out);
+    return ok ? MX_OK : mx_errorf(MX_ERR_INTERNAL, "cuda: bench_sync: a CUDA error");
+}
+
 extern "C" double mx_backend_cuda_bench_copy(const mx_backend *b, size_t bytes) {
     cu_ctx *c = (cu_ctx *)b->ctx;
     void *src = NULL, *dst = NULL;
