@@ -6893,69 +6893,99 @@ extern "C" double mx_backend_cuda_bench_read(const mx_backend *b, size_t bytes, 
  * with a distributed-shared-memory exchange (every block reads 64 floats of each block of its
  * cluster). Each kernel runs `rounds` of them; the host times it. */
 #define SB_SMEM (160 * 1024)   /* dynamic shared memory a block: one block a multiprocessor */
+/* a cluster's barrier, then (dsmem) each of the first 64 x 8 threads reads one float of a block of
+ * the cluster's buffer `mine` (64 floats a block, written before the barrier) */
+__device__ __forceinline__ float sb_cluster_xchg(const float *mine, bool dsmem) {
+    float v = 0.f;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    unsigned csize;
+    asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(csize));
+    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+    if (dsmem && threadIdx.x < 64 * csize) {
+        const unsigned rank = threadIdx.x / 64;
+        uint32_t la = (uint32_t)__cvta_generic_to_shared(mine + threadIdx.x % 64), ra;
+        asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(la), "r"(rank));
+        asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(ra) : "memory");
+    }
+#else
+    (void)mine; (void)dsmem;
+#endif
+    return v;
+}
+/* a grid exchange (round r of a kernel whose blocks are all resident): this block's share of np
+ * rows of h floats to buf, the grid barrier (ctr counts arrivals), then the sum of the np rows to
+ * sm[0..h) */
+__device__ __forceinline__ void sb_grid_xchg(unsigned *ctr, unsigned target, float *buf, int h, int np, int r, float *sm) {
+    const unsigned G = gridDim.x;
+    if (np > 0) {
+        const int n = np * h, lo = (int)((long long)n * blockIdx.x / G), hi = (int)((long long)n * (blockIdx.x + 1) / G);
+        for (int i = lo + threadIdx.x; i < hi; i += blockDim.x) buf[i] = (float)(r + i);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(ctr) : "memory");
+        while (ld_acquire_gpu(ctr) < target) {}
+    }
+    __syncthreads();
+    if (np > 0) {
+        for (int i = threadIdx.x; i < h; i += blockDim.x) {
+            float v = 0.f;
+            for (int k = 0; k < np; k++) v += __ldcg(buf + (size_t)k * h + i);
+            sm[i] = v;
+        }
+        __syncthreads();
+    }
+}
 __global__ void __launch_bounds__(512, 1) k_sync_grid(unsigned *ctr, int rounds, float *part, int h, int np, float *out) {
     extern __shared__ __align__(16) float sb_sm[];
-    const unsigned G = gridDim.x;
     float acc = 0.f;
     for (int r = 0; r < rounds; r++) {
-        float *buf = part + (size_t)(r & 1) * np * h;
-        if (np > 0) {   /* this block's share of the np rows */
-            const int n = np * h, lo = (int)((long long)n * blockIdx.x / G), hi = (int)((long long)n * (blockIdx.x + 1) / G);
-            for (int i = lo + threadIdx.x; i < hi; i += blockDim.x) buf[i] = (float)(r + i);
-        }
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(ctr) : "memory");
-            while (ld_acquire_gpu(ctr) < (unsigned)(r + 1) * G) {}
-        }
-        __syncthreads();
-        if (np > 0) {   /* every block: the sum of the np rows, into shared memory */
-            for (int i = threadIdx.x; i < h; i += blockDim.x) {
-                float v = 0.f;
-                for (int k = 0; k < np; k++) v += __ldcg(buf + (size_t)k * h + i);
-                sb_sm[i] = v;
-            }
-            __syncthreads();
-            acc += sb_sm[(threadIdx.x * 7 + r) % h];
-        }
+        sb_grid_xchg(ctr, (unsigned)(r + 1) * gridDim.x, part + (size_t)(r & 1) * np * h, h, np, r, sb_sm);
+        if (np > 0) acc += sb_sm[(threadIdx.x * 7 + r) % h];
     }
     if (acc == 1.2345f) out[0] = acc;
 }
-__global__ void __launch_bounds__(512, 1) k_sync_cluster(int rounds, int dsmem, float *out) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+/* the skeleton of a layer of the two-barrier layout (NOTES.md, forty-third session): two cluster
+ * exchanges, a grid exchange of np rows of h, two cluster exchanges, a grid exchange; a round a
+ * layer */
+__global__ void __launch_bounds__(512, 1) k_sync_layer(unsigned *ctr, int rounds, float *part, int h, int np, float *out) {
     extern __shared__ __align__(16) float sb_sm[];
-    unsigned csize;
-    asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(csize));
+    float acc = 0.f;
+    for (int r = 0; r < rounds; r++) {
+        for (int half = 0; half < 2; half++) {
+            const int x = 2 * r + half;
+            for (int k = 0; k < 2; k++) {
+                float *mine = sb_sm + h + ((2 * x + k) & 1) * 64;
+                if (threadIdx.x < 64) mine[threadIdx.x] = (float)(x + threadIdx.x);
+                acc += sb_cluster_xchg(mine, true);
+            }
+            sb_grid_xchg(ctr, (unsigned)(x + 1) * gridDim.x, part + (size_t)(x & 1) * np * h, h, np, x, sb_sm);
+            acc += sb_sm[(threadIdx.x * 7 + x) % h];
+        }
+    }
+    sb_cluster_xchg(sb_sm, false);   /* (no block leaves while another of its cluster may read its shared memory) */
+    if (acc == 1.2345f) out[0] = acc;
+}
+__global__ void __launch_bounds__(512, 1) k_sync_cluster(int rounds, int dsmem, float *out) {
+    extern __shared__ __align__(16) float sb_sm[];
     float acc = 0.f;
     for (int r = 0; r < rounds; r++) {
         float *mine = sb_sm + (r & 1) * 64;
         if (dsmem && threadIdx.x < 64) mine[threadIdx.x] = (float)(r + threadIdx.x);
-        asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-        if (dsmem && threadIdx.x < 64 * csize) {   /* 64 floats of each block of the cluster */
-            const unsigned rank = threadIdx.x / 64;
-            uint32_t la = (uint32_t)__cvta_generic_to_shared(mine + threadIdx.x % 64), ra;
-            asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(la), "r"(rank));
-            float v;
-            asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(ra) : "memory");
-            acc += v;
-        }
+        acc += sb_cluster_xchg(mine, dsmem != 0);
     }
-    /* (no block leaves while another of its cluster may still read its shared memory) */
-    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+    sb_cluster_xchg(sb_sm, false);   /* (no block leaves while another of its cluster may read its shared memory) */
     if (acc == 1.2345f) out[0] = acc;
-#else
-    (void)rounds; (void)dsmem; (void)out;
-#endif
 }
 
-/* us a round of each (see above), into us[0..6]: [0] the grid barrier, [1] it with 8 rows of
+/* us a round of each (see above), into us[0..8]: [0] the grid barrier, [1] it with 8 rows of
  * 1024 floats, [2] 8 rows of 4096, [3] the clusters of 8's barrier, [4] with the exchange, [5] the
- * clusters of 16's, [6] with the exchange; clusters[0, 1]: the clusters of 8 and 16 that can be
- * resident at once (one block a multiprocessor). A figure that could not be had: -1. MX_OK, or
- * MX_ERR_BACKEND below sm_90 or on a CUDA error. */
-extern "C" mx_status mx_backend_cuda_bench_sync(const mx_backend *b, int rounds, double us[7], int clusters[2]) {
+ * clusters of 16's, [6] with the exchange, [7] / [8] a layer's skeleton (k_sync_layer, 8 rows of
+ * 1024) on every resident cluster of 8 / 16; clusters[0, 1]: the clusters of 8 and 16 that can be
+ * resident at once (one block a multiprocessor). A figure that could not be had: -1. */
+extern "C" mx_status mx_backend_cuda_bench_sync(const mx_backend *b, int rounds, double us[9], int clusters[2]) {
     cu_ctx *c = (cu_ctx *)b->ctx;
-    for (int i = 0; i < 7; i++) us[i] = -1;
+    for (int i = 0; i < 9; i++) us[i] = -1;
     clusters[0] = clusters[1] = 0;
     if (c->prop.major < 9) return mx_errorf(MX_ERR_UNSUPPORTED, "cuda: bench_sync needs sm_90");
     unsigned *ctr = NULL;
@@ -6978,7 +7008,9 @@ extern "C" mx_status mx_backend_cuda_bench_sync(const mx_backend *b, int rounds,
     if (cudaMalloc(&ctr, 4) == cudaSuccess && cudaMalloc(&part, (size_t)2 * 8 * 4096 * 4) == cudaSuccess && cudaMalloc(&out, 4) == cudaSuccess &&
         cudaFuncSetAttribute(k_sync_grid, cudaFuncAttributeMaxDynamicSharedMemorySize, SB_SMEM) == cudaSuccess &&
         cudaFuncSetAttribute(k_sync_cluster, cudaFuncAttributeMaxDynamicSharedMemorySize, SB_SMEM) == cudaSuccess &&
-        cudaFuncSetAttribute(k_sync_cluster, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess) {
+        cudaFuncSetAttribute(k_sync_cluster, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess &&
+        cudaFuncSetAttribute(k_sync_layer, cudaFuncAttributeMaxDynamicSharedMemorySize, SB_SMEM) == cudaSuccess &&
+        cudaFuncSetAttribute(k_sync_layer, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess) {
         static const int rows[3][2] = {{0, 0}, {8, 1024}, {8, 4096}};
         for (int k = 0; k < 3; k++)
             us[k] = timed([&] { k_sync_grid<<<G, 512, SB_SMEM, c->st>>>(ctr, rounds, part, rows[k][1], rows[k][0], out); });
@@ -6997,6 +7029,7 @@ extern "C" mx_status mx_backend_cuda_bench_sync(const mx_backend *b, int rounds,
             cfg.gridDim = dim3(cs * (unsigned)nc);
             for (int d = 0; d < 2; d++)
                 us[3 + 2 * k + d] = timed([&] { cudaLaunchKernelEx(&cfg, k_sync_cluster, rounds, d, out); });
+            us[7 + k] = timed([&] { cudaLaunchKernelEx(&cfg, k_sync_layer, ctr, rounds, part, 1024, 8, out); });
         }
     }
     const bool ok = cudaGetLastError() == cudaSuccess;
