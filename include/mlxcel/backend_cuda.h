@@ -104,6 +104,15 @@ double mx_backend_cuda_bench_copy(const mx_backend *b, size_t bytes);
  * loads from every thread, form 1 bulk copies into shared memory as the batch-1 rings stream their
  * weights (sm_90; 0 below it). The ceiling a decode step's weight reads can reach. */
 double mx_backend_cuda_bench_read(const mx_backend *b, size_t bytes, int form);
+/* Benchmark helper: what a persistent decode kernel's synchronization costs, us a round (`rounds`
+ * a kernel): us[0] a grid barrier of one block a multiprocessor, us[1] / us[2] it with an exchange
+ * of 8 partial rows of 1024 / 4096 floats (written by all blocks, then read and summed by each),
+ * us[3] / us[4] a cluster of 8's barrier without / with a distributed-shared-memory exchange, us[5] /
+ * us[6] the same for clusters of 16, us[7] / us[8] a layer's skeleton of the layout NOTES.md's
+ * forty-third session proposes (four cluster exchanges and two of 8 rows of 1024 floats over the
+ * grid) on every resident cluster of 8 / 16; clusters[0, 1] how many clusters of 8 / 16 are
+ * resident at once. -1: not measured. Needs sm_90 (MX_ERR_UNSUPPORTED below it). */
+mx_status mx_backend_cuda_bench_sync(const mx_backend *b, int rounds, double us[9], int clusters[2]);
 /* Matrix-vector products (n <= 16 rows) of q4/q8 weights quantize the activations to int8 per
  * group of 32 by default (DP4A; error like bf16 activations). On: f32 activations instead (the
  * default under MLXCEL_PRECISE=1 or MLXCEL_CUDA_MV=f32). For tests and comparisons. */

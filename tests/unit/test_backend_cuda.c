@@ -907,6 +907,20 @@ static void test_bench_read(void) {
     TCHECK(mx_backend_cuda_status(&G) == MX_OK, "no error left behind");
 }
 
+/* the synchronization probe (test_backend_cuda --bench-sync): on sm_90 every figure is a time and
+ * clusters of 8 are resident; the exchanges cost at least their barrier's share of the work */
+static void test_bench_sync(void) {
+    double us[9]; int nc[2];
+    const mx_status st = mx_backend_cuda_bench_sync(&G, 64, us, nc);
+    if (!mx_backend_cuda_has_wgmma(&G)) { TCHECK(st == MX_ERR_UNSUPPORTED, "below sm_90: unsupported (%d)", (int)st); return; }
+    TCHECK(st == MX_OK, "bench_sync: %s", mx_last_error());
+    for (int i = 0; i < 5; i++) TCHECK(us[i] > 0 && us[i] < 1000, "figure %d: %.2f us", i, us[i]);
+    TCHECK(nc[0] > 0, "clusters of 8 resident: %d", nc[0]);
+    TCHECK(us[7] > 0, "a layer on clusters of 8: %.2f us", us[7]);
+    TCHECK(nc[1] <= 0 || (us[5] > 0 && us[6] > 0 && us[8] > 0), "clusters of 16 (%d): %.2f / %.2f / %.2f us", nc[1], us[5], us[6], us[8]);
+    TCHECK(mx_backend_cuda_status(&G) == MX_OK, "no error left behind");
+}
+
 static void test_fusions(void) {
     enum { N = 3, D = 1024, R1 = 200, R2 = 64, R3 = 130 };
     tw t[3];
@@ -3155,6 +3169,19 @@ int main(int argc, char **argv) {
     (void)argc; (void)argv;
 #ifdef MLXCEL_HAVE_CUDA
     bool bench = argc > 1 && (!strcmp(argv[1], "--bench") || !strcmp(argv[1], "--bench-mv") || !strcmp(argv[1], "--bench-ring"));
+    if (argc > 1 && !strcmp(argv[1], "--bench-sync")) {   /* a persistent kernel's synchronization costs */
+        if (mx_backend_cuda_init(&G) != MX_OK) return 1;
+        double us[9]; int nc[2];
+        const mx_status st = mx_backend_cuda_bench_sync(&G, 2000, us, nc);
+        printf("grid barrier, one block a multiprocessor: %.2f us; with 8 partial rows of 1024 floats: %.2f us, of 4096: %.2f us\n", us[0], us[1], us[2]);
+        printf("cluster of 8 (%d resident): barrier %.2f us, with a shared-memory exchange %.2f us\n", nc[0], us[3], us[4]);
+        printf("cluster of 16 (%d resident): barrier %.2f us, with a shared-memory exchange %.2f us\n", nc[1], us[5], us[6]);
+        printf("a layer's skeleton (4 cluster exchanges, 2 grid exchanges of 8 x 1024 floats): %.2f us on %d clusters of 8, %.2f us on %d of 16\n",
+               us[7], nc[0], us[8], nc[1]);
+        if (st != MX_OK) printf("bench_sync: %s\n", mx_last_error());
+        mx_backend_cuda_free(&G);
+        return st == MX_OK ? 0 : 1;
+    }
     if (argc > 1 && !strcmp(argv[1], "--bench-copy")) {   /* the copy-rate ceiling alone */
         if (mx_backend_cuda_init(&G) != MX_OK) return 1;
         printf("device-to-device copy: %.0f GB/s (read + write)\n", mx_backend_cuda_bench_copy(&G, (size_t)2 << 30));
@@ -3235,6 +3262,7 @@ int main(int argc, char **argv) {
     TCHECK(mx_backend_cuda_set_gemm(&G, "fused") != MX_OK, "set_gemm takes an unknown mode");
     TCHECK(mx_backend_cuda_set_gemm(&G, "auto") == MX_OK, "set_gemm auto");
     RUN(test_bench_read);
+    RUN(test_bench_sync);
     RUN(test_fusions);
     RUN(test_dense_sets);
     RUN(test_gq_forms);

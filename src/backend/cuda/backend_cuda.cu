@@ -378,6 +378,7 @@ struct cu_ctx {
     int fd_epoch;                          /* bumped by kv_init / kv_free: the model's weights may change */
     bool fused;                            /* decode_layers on (MLXCEL_CUDA_FUSED=1; off by default: slower so far) */
     int fused_pf;                          /* its L2 prefetch depth in chunks (MLXCEL_CUDA_FUSED_PF) */
+    int fused_pmin;                        /* its attention's fewest positions a chunk (MLXCEL_CUDA_FUSED_PMIN) */
     int n_fused;                           /* its launches (tests) */
     void *trace; const char *trace_path;   /* the wait trace's records and file (MLXCEL_CUDA_TRACE) */
     long trace_cap;                        /* its most records (MLXCEL_CUDA_TRACE_MAX) */
@@ -422,7 +423,7 @@ static pdl_launch<KArgs...> PL(cu_ctx *c, void (*k)(KArgs...), dim3 g, dim3 b, s
  * the default; anything else is an error naming the variable and what it takes. */
 enum { GM_AUTO, GM_CUBLAS, GM_MMA, GM_WG, GM_NMODES };   /* MLXCEL_CUDA_GEMM, in k_gemm_modes' order */
 static const char *const k_gemm_modes[] = {"auto", "cublas", "mma", "wgmma"};
-struct cu_switches { int att_o, attn, attn_dec, attn_prep, gqa, gemm, gemm_rot, gemm_sk, gemm_n32, gemm_tma, n32_wg, gemm_pair, sum_norm, sum_qkv, att_gq, pdl, mv, profile, kv, graphs, fused, mv_ring, ring_norm, ring_bf, ring_pair, ring_act, ring_epi, i8_epi, ring_long, attn_early, dense_short, fast_replay, topk_one, chain, mv_mma_wide, mm_pfx, mm_form; long dq_mb, fused_pf, mr_kb, mr_slot, mr_warps, attn_l2pf, trace_max, epi_blocks, mv_pf, mv_mma, mm_nst; int pair_half; };   /* kv: checked here, read by kv_init */
+struct cu_switches { int att_o, attn, attn_dec, attn_prep, gqa, gemm, gemm_rot, gemm_sk, gemm_n32, gemm_tma, n32_wg, gemm_pair, sum_norm, sum_qkv, att_gq, pdl, mv, profile, kv, graphs, fused, mv_ring, ring_norm, ring_bf, ring_pair, ring_act, ring_epi, i8_epi, ring_long, attn_early, dense_short, fast_replay, topk_one, chain, mv_mma_wide, mm_pfx, mm_form; long dq_mb, fused_pf, fused_pmin, mr_kb, mr_slot, mr_warps, attn_l2pf, trace_max, epi_blocks, mv_pf, mv_mma, mm_nst; int pair_half; };   /* kv: checked here, read by kv_init */
 static mx_status env_choice(const char *name, const char *const *vals, int n, int def, int *out) {
     const char *e = getenv(name);
     *out = def;
@@ -502,6 +503,7 @@ static mx_status read_switches(cu_switches *sw) {
         (st = env_choice("MLXCEL_CUDA_PAIR_HALF", off_on_auto, 3, 2, &sw->pair_half)))
         return st;
     if ((st = env_long("MLXCEL_CUDA_FUSED_PF", 0, 64, 0, "chunks", &sw->fused_pf)) ||
+        (st = env_long("MLXCEL_CUDA_FUSED_PMIN", 1, 1 << 20, 60, "positions", &sw->fused_pmin)) ||
         (st = env_long("MLXCEL_CUDA_MV_RING_KB", 8, MR_RING_KB_MAX, MR_RING_KB, "KB", &sw->mr_kb)) ||
         (st = env_long("MLXCEL_CUDA_MV_RING_SLOT", 512, 65536, MR_SLOT, "bytes", &sw->mr_slot)) ||
         (st = env_long("MLXCEL_CUDA_MV_RING_WARPS", 1, 16, MR_WARPS, "warps", &sw->mr_warps)) ||
@@ -561,7 +563,7 @@ static void prof_report(cu_ctx *c) {
     if (p->fdlaunch > 0 && p->fdsum[6] > 0) {
         /* (the counters fused_decode.cuh's k_fused_decode keeps; null: not a time to print) */
         static const char *const what[16] = {"data wait (a warp)", "rows (a warp)", "grid barriers", "prologues",
-                                              "attention", "producer, ring full", NULL, NULL, "epilogues", NULL,
+                                              "attention", "producer, ring full", NULL, NULL, "epilogues", "prologues, own loads",
                                               "barrier after q/k/v", "  after the attention", "  after o", "  after gate/up", "  after down", NULL};
         const double nspc = p->fdsum[7] / p->fdsum[6], n = (double)p->fdlaunch;
         fprintf(stderr, "cuda profile: decode_layers: %ld launches, %.2f us each (%.2f GHz); per block, mean (largest):\n",
@@ -6095,8 +6097,8 @@ static void fd_build(cu_ctx *c, const mx_dstack *s, cu_fd *f) {
         const int grid = c->prop.multiProcessorCount;
         const int hi_ = H > I ? H : I, ebuf = fmt == FD_BF16 ? 0 : (hi_ / 32 + grid - 1) / grid * 32;
         const size_t ux = (size_t)H * 8 + (fmt == FD_BF16 ? (size_t)kmax * 2 : (size_t)kmax + (size_t)kmax / 32 * 8 + 16 + (size_t)ebuf * 4);
-        if (fmt != FD_BF16 && grid > FD_PMAX) { why = "more multiprocessors than the parts of a sum"; goto no; }
-        const size_t ua = ((size_t)G * D + 2 * D + 2 * FD_CW * G + (size_t)FD_CW * G * D + (size_t)FD_NCMAX * G * 2) * 4;
+        if (fmt != FD_BF16 && H / 32 > FD_PMAX) { why = "hidden size above the parts of a sum"; goto no; }
+        const size_t ua = ((size_t)G * D + 2 * D + 2 * FD_CW * G + (size_t)FD_CW * G * D + (size_t)FD_NCMAX * G * 2 + FD_BTMAX) * 4;
         const size_t U = ux > ua ? ux : ua;
         int maxrow = 0;
         for (int i = 0; i < 3; i++) {
@@ -6122,7 +6124,7 @@ static void fd_build(cu_ctx *c, const mx_dstack *s, cu_fd *f) {
             why = "kernel attributes";
             goto no;
         }
-        a.gs_shift = gsh; a.sdt = sdt; a.slot_bytes = slot; a.nslot = nslot; a.ra = ra; a.pf = c->fused_pf;
+        a.gs_shift = gsh; a.sdt = sdt; a.slot_bytes = slot; a.nslot = nslot; a.ra = ra; a.pf = c->fused_pf; a.pmin = c->fused_pmin;
     }
     {
         const float *inv = const_table(c, c->rf, &c->n_rf, MX_RF_CACHE, s->inv_freq, D / 2, "decode_layers: rope");
@@ -6405,6 +6407,7 @@ extern "C" mx_status mx_backend_cuda_init(mx_backend *out) {
         c->graph_auto_bytes = (int64_t)1 << 30;
         c->fused = sw.fused;
         c->fused_pf = (int)sw.fused_pf;
+        c->fused_pmin = (int)sw.fused_pmin;
         c->mr_on = sw.mv_ring;
         c->mr_kb = (int)sw.mr_kb; c->mr_slot = (int)sw.mr_slot; c->mr_warps = (int)sw.mr_warps;
         c->mr_init[0] = c->mr_kb; c->mr_init[1] = c->mr_warps; c->mr_init[2] = c->mr_slot;
@@ -6881,6 +6884,160 @@ extern "C" double mx_backend_cuda_bench_read(const mx_backend *b, size_t bytes, 
     if (src) cudaFree(src);
     if (out) cudaFree(out);
     return r;
+}
+
+/* What a persistent decode kernel's synchronization costs (mx_backend_cuda_bench_sync): the grid
+ * barrier of k_fused_decode (one block a multiprocessor, a counter), alone and with an exchange of
+ * partial rows (each block writes its share of np rows of h floats, the barrier, then every block
+ * reads and sums all np rows: a residual update by partial sums), and a cluster's barrier alone and
+ * with a distributed-shared-memory exchange (every block reads 64 floats of each block of its
+ * cluster). Each kernel runs `rounds` of them; the host times it. */
+#define SB_SMEM (160 * 1024)   /* dynamic shared memory a block: one block a multiprocessor */
+/* a cluster's barrier, then (dsmem) each of the first 64 x 8 threads reads one float of a block of
+ * the cluster's buffer `mine` (64 floats a block, written before the barrier) */
+__device__ __forceinline__ float sb_cluster_xchg(const float *mine, bool dsmem) {
+    float v = 0.f;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    unsigned csize;
+    asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(csize));
+    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+    if (dsmem && threadIdx.x < 64 * csize) {
+        const unsigned rank = threadIdx.x / 64;
+        uint32_t la = (uint32_t)__cvta_generic_to_shared(mine + threadIdx.x % 64), ra;
+        asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(la), "r"(rank));
+        asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(ra) : "memory");
+    }
+#else
+    (void)mine; (void)dsmem;
+#endif
+    return v;
+}
+/* a grid exchange (round r of a kernel whose blocks are all resident): this block's share of np
+ * rows of h floats to buf, the grid barrier (ctr counts arrivals), then the sum of the np rows to
+ * sm[0..h) */
+__device__ __forceinline__ void sb_grid_xchg(unsigned *ctr, unsigned target, float *buf, int h, int np, int r, float *sm) {
+    const unsigned G = gridDim.x;
+    if (np > 0) {
+        const int n = np * h, lo = (int)((long long)n * blockIdx.x / G), hi = (int)((long long)n * (blockIdx.x + 1) / G);
+        for (int i = lo + threadIdx.x; i < hi; i += blockDim.x) buf[i] = (float)(r + i);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(ctr) : "memory");
+        while (ld_acquire_gpu(ctr) < target) {}
+    }
+    __syncthreads();
+    if (np > 0) {
+        for (int i = threadIdx.x; i < h; i += blockDim.x) {
+            float v = 0.f;
+            for (int k = 0; k < np; k++) v += __ldcg(buf + (size_t)k * h + i);
+            sm[i] = v;
+        }
+        __syncthreads();
+    }
+}
+__global__ void __launch_bounds__(512, 1) k_sync_grid(unsigned *ctr, int rounds, float *part, int h, int np, float *out) {
+    extern __shared__ __align__(16) float sb_sm[];
+    float acc = 0.f;
+    for (int r = 0; r < rounds; r++) {
+        sb_grid_xchg(ctr, (unsigned)(r + 1) * gridDim.x, part + (size_t)(r & 1) * np * h, h, np, r, sb_sm);
+        if (np > 0) acc += sb_sm[(threadIdx.x * 7 + r) % h];
+    }
+    if (acc == 1.2345f) out[0] = acc;
+}
+/* the skeleton of a layer of the two-barrier layout (NOTES.md, forty-third session): two cluster
+ * exchanges, a grid exchange of np rows of h, two cluster exchanges, a grid exchange; a round a
+ * layer */
+__global__ void __launch_bounds__(512, 1) k_sync_layer(unsigned *ctr, int rounds, float *part, int h, int np, float *out) {
+    extern __shared__ __align__(16) float sb_sm[];
+    float acc = 0.f;
+    for (int r = 0; r < rounds; r++) {
+        for (int half = 0; half < 2; half++) {
+            const int x = 2 * r + half;
+            for (int k = 0; k < 2; k++) {
+                float *mine = sb_sm + h + ((2 * x + k) & 1) * 64;
+                if (threadIdx.x < 64) mine[threadIdx.x] = (float)(x + threadIdx.x);
+                acc += sb_cluster_xchg(mine, true);
+            }
+            sb_grid_xchg(ctr, (unsigned)(x + 1) * gridDim.x, part + (size_t)(x & 1) * np * h, h, np, x, sb_sm);
+            acc += sb_sm[(threadIdx.x * 7 + x) % h];
+        }
+    }
+    sb_cluster_xchg(sb_sm, false);   /* (no block leaves while another of its cluster may read its shared memory) */
+    if (acc == 1.2345f) out[0] = acc;
+}
+__global__ void __launch_bounds__(512, 1) k_sync_cluster(int rounds, int dsmem, float *out) {
+    extern __shared__ __align__(16) float sb_sm[];
+    float acc = 0.f;
+    for (int r = 0; r < rounds; r++) {
+        float *mine = sb_sm + (r & 1) * 64;
+        if (dsmem && threadIdx.x < 64) mine[threadIdx.x] = (float)(r + threadIdx.x);
+        acc += sb_cluster_xchg(mine, dsmem != 0);
+    }
+    sb_cluster_xchg(sb_sm, false);   /* (no block leaves while another of its cluster may read its shared memory) */
+    if (acc == 1.2345f) out[0] = acc;
+}
+
+/* us a round of each (see above), into us[0..8]: [0] the grid barrier, [1] it with 8 rows of
+ * 1024 floats, [2] 8 rows of 4096, [3] the clusters of 8's barrier, [4] with the exchange, [5] the
+ * clusters of 16's, [6] with the exchange, [7] / [8] a layer's skeleton (k_sync_layer, 8 rows of
+ * 1024) on every resident cluster of 8 / 16; clusters[0, 1]: the clusters of 8 and 16 that can be
+ * resident at once (one block a multiprocessor). A figure that could not be had: -1. */
+extern "C" mx_status mx_backend_cuda_bench_sync(const mx_backend *b, int rounds, double us[9], int clusters[2]) {
+    cu_ctx *c = (cu_ctx *)b->ctx;
+    for (int i = 0; i < 9; i++) us[i] = -1;
+    clusters[0] = clusters[1] = 0;
+    if (c->prop.major < 9) return mx_errorf(MX_ERR_UNSUPPORTED, "cuda: bench_sync needs sm_90");
+    unsigned *ctr = NULL;
+    float *part = NULL, *out = NULL;
+    const int G = c->prop.multiProcessorCount;
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0); cudaEventCreate(&e1);
+    auto timed = [&](auto launch) {   /* us a round, the kernel run twice (the first warms up) */
+        float ms = -1.f;
+        for (int k = 0; k < 2; k++) {
+            cudaMemsetAsync(ctr, 0, 4, c->st);
+            cudaEventRecord(e0, c->st);
+            launch();
+            cudaEventRecord(e1, c->st);
+            if (cudaEventSynchronize(e1) != cudaSuccess) return -1.0;
+            cudaEventElapsedTime(&ms, e0, e1);
+        }
+        return (double)ms * 1e3 / rounds;
+    };
+    if (cudaMalloc(&ctr, 4) == cudaSuccess && cudaMalloc(&part, (size_t)2 * 8 * 4096 * 4) == cudaSuccess && cudaMalloc(&out, 4) == cudaSuccess &&
+        cudaFuncSetAttribute(k_sync_grid, cudaFuncAttributeMaxDynamicSharedMemorySize, SB_SMEM) == cudaSuccess &&
+        cudaFuncSetAttribute(k_sync_cluster, cudaFuncAttributeMaxDynamicSharedMemorySize, SB_SMEM) == cudaSuccess &&
+        cudaFuncSetAttribute(k_sync_cluster, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess &&
+        cudaFuncSetAttribute(k_sync_layer, cudaFuncAttributeMaxDynamicSharedMemorySize, SB_SMEM) == cudaSuccess &&
+        cudaFuncSetAttribute(k_sync_layer, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess) {
+        static const int rows[3][2] = {{0, 0}, {8, 1024}, {8, 4096}};
+        for (int k = 0; k < 3; k++)
+            us[k] = timed([&] { k_sync_grid<<<G, 512, SB_SMEM, c->st>>>(ctr, rounds, part, rows[k][1], rows[k][0], out); });
+        for (int k = 0; k < 2; k++) {
+            const unsigned cs = k == 0 ? 8 : 16;
+            cudaLaunchConfig_t cfg = {};
+            cudaLaunchAttribute at[1];
+            at[0].id = cudaLaunchAttributeClusterDimension;
+            at[0].val.clusterDim.x = cs; at[0].val.clusterDim.y = 1; at[0].val.clusterDim.z = 1;
+            cfg.blockDim = dim3(512); cfg.dynamicSmemBytes = SB_SMEM; cfg.stream = c->st;
+            cfg.attrs = at; cfg.numAttrs = 1;
+            cfg.gridDim = dim3(cs * (G / cs));
+            int nc = 0;
+            if (cudaOccupancyMaxActiveClusters(&nc, k_sync_cluster, &cfg) != cudaSuccess || nc <= 0) { cudaGetLastError(); continue; }
+            clusters[k] = nc;
+            cfg.gridDim = dim3(cs * (unsigned)nc);
+            for (int d = 0; d < 2; d++)
+                us[3 + 2 * k + d] = timed([&] { cudaLaunchKernelEx(&cfg, k_sync_cluster, rounds, d, out); });
+            us[7 + k] = timed([&] { cudaLaunchKernelEx(&cfg, k_sync_layer, ctr, rounds, part, 1024, 8, out); });
+        }
+    }
+    const bool ok = cudaGetLastError() == cudaSuccess;
+    cudaEventDestroy(e0); cudaEventDestroy(e1);
+    if (ctr) cudaFree(ctr);
+    if (part) cudaFree(part);
+    if (out) cudaFree(out);
+    return ok ? MX_OK : mx_errorf(MX_ERR_INTERNAL, "cuda: bench_sync: a CUDA error");
 }
 
 extern "C" double mx_backend_cuda_bench_copy(const mx_backend *b, size_t bytes) {

@@ -46,10 +46,10 @@
 #define FD_QN 16                   /* groups a warp quantizes side by side */
 #define FD_XR 4                    /* q4/q8: x units a lane keeps in registers for a stage */
 #define FD_NCMAX 32                /* position chunks of a KV head in the attention stage */
-#define FD_PPW 2                   /* positions a warp loads at once in the attention */
-#define FD_PMIN 60                 /* the fewest positions a chunk of the attention has (when there are more) */
+#define FD_PPW 4                   /* positions a warp loads at once in the attention (bf16 cache; f32: half) */
+#define FD_BTMAX 64                /* block-table entries of an attention task kept in shared memory */
 #define FD_LDN 16                  /* loads a thread has in flight in the prologues */
-#define FD_PMAX 256                /* q4/q8: the most blocks (parts of a sum of squares, 8 a lane) */
+#define FD_PMAX 256                /* q4/q8: the most groups of 32 in H (parts of a sum of squares, 8 a lane) */
 enum { FD_Q4 = 0, FD_Q8 = 1, FD_BF16 = 2 };
 
 struct fd_mat {                    /* one weight on the device */
@@ -79,11 +79,12 @@ struct fd_args {
     int gs_shift, sdt;                 /* q4/q8: log2 of the group size, the scales' SDT_* */
     int slot_bytes, nslot, ra;         /* ring geometry; ra: row alignment of chunks */
     int pf;                            /* chunks prefetched into L2 ahead of the ring (0: none) */
+    int pmin;                          /* the fewest positions a chunk of the attention has (when there are more) */
     /* q4/q8 (the epilogues): a stage's input in its int8 form, in the fd_x layout (fd_gx), written
      * by the stage before: [0] q/k/v's and the head's (the residual times the next norm's gamma,
      * before its scale), [1] gate/up's (likewise), [2] down's (the act_mul), [3] o's (the attention) */
     uint8_t *gx[4];
-    float *part[2];                    /* [G] each block's sum of squares of its rows of the residual: [0] for gx[0]'s norm, [1] gx[1]'s */
+    float *part[2];                    /* [H / 32] each group's sum of squares of the residual: [0] for gx[0]'s norm, [1] gx[1]'s */
 };
 
 /* a chunk's geometry for weights of K columns: packed row bytes, scale bytes a row, units of a row
@@ -311,13 +312,24 @@ __device__ __forceinline__ void fd_att_out(const fd_args &a, bool qo, size_t i, 
     }
 }
 
+/* n 32-bit words from p (aligned to their size when n is 2 or 4) */
+template <int n>
+__device__ __forceinline__ void fd_ldw(const uint32_t *p, uint32_t *w) {
+    if (n == 4) { const uint4 v = *(const uint4 *)p; w[0] = v.x; w[1] = v.y; w[2] = v.z; w[3] = v.w; }
+    else if (n == 2) { const uint2 v = *(const uint2 *)p; w[0] = v.x; w[1] = v.y; }
+    else {
+#pragma unroll
+        for (int i = 0; i < n; i++) w[i] = p[i];
+    }
+}
+
 /* the attention tasks: NC chunks of P positions for each KV head, task t = chunk t / nkv of KV
  * head t % nkv, tasks dealt over the blocks */
 struct fd_att_plan { int L, NC, P; };
 __device__ __forceinline__ fd_att_plan fd_att_tasks(const fd_args &a) {
     fd_att_plan p;
     p.L = a.pos[0] + 1;
-    int NC = min((p.L + FD_PMIN - 1) / FD_PMIN, min(FD_NCMAX, max(1, (int)gridDim.x / a.nkv)));
+    int NC = min((p.L + a.pmin - 1) / a.pmin, min(FD_NCMAX, max(1, (int)gridDim.x / a.nkv)));
     p.P = (p.L + NC - 1) / NC;
     p.NC = (p.L + p.P - 1) / p.P;
     return p;
@@ -345,7 +357,7 @@ __device__ __forceinline__ void fd_att_prefetch(const fd_args &a, int layer, int
 /* The attention of the token for layer `layer` (consumers of every block; tasks over blocks). Its
  * output goes to a.att, or (q4/q8, qo) in its int8 form to qo (o's input; a warp holds a group of
  * 32 values of a head where the results are made). */
-template <int FMT, int NI>
+template <int FMT, int NI, bool KVF>
 __device__ void fd_attention(const fd_args &a, int layer, float *U, int *flag, bool qo) {
     constexpr int D = 32 * NI, GMAX = NI == 4 ? 4 : 8;   /* G <= GMAX (the host checks) */
     const int lane = threadIdx.x & 31, cw = (threadIdx.x >> 5) - 1, ctid = threadIdx.x - 32;
@@ -357,11 +369,14 @@ __device__ void fd_attention(const fd_args &a, int layer, float *U, int *flag, b
     const int64_t cslot = a.slot[0];
     float *qs = U, *ks = qs + G * D, *vs = ks + D, *wm = vs + D, *wl = wm + FD_CW * G, *wacc = wl + FD_CW * G;
     float *sml = wacc + (size_t)FD_CW * G * D;   /* [NC][G][2] the chunks' maxima and sums (merge) */
+    int *sbt = (int *)(sml + FD_NCMAX * G * 2);  /* [FD_BTMAX] the task's block-table entries */
     const size_t lofs = (size_t)layer * a.nslots * kvdim;
     for (int t = blockIdx.x; t < a.nkv * NC; t += gridDim.x) {
         const int j = t % a.nkv, c = t / a.nkv;
         const int p0 = c * P, p1 = min(L, p0 + P);
         const bool last = p1 == L;
+        const int b0 = p0 / a.bs;   /* the task's block-table entries (their loads beside q/k/v's) */
+        for (int e = ctid; e < FD_BTMAX && b0 + e <= (p1 - 1) / a.bs; e += FD_CT) sbt[e] = btr[b0 + e];
         /* q heads of KV head j (normed, roped, scaled), and the token's k, v in the last chunk */
         for (int h = cw; h < G + 2; h += FD_CW) {
             if (h >= G && !last) continue;
@@ -416,8 +431,9 @@ __device__ void fd_attention(const fd_args &a, int layer, float *U, int *flag, b
             }
         }
         fd_cbar();
-        /* the chunk's positions, FD_PPW a warp at a time (their K/V loads in flight together):
-         * online softmax per query head */
+        /* the chunk's positions, PPW a warp at a time (their K/V loads in flight together, kept in
+         * the cache's form until used): online softmax per query head */
+        constexpr int PPW = KVF ? FD_PPW / 2 : FD_PPW, RW = KVF ? NI : (NI + 1) / 2;   /* RW: 32-bit words of a lane's K (or V) */
         float m[GMAX], l[GMAX], acc[GMAX][NI];
 #pragma unroll
         for (int g = 0; g < GMAX; g++) {
@@ -425,41 +441,53 @@ __device__ void fd_attention(const fd_args &a, int layer, float *U, int *flag, b
 #pragma unroll
             for (int i = 0; i < NI; i++) acc[g][i] = 0.f;
         }
-        for (int pb = p0 + cw; pb < p1; pb += FD_PPW * FD_CW) {
-            float kv[FD_PPW][NI], vv[FD_PPW][NI];
-            bool ok[FD_PPW];
+        for (int pb = p0 + cw; pb < p1; pb += PPW * FD_CW) {
+            uint32_t kr[PPW][RW], vr[PPW][RW];
+            bool ok[PPW], cur[PPW];
 #pragma unroll
-            for (int q = 0; q < FD_PPW; q++) {
+            for (int q = 0; q < PPW; q++) {
                 const int p = pb + q * FD_CW;
-                ok[q] = p < p1;
-                if (ok[q] && p == pos) {
+                ok[q] = p < p1; cur[q] = ok[q] && p == pos;
 #pragma unroll
-                    for (int i = 0; i < NI; i++) { kv[q][i] = ks[lane * NI + i]; vv[q][i] = vs[lane * NI + i]; }
-                } else if (ok[q]) {
-                    const int32_t blk = btr[p / a.bs];
+                for (int w = 0; w < RW; w++) kr[q][w] = vr[q][w] = 0u;
+                if (ok[q] && !cur[q]) {
+                    const int e = p / a.bs - b0;
+                    const int32_t blk = e < FD_BTMAX ? sbt[e] : btr[p / a.bs];
                     ok[q] = blk >= 0 && blk < a.nblocks;
                     const size_t o = lofs + ((size_t)(ok[q] ? blk : 0) * a.bs + p % a.bs) * kvdim + (size_t)j * D + lane * NI;
-#pragma unroll
-                    for (int i = 0; i < NI; i++) {
-                        if (a.kv_f32) { kv[q][i] = ((const float *)a.kp)[o + i]; vv[q][i] = ((const float *)a.vp)[o + i]; }
-                        else { kv[q][i] = __bfloat162float(((const __nv_bfloat16 *)a.kp)[o + i]); vv[q][i] = __bfloat162float(((const __nv_bfloat16 *)a.vp)[o + i]); }
+                    if (!KVF && NI == 1) {
+                        kr[q][0] = ((const unsigned short *)a.kp)[o]; vr[q][0] = ((const unsigned short *)a.vp)[o];
+                    } else {
+                        const size_t ow = KVF ? o : o / 2;
+                        fd_ldw<RW>((const uint32_t *)a.kp + ow, kr[q]); fd_ldw<RW>((const uint32_t *)a.vp + ow, vr[q]);
                     }
                 }
             }
 #pragma unroll
-            for (int q = 0; q < FD_PPW; q++) {
+            for (int q = 0; q < PPW; q++) {
                 if (!ok[q]) continue;
+                float kv[NI], vv[NI];
+#pragma unroll
+                for (int i = 0; i < NI; i++) {
+                    if (cur[q]) { kv[i] = ks[lane * NI + i]; vv[i] = vs[lane * NI + i]; }
+                    else if (KVF) { kv[i] = __uint_as_float(kr[q][i]); vv[i] = __uint_as_float(vr[q][i]); }
+                    else {   /* bf16 value i: the low or high half of word i / 2 */
+                        const uint32_t kw = kr[q][i / 2], vw = vr[q][i / 2];
+                        kv[i] = __uint_as_float((i & 1) ? (kw & 0xffff0000u) : (kw << 16));
+                        vv[i] = __uint_as_float((i & 1) ? (vw & 0xffff0000u) : (vw << 16));
+                    }
+                }
 #pragma unroll
                 for (int g = 0; g < GMAX; g++) {
                     if (g >= G) break;
                     float d = 0.f;
 #pragma unroll
-                    for (int i = 0; i < NI; i++) d = fmaf(qs[g * D + lane * NI + i], kv[q][i], d);
+                    for (int i = 0; i < NI; i++) d = fmaf(qs[g * D + lane * NI + i], kv[i], d);
                     const float s = warp_sum(d);
                     const float mn = fmaxf(m[g], s), cr = __expf(m[g] - mn), e = __expf(s - mn);
                     l[g] = l[g] * cr + e;
 #pragma unroll
-                    for (int i = 0; i < NI; i++) acc[g][i] = fmaf(acc[g][i], cr, e * vv[q][i]);
+                    for (int i = 0; i < NI; i++) acc[g][i] = fmaf(acc[g][i], cr, e * vv[i]);
                     m[g] = mn;
                 }
             }
@@ -561,7 +589,8 @@ __global__ void __launch_bounds__(FD_THREADS, 1) k_fused_decode(const fd_args a)
     pdl_wait();
     /* profile (a.prof): sprof[0, 1] the second consumer warp's waits for data and its rows, [2, 3, 4]
      * thread 0's grid barriers, prologues, attention, [5] the producer's waits for a free slot, [6]
-     * cycles and [7] ns from here to the end (thread 0), [8] thread 0's epilogues (q4/q8), [10-14]
+     * cycles and [7] ns from here to the end (thread 0), [8] thread 0's epilogues (q4/q8), [9] its
+     * prologues' loads (q4/q8, before the block barrier), [10-14]
      * its waits at the barriers after q/k/v, the attention, o, gate/up and down */
     const bool prof = a.prof != nullptr;
     if (prof && threadIdx.x == 32) { sprof[6] = (unsigned long long)clock64(); sprof[7] = fd_now(); }
@@ -663,7 +692,7 @@ __global__ void __launch_bounds__(FD_THREADS, 1) k_fused_decode(const fd_args a)
         const long long t0 = clock64();
         float pt[FD_PMAX / 32];
 #pragma unroll
-        for (int j = 0; j < FD_PMAX / 32; j++) pt[j] = part && lane + 32 * j < G ? __ldcg(part + lane + 32 * j) : 0.f;
+        for (int j = 0; j < FD_PMAX / 32; j++) pt[j] = part && lane + 32 * j < H / 32 ? __ldcg(part + lane + 32 * j) : 0.f;
         const int nu = K / 32;   /* 16-byte pieces of lo (and of hi); (dx, dx * sum) pairs */
         const uint4 *glo = (const uint4 *)gb, *ghi = (const uint4 *)(gb + K / 2);
         const float2 *gds = (const float2 *)(gb + K);
@@ -682,6 +711,7 @@ __global__ void __launch_bounds__(FD_THREADS, 1) k_fused_decode(const fd_args a)
             ((uint4 *)X.lo)[ctid] = l4; ((uint4 *)X.hi)[ctid] = h4;
             X.ds[ctid] = make_float2(d2.x * inv, d2.y * inv);
         }
+        FD_PROF(9, t0);   /* (thread 0's own loads back; [3] also waits for the block's) */
         for (int i = ctid + FD_CT; i < nu; i += FD_CT) {
             ((uint4 *)X.lo)[i] = __ldcg(glo + i); ((uint4 *)X.hi)[i] = __ldcg(ghi + i);
             const float2 d = __ldcg(gds + i);
@@ -692,22 +722,20 @@ __global__ void __launch_bounds__(FD_THREADS, 1) k_fused_decode(const fd_args a)
     };
     /* q4/q8 epilogues, after a stage's rows [lo, lo + n) of this block (whole groups of 32, their
      * results in ebuf): a warp a group. The residual add: h = rin + the result, stored to rout, its
-     * sum of squares to part[block], and the int8 form of h * (g + add_one) to gb (the next
+     * sum of squares to part[group], and the int8 form of h * (g + add_one) to gb (the next
      * product's input before its norm's scale; g null: none) */
     auto epi_add = [&](int lo, int n, const float *rin, float *rout, const float *g, uint8_t *gb, float *part) {
         fd_cbar();   /* (every warp's results are in ebuf) */
         const long long t0 = clock64();
         const fd_x GX = fd_gx(gb, H);
-        float ss = 0.f;
         for (int gl = cw; gl < n >> 5; gl += FD_CW) {
             const int i = lo + (gl << 5) + lane;
             const float h = __ldcg(rin + i) + ebuf[(gl << 5) + lane];
             rout[i] = h;
-            ss = fmaf(h, h, ss);
+            const float ss = warp_sum(h * h);
+            if (lane == 0) part[i >> 5] = ss;   /* (a part a group: no block-wide sum) */
             if (g) fd_quant1<FMT>(h * (g[i] + a.a1), i >> 5, GX);
         }
-        ss = fd_csum(ss, red);
-        if (ctid == 0) part[blockIdx.x] = ss;
         FD_PROF(8, t0);
     };
     /* the act_mul's results (ebuf) in their int8 form to gb, down's input */
@@ -794,9 +822,15 @@ __global__ void __launch_bounds__(FD_THREADS, 1) k_fused_decode(const fd_args a)
         /* 2. attention */
         {
             const long long t0 = clock64();
-            if (a.D == 32) fd_attention<FMT, 1>(a, l, U, flag, EPI);
-            else if (a.D == 64) fd_attention<FMT, 2>(a, l, U, flag, EPI);
-            else fd_attention<FMT, 4>(a, l, U, flag, EPI);
+            if (a.kv_f32) {
+                if (a.D == 32) fd_attention<FMT, 1, true>(a, l, U, flag, EPI);
+                else if (a.D == 64) fd_attention<FMT, 2, true>(a, l, U, flag, EPI);
+                else fd_attention<FMT, 4, true>(a, l, U, flag, EPI);
+            } else {
+                if (a.D == 32) fd_attention<FMT, 1, false>(a, l, U, flag, EPI);
+                else if (a.D == 64) fd_attention<FMT, 2, false>(a, l, U, flag, EPI);
+                else fd_attention<FMT, 4, false>(a, l, U, flag, EPI);
+            }
             FD_PROF(4, t0);
         }
         gsync(1);
