@@ -6922,10 +6922,7 @@ __device__ __forceinline__ void sb_grid_xchg(unsigned *ctr, unsigned target, flo
         for (int i = lo + threadIdx.x; i < hi; i += blockDim.x) buf[i] = (float)(r + i);
     }
     __syncthreads();
-    if (threadIdx.x == 0) {
-        asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(ctr) : "memory");
-        while (ld_acquire_gpu(ctr) < target) {}
-    }
+    if (threadIdx.x == 0) fd_grid_arrive_wait(ctr, target);   /* (k_fused_decode's barrier) */
     __syncthreads();
     if (np > 0) {
         for (int i = threadIdx.x; i < h; i += blockDim.x) {

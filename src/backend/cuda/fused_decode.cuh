@@ -133,17 +133,20 @@ __device__ __forceinline__ void fd_cbar() { asm volatile("bar.sync 1, %0;" ::"n"
 /* all consumers of all blocks: the target-th arrival of every block (the counter is zeroed by the
  * last block to leave the kernel). The consumer barrier orders the block's writes before thread
  * 0's release; its acquire and the second barrier order the reads after. */
+/* one thread for its block: the arrival at a grid barrier (release), then the wait until ctr
+ * reaches target (acquire); a wait of over 10 s traps (a block that never arrives) */
+__device__ __forceinline__ void fd_grid_arrive_wait(unsigned *ctr, unsigned target) {
+    asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(ctr) : "memory");
+    uint64_t t0 = 0;
+    for (int spin = 0; ld_acquire_gpu(ctr) < target; spin++)
+        if ((spin & 1023) == 1023) {
+            const uint64_t t = fd_now();
+            if (!t0) t0 = t; else if (t - t0 > 10000000000ull) __trap();
+        }
+}
 __device__ __forceinline__ void fd_grid_sync(unsigned *ctr, unsigned target, int ctid) {
     fd_cbar();
-    if (ctid == 0) {
-        asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(ctr) : "memory");
-        uint64_t t0 = 0;
-        for (int spin = 0; ld_acquire_gpu(ctr) < target; spin++)
-            if ((spin & 1023) == 1023) {
-                const uint64_t t = fd_now();
-                if (!t0) t0 = t; else if (t - t0 > 10000000000ull) __trap();
-            }
-    }
+    if (ctid == 0) fd_grid_arrive_wait(ctr, target);
     fd_cbar();
 }
 
@@ -561,6 +564,14 @@ __device__ void fd_attention(const fd_args &a, int layer, float *U, int *flag, b
     }
 }
 
+/* fd_attention for the head size a.D (32, 64 or 128) */
+template <int FMT, bool KVF>
+__device__ __forceinline__ void fd_attention_d(const fd_args &a, int layer, float *U, int *flag, bool qo) {
+    if (a.D == 32) fd_attention<FMT, 1, KVF>(a, layer, U, flag, qo);
+    else if (a.D == 64) fd_attention<FMT, 2, KVF>(a, layer, U, flag, qo);
+    else fd_attention<FMT, 4, KVF>(a, layer, U, flag, qo);
+}
+
 template <int FMT>
 __global__ void __launch_bounds__(FD_THREADS, 1) k_fused_decode(const fd_args a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -822,15 +833,8 @@ __global__ void __launch_bounds__(FD_THREADS, 1) k_fused_decode(const fd_args a)
         /* 2. attention */
         {
             const long long t0 = clock64();
-            if (a.kv_f32) {
-                if (a.D == 32) fd_attention<FMT, 1, true>(a, l, U, flag, EPI);
-                else if (a.D == 64) fd_attention<FMT, 2, true>(a, l, U, flag, EPI);
-                else fd_attention<FMT, 4, true>(a, l, U, flag, EPI);
-            } else {
-                if (a.D == 32) fd_attention<FMT, 1, false>(a, l, U, flag, EPI);
-                else if (a.D == 64) fd_attention<FMT, 2, false>(a, l, U, flag, EPI);
-                else fd_attention<FMT, 4, false>(a, l, U, flag, EPI);
-            }
+            if (a.kv_f32) fd_attention_d<FMT, true>(a, l, U, flag, EPI);
+            else fd_attention_d<FMT, false>(a, l, U, flag, EPI);
             FD_PROF(4, t0);
         }
         gsync(1);
