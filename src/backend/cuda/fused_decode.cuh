@@ -237,24 +237,13 @@ template <int FMT>
 __device__ __forceinline__ float fd_unit_q(const uint8_t *src, int r, int u, int n, const fd_geo &g, const fd_xu &x,
                                            float2 ds, int gs_shift, int sdt) {
     const uint32_t xv[8] = {x.lo.x, x.lo.y, x.lo.z, x.lo.w, x.hi.x, x.hi.y, x.hi.z, x.hi.w};
-    /* the integer dot product in two chains of dp4a (half the dependent latency; the same sum) */
-    int i0 = 0, i1 = 0;
+    int ia;
     if (FMT == FD_Q4) {   /* x in fd_xpos order: word 2h holds values 8h + 0, 2, 4, 6, word 2h + 1 the odd ones */
-        const uint4 w = *(const uint4 *)(src + (size_t)r * g.rowb + (size_t)u * 16);
-        const uint32_t wd[4] = {w.x, w.y, w.z, w.w};
-#pragma unroll
-        for (int h = 0; h < 4; h++) {
-            i0 = dp4a_us(wd[h] & 0x0f0f0f0fu, xv[2 * h], i0);
-            i1 = dp4a_us((wd[h] >> 4) & 0x0f0f0f0fu, xv[2 * h + 1], i1);
-        }
+        ia = dot_q4n(*(const uint4 *)(src + (size_t)r * g.rowb + (size_t)u * 16), xv);
     } else {
         const uint4 *wp = (const uint4 *)(src + (size_t)r * g.rowb + (size_t)u * 32);
-        const uint4 w0 = wp[0], w1 = wp[1];
-        const uint32_t wd[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
-#pragma unroll
-        for (int h = 0; h < 4; h++) { i0 = dp4a_us(wd[h], xv[h], i0); i1 = dp4a_us(wd[h + 4], xv[h + 4], i1); }
+        ia = dot_q8(wp[0], wp[1], xv);
     }
-    const int ia = i0 + i1;
     const int gi = (u * 32) >> gs_shift, ngr = g.sb / 2;
     const uint16_t *S = (const uint16_t *)(src + (size_t)n * g.rowb) + (size_t)r * ngr + gi;
     const float sc = fd_h2f(S[0], sdt), bc = fd_h2f(S[(size_t)n * ngr], sdt);
@@ -804,15 +793,13 @@ __global__ void __launch_bounds__(FD_THREADS, 1) k_fused_decode(const fd_args a)
                 for (; u + 32 < g.nunit; u += 64) { a0 += fd_unit_b(src, i, u, g, X); a1 += fd_unit_b(src, i, u + 32, g, X); }
                 if (u < g.nunit) a0 += fd_unit_b(src, i, u, g, X);
             } else if (g.nunit <= FD_XR * 32) {
-                /* (no branch a unit, so that the units' loads and dp4a chains interleave: a lane past
-                 * the row reads its last unit and adds nothing) */
 #pragma unroll
                 for (int kk = 0; kk < FD_XR; kk++) {
                     const int u = lane + 32 * kk;
-                    const bool in = u < g.nunit;
-                    const int uc = in ? u : g.nunit - 1;
-                    const float t = fd_unit_q<FMT>(src, i, uc, n, g, xr[kk], X.ds[uc], a.gs_shift, a.sdt);
-                    if (kk & 1) a1 += in ? t : 0.f; else a0 += in ? t : 0.f;
+                    if (u < g.nunit) {
+                        const float t = fd_unit_q<FMT>(src, i, u, n, g, xr[kk], X.ds[u], a.gs_shift, a.sdt);
+                        if (kk & 1) a1 += t; else a0 += t;
+                    }
                 }
             } else {
                 int u = lane;
