@@ -60,6 +60,7 @@ static void test_select(void) {
                                          {"MLXCEL_CUDA_ATT_GQ", "yes"}, {"MLXCEL_CUDA_FUSED", "on"},
                                          {"MLXCEL_CUDA_FUSED_PF", "65"}, {"MLXCEL_CUDA_FUSED_PF", "-1"},
                                          {"MLXCEL_CUDA_FUSED_PMIN", "0"}, {"MLXCEL_CUDA_FUSED_PMIN", "60x"},
+                                         {"MLXCEL_CUDA_FUSED_SLOT", "4095"}, {"MLXCEL_CUDA_FUSED_SLOT", "32k"},
                                          {"MLXCEL_CUDA_GEMM_SK", "auto"}, {"MLXCEL_CUDA_GEMM_N32", "yes"}, {"MLXCEL_CUDA_GEMM_TMA", "4"}, {"MLXCEL_CUDA_GEMM_N32_WG", "3"}, {"MLXCEL_CUDA_MV_RING", "yes"},
                                          {"MLXCEL_CUDA_MV_RING_KB", "500"}, {"MLXCEL_CUDA_MV_RING_WARPS", "0"},
                                          {"MLXCEL_CUDA_MV_RING_SLOT", "32k"}, {"MLXCEL_CUDA_RING_NORM", "on"}, {"MLXCEL_CUDA_RING_NORM", "2"},

@@ -379,6 +379,7 @@ struct cu_ctx {
     bool fused;                            /* decode_layers on (MLXCEL_CUDA_FUSED=1; off by default: slower so far) */
     int fused_pf;                          /* its L2 prefetch depth in chunks (MLXCEL_CUDA_FUSED_PF) */
     int fused_pmin;                        /* its attention's fewest positions a chunk (MLXCEL_CUDA_FUSED_PMIN) */
+    int fused_slot;                        /* its ring's slot bytes, at least (MLXCEL_CUDA_FUSED_SLOT) */
     int n_fused;                           /* its launches (tests) */
     void *trace; const char *trace_path;   /* the wait trace's records and file (MLXCEL_CUDA_TRACE) */
     long trace_cap;                        /* its most records (MLXCEL_CUDA_TRACE_MAX) */
@@ -423,7 +424,7 @@ static pdl_launch<KArgs...> PL(cu_ctx *c, void (*k)(KArgs...), dim3 g, dim3 b, s
  * the default; anything else is an error naming the variable and what it takes. */
 enum { GM_AUTO, GM_CUBLAS, GM_MMA, GM_WG, GM_NMODES };   /* MLXCEL_CUDA_GEMM, in k_gemm_modes' order */
 static const char *const k_gemm_modes[] = {"auto", "cublas", "mma", "wgmma"};
-struct cu_switches { int att_o, attn, attn_dec, attn_prep, gqa, gemm, gemm_rot, gemm_sk, gemm_n32, gemm_tma, n32_wg, gemm_pair, sum_norm, sum_qkv, att_gq, pdl, mv, profile, kv, graphs, fused, mv_ring, ring_norm, ring_bf, ring_pair, ring_act, ring_epi, i8_epi, ring_long, attn_early, dense_short, fast_replay, topk_one, chain, mv_mma_wide, mm_pfx, mm_form; long dq_mb, fused_pf, fused_pmin, mr_kb, mr_slot, mr_warps, attn_l2pf, trace_max, epi_blocks, mv_pf, mv_mma, mm_nst; int pair_half; };   /* kv: checked here, read by kv_init */
+struct cu_switches { int att_o, attn, attn_dec, attn_prep, gqa, gemm, gemm_rot, gemm_sk, gemm_n32, gemm_tma, n32_wg, gemm_pair, sum_norm, sum_qkv, att_gq, pdl, mv, profile, kv, graphs, fused, mv_ring, ring_norm, ring_bf, ring_pair, ring_act, ring_epi, i8_epi, ring_long, attn_early, dense_short, fast_replay, topk_one, chain, mv_mma_wide, mm_pfx, mm_form; long dq_mb, fused_pf, fused_pmin, fused_slot, mr_kb, mr_slot, mr_warps, attn_l2pf, trace_max, epi_blocks, mv_pf, mv_mma, mm_nst; int pair_half; };   /* kv: checked here, read by kv_init */
 static mx_status env_choice(const char *name, const char *const *vals, int n, int def, int *out) {
     const char *e = getenv(name);
     *out = def;
@@ -504,6 +505,7 @@ static mx_status read_switches(cu_switches *sw) {
         return st;
     if ((st = env_long("MLXCEL_CUDA_FUSED_PF", 0, 64, 0, "chunks", &sw->fused_pf)) ||
         (st = env_long("MLXCEL_CUDA_FUSED_PMIN", 1, 1 << 20, 60, "positions", &sw->fused_pmin)) ||
+        (st = env_long("MLXCEL_CUDA_FUSED_SLOT", 4096, 1 << 17, 32768, "bytes", &sw->fused_slot)) ||
         (st = env_long("MLXCEL_CUDA_MV_RING_KB", 8, MR_RING_KB_MAX, MR_RING_KB, "KB", &sw->mr_kb)) ||
         (st = env_long("MLXCEL_CUDA_MV_RING_SLOT", 512, 65536, MR_SLOT, "bytes", &sw->mr_slot)) ||
         (st = env_long("MLXCEL_CUDA_MV_RING_WARPS", 1, 16, MR_WARPS, "warps", &sw->mr_warps)) ||
@@ -6105,7 +6107,7 @@ static void fd_build(cu_ctx *c, const mx_dstack *s, cu_fd *f) {
             const fd_geo g = fd_geometry(fmt, Ks[i], gsh, 1 << 30, 1);
             if (g.rowb + 2 * g.sb > maxrow) maxrow = g.rowb + 2 * g.sb;
         }
-        int slot = maxrow > 32768 ? maxrow : 32768;
+        int slot = maxrow > c->fused_slot ? maxrow : c->fused_slot;
         slot = (slot + 127) & ~127;
         const size_t optin = c->prop.sharedMemPerBlockOptin;
         int nslot = optin > fixed + U ? (int)((optin - fixed - U) / slot) : 0;
@@ -6408,6 +6410,7 @@ extern "C" mx_status mx_backend_cuda_init(mx_backend *out) {
         c->fused = sw.fused;
         c->fused_pf = (int)sw.fused_pf;
         c->fused_pmin = (int)sw.fused_pmin;
+        c->fused_slot = (int)sw.fused_slot;
         c->mr_on = sw.mv_ring;
         c->mr_kb = (int)sw.mr_kb; c->mr_slot = (int)sw.mr_slot; c->mr_warps = (int)sw.mr_warps;
         c->mr_init[0] = c->mr_kb; c->mr_init[1] = c->mr_warps; c->mr_init[2] = c->mr_slot;

@@ -113,13 +113,15 @@ __host__ __device__ inline int fd_split(int R, int b, int nb, int ra) {
 template <class F>
 __device__ __forceinline__ void fd_chunks(const fd_args &a, int fmt, const fd_mat *m, int nm, bool pair, int K, int sra, F f) {
     const fd_geo g = fd_geometry(fmt, K, a.gs_shift, a.slot_bytes, a.ra);
-    int R = m[0].rows;
-    if (!pair) for (int i = 1; i < nm; i++) R += m[i].rows;
+    /* the weights' rows read once, into registers (f's stores may alias the layer table, which the
+     * loop would otherwise load again at every chunk) */
+    const int n0 = m[0].rows, n1 = nm > 1 ? m[1].rows : 0, n2 = nm > 2 ? m[2].rows : 0;
+    const int R = pair ? n0 : n0 + n1 + n2;
     const int lo = fd_split(R, blockIdx.x, gridDim.x, sra), hi = fd_split(R, blockIdx.x + 1, gridDim.x, sra);
-    int base = 0, w = 0;
+    int base = 0, w = 0, wr = n0;   /* wr: the rows of m[w] */
     for (int r = lo; r < hi;) {
-        while (!pair && r >= base + m[w].rows) { base += m[w].rows; w++; }
-        const int end = pair ? hi : min(hi, base + m[w].rows);
+        while (!pair && r >= base + wr) { base += wr; w++; wr = w == 1 ? n1 : n2; }
+        const int end = pair ? hi : min(hi, base + wr);
         const int n = min(g.rt, end - r);
         if (pair) { f(m[0], 0, r, n, g, r - lo); f(m[1], 1, r, n, g, r - lo); }
         else f(m[w], w, r - base, n, g, r - lo);
@@ -179,11 +181,11 @@ __device__ void fd_produce(const fd_args &a, uint8_t *ring, uint64_t *full, uint
     uint64_t pol;
     asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
     const bool prof = a.prof != nullptr;
-    int ci = 0;
+    int ci = 0, s = 0;
+    uint32_t par = 1u;   /* the parity of slot s's next empty phase */
     fd_all_chunks<FMT>(a, [&](const fd_mat &m, int, int r0, int n, const fd_geo &g, int) {
-        const int s = ci % a.nslot;
-        const long long w0 = clock64();
-        fd_mbar_wait(&empty[s], ((uint32_t)(ci / a.nslot) & 1u) ^ 1u);
+        const long long w0 = prof ? clock64() : 0;
+        fd_mbar_wait(&empty[s], par);
         if (prof) sprof[5] += (unsigned long long)(clock64() - w0);
         uint8_t *dst = ring + (size_t)s * a.slot_bytes;
         const uint32_t wb = (uint32_t)n * g.rowb, sbb = (uint32_t)n * g.sb;
@@ -193,6 +195,7 @@ __device__ void fd_produce(const fd_args &a, uint8_t *ring, uint64_t *full, uint
             fd_bulk(dst + wb, m.s + (size_t)r0 * g.sb, sbb, &full[s], pol);
             fd_bulk(dst + wb + sbb, m.b + (size_t)r0 * g.sb, sbb, &full[s], pol);
         }
+        if (++s == a.nslot) { s = 0; par ^= 1u; }
         ci++;
         *issued = ci;
     });
@@ -619,7 +622,8 @@ __global__ void __launch_bounds__(FD_THREADS, 1) k_fused_decode(const fd_args a)
     float *ebuf = (float *)(((uintptr_t)(X.ds + kmax / 32) + 15) & ~(uintptr_t)15);
     constexpr bool EPI = FMT != FD_BF16;
     const int sra = fd_sra<FMT>(a);
-    int ci = 0;
+    int cs = 0;          /* the next chunk's slot, */
+    uint32_t cpar = 0u;  /* the parity of its full phase (no division a chunk) */
     unsigned nsync = 0;
     auto gsync = [&](int stage) {   /* (stage 0-4: the barrier after q/k/v, the attention, o, gate/up, down) */
         const long long t0 = clock64();
@@ -734,14 +738,17 @@ __global__ void __launch_bounds__(FD_THREADS, 1) k_fused_decode(const fd_args a)
     /* q4/q8 epilogues, after a stage's rows [lo, lo + n) of this block (whole groups of 32, their
      * results in ebuf): a warp a group. The residual add: h = rin + the result, stored to rout, its
      * sum of squares to part[group], and the int8 form of h * (g + add_one) to gb (the next
-     * product's input before its norm's scale; g null: none) */
-    auto epi_add = [&](int lo, int n, const float *rin, float *rout, const float *g, uint8_t *gb, float *part) {
+     * product's input before its norm's scale; g null: none). The warp's first group's residual
+     * comes from hres, where the epilogue before left it (o's and down's blocks take the same rows),
+     * and goes back there: an L2 round trip less in each. */
+    auto epi_add = [&](int lo, int n, const float *rin, float *rout, const float *g, uint8_t *gb, float *part, float &hres) {
         fd_cbar();   /* (every warp's results are in ebuf) */
         const long long t0 = clock64();
         const fd_x GX = fd_gx(gb, H);
         for (int gl = cw; gl < n >> 5; gl += FD_CW) {
             const int i = lo + (gl << 5) + lane;
-            const float h = __ldcg(rin + i) + ebuf[(gl << 5) + lane];
+            const float h = (gl == cw ? hres : __ldcg(rin + i)) + ebuf[(gl << 5) + lane];
+            if (gl == cw) hres = h;
             rout[i] = h;
             const float ss = warp_sum(h * h);
             if (lane == 0) part[i >> 5] = ss;   /* (a part a group: no block-wide sum) */
@@ -772,10 +779,11 @@ __global__ void __launch_bounds__(FD_THREADS, 1) k_fused_decode(const fd_args a)
     /* one chunk: this warp's rows of it (the stage's rows dealt round-robin), each a warp's dot
      * products summed by warp_sum; then the warp frees the slot for it */
     auto consume = [&](const fd_mat &m, int r0, int n, const fd_geo &g, int sr, auto out) {
-        const int s = ci % a.nslot;
-        const long long t0 = clock64();
-        fd_mbar_wait(&full[s], (uint32_t)(ci / a.nslot) & 1u);
-        const long long t1 = clock64();
+        const int s = cs;
+        const float *bias = m.bias;
+        const long long t0 = prof ? clock64() : 0;
+        fd_mbar_wait(&full[s], cpar);
+        const long long t1 = prof ? clock64() : 0;
         const uint8_t *src = ring + (size_t)s * a.slot_bytes;
         int k = 0;
         for (int i = (cw - sr % FD_CW + FD_CW) % FD_CW; i < n; i += FD_CW, k++) {
@@ -803,7 +811,7 @@ __global__ void __launch_bounds__(FD_THREADS, 1) k_fused_decode(const fd_args a)
             }
             float v = warp_sum(a0 + a1);
             if (lane == 0) {
-                if (m.bias) v += m.bias[r0 + i];
+                if (bias) v += bias[r0 + i];
                 out(r0 + i, k, v);
             }
         }
@@ -811,12 +819,14 @@ __global__ void __launch_bounds__(FD_THREADS, 1) k_fused_decode(const fd_args a)
         if (lane == 0) fd_mbar_arrive(&empty[s]);
         FD_PROF(1, t1);
         if (prof && threadIdx.x == 64) sprof[0] += (unsigned long long)(t1 - t0);
-        ci++;
+        if (++cs == a.nslot) { cs = 0; cpar ^= 1u; }
     };
     float *gw = gsm + cw * FD_RPW;   /* this warp's gate sums */
     /* the block's rows of o's and down's (H) and of gate/up's (I) stages */
     const int lo_h = fd_split(H, blockIdx.x, G, sra), n_h = fd_split(H, blockIdx.x + 1, G, sra) - lo_h;
     const int lo_i = fd_split(a.I, blockIdx.x, G, sra), n_i = fd_split(a.I, blockIdx.x + 1, G, sra) - lo_i;
+    /* q4/q8: the residual of this warp's first group of o's and down's rows (epi_add) */
+    float hres = EPI && cw < (n_h >> 5) ? __ldcg(a.x + lo_h + (cw << 5) + lane) : 0.f;
     for (int l = 0; l < a.nl; l++) {
         const fd_layer &Ly = a.L[l];
         /* 1. norm, q/k/v (q4/q8 after the first layer: down's epilogue left q/k/v's input) */
@@ -845,7 +855,7 @@ __global__ void __launch_bounds__(FD_THREADS, 1) k_fused_decode(const fd_args a)
         fd_chunks(a, FMT, &Ly.o, 1, false, a.nh * a.D, sra, [&](const fd_mat &m, int, int r0, int n, const fd_geo &g, int sr) {
             consume(m, r0, n, g, sr, [&](int r, int, float v) { if (EPI) ebuf[r - lo_h] = v; else a.o[r] = v; });
         });
-        if (EPI) epi_add(lo_h, n_h, a.x, a.y, Ly.ln2, a.gx[1], a.part[1]);
+        if (EPI) epi_add(lo_h, n_h, a.x, a.y, Ly.ln2, a.gx[1], a.part[1], hres);
         gsync(2);
         /* 4. residual add + norm, gate/up (q4/q8: the add was o's epilogue; the act_mul's int8 form after) */
         if (EPI) load_q(a.gx[1], H, a.part[1]);
@@ -868,7 +878,7 @@ __global__ void __launch_bounds__(FD_THREADS, 1) k_fused_decode(const fd_args a)
         fd_chunks(a, FMT, &Ly.down, 1, false, a.I, sra, [&](const fd_mat &m, int, int r0, int n, const fd_geo &g, int sr) {
             consume(m, r0, n, g, sr, [&](int r, int, float v) { if (EPI) ebuf[r - lo_h] = v; else a.d[r] = v; });
         });
-        if (EPI) epi_add(lo_h, n_h, a.y, a.x, gnext, a.gx[0], a.part[0]);
+        if (EPI) epi_add(lo_h, n_h, a.y, a.x, gnext, a.gx[0], a.part[0], hres);
         gsync(4);
     }
     /* the last residual add into x (q4/q8: down's epilogue made it); the final norm and the head */
