@@ -6093,12 +6093,12 @@ static void fd_build(cu_ctx *c, const mx_dstack *s, cu_fd *f) {
         const int kmax = H > QD ? (H > I ? H : I) : (QD > I ? QD : I);
         const size_t fixed = FD_FIXED;
         static_assert(FD_FIXED % 16 == 0, "the union region is 16-byte aligned");
-        /* the row being normed and its gammas (f32), then the activations (fused_decode.cuh, fd_x);
-         * q4/q8: then (16-byte aligned) a block's results of a stage's rows before the epilogue,
-         * whole groups of 32 of H or I rows */
+        /* bf16: the row being normed and its gammas (f32), then the activations (fused_decode.cuh,
+         * fd_x); q4/q8: the activations, then (16-byte aligned) a block's results of a stage's rows
+         * before the epilogue, whole groups of 32 of H or I rows */
         const int grid = c->prop.multiProcessorCount;
         const int hi_ = H > I ? H : I, ebuf = fmt == FD_BF16 ? 0 : (hi_ / 32 + grid - 1) / grid * 32;
-        const size_t ux = (size_t)H * 8 + (fmt == FD_BF16 ? (size_t)kmax * 2 : (size_t)kmax + (size_t)kmax / 32 * 8 + 16 + (size_t)ebuf * 4);
+        const size_t ux = fmt == FD_BF16 ? (size_t)H * 8 + (size_t)kmax * 2 : (size_t)kmax + (size_t)kmax / 32 * 8 + 16 + (size_t)ebuf * 4;
         if (fmt != FD_BF16 && H / 32 > FD_PMAX) { why = "hidden size above the parts of a sum"; goto no; }
         const size_t ua = ((size_t)G * D + 2 * D + 2 * FD_CW * G + (size_t)FD_CW * G * D + (size_t)FD_NCMAX * G * 2 + FD_BTMAX) * 4;
         const size_t U = ux > ua ? ux : ua;

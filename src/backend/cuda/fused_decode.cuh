@@ -612,11 +612,13 @@ __global__ void __launch_bounds__(FD_THREADS, 1) k_fused_decode(const fd_args a)
                                 sprof[k] += (unsigned long long)(clock64() - (t0)); } while (0)
     const int cw = warp - 1, ctid = threadIdx.x - 32;
     const int H = a.H, G = gridDim.x;
-    /* a row being normed (xf) with its gammas (xg), then the stage's activations (fd_x) */
+    /* bf16: a row being normed (xf) with its gammas (xg), then the stage's activations (fd_x);
+     * q4/q8: the activations alone (norm_in reads the row again from memory instead: the shared
+     * memory goes to the ring) */
     const int kmax = max(H, max(a.nh * a.D, a.I));
     float *xf = U, *xg = U + H;
     fd_x X;
-    X.lo = (uint8_t *)(U + 2 * H); X.hi = X.lo + kmax / 2; X.ds = (float2 *)(X.hi + kmax / 2);
+    X.lo = (uint8_t *)(U + (FMT == FD_BF16 ? 2 * H : 0)); X.hi = X.lo + kmax / 2; X.ds = (float2 *)(X.hi + kmax / 2);
     X.b = (__nv_bfloat16 *)(U + 2 * H);
     /* q4/q8: the block's results of a stage's rows before its epilogue (after X, 16-byte aligned) */
     float *ebuf = (float *)(((uintptr_t)(X.ds + kmax / 32) + 15) & ~(uintptr_t)15);
@@ -650,8 +652,7 @@ __global__ void __launch_bounds__(FD_THREADS, 1) k_fused_decode(const fd_args a)
             for (int u = 0; u < FD_LDN; u++) {
                 const int i = i0 + u * FD_CT;
                 if (i >= H) break;
-                xf[i] = r[u];
-                xg[i] = gv[u] + a.a1;
+                if (FMT == FD_BF16) { xf[i] = r[u]; xg[i] = gv[u] + a.a1; }
                 ss = fmaf(r[u], r[u], ss);
                 if (wout && i >= s0 && i < s1) wout[i] = r[u];
             }
@@ -666,8 +667,9 @@ __global__ void __launch_bounds__(FD_THREADS, 1) k_fused_decode(const fd_args a)
 #pragma unroll
                 for (int u = 0; u < FD_QN; u++) {
                     grp[u] = g0 + u * FD_CW; ok[u] = grp[u] < H / 32;
-                    const int i = (ok[u] ? grp[u] : 0) * 32 + lane;
-                    v[u] = xf[i] * inv * xg[i];
+                    const int i = (ok[u] ? grp[u] : 0) * 32 + lane;   /* (the same values as the first pass) */
+                    const float r = __ldcg(rin + i) + (din ? __ldcg(din + i) : 0.f);
+                    v[u] = r * inv * (g[i] + a.a1);
                 }
                 fd_quant_n<FMT, FD_QN>(v, grp, ok, X);
             }
