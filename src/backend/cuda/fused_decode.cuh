@@ -132,9 +132,6 @@ __device__ __forceinline__ void fd_chunks(const fd_args &a, int fmt, const fd_ma
 /* ---- the grid barrier (sm_90; the mbarrier and bulk-copy helpers fd_* are in backend_cuda.cu) ---- */
 __device__ __forceinline__ void fd_cbar() { asm volatile("bar.sync 1, %0;" ::"n"(FD_CT) : "memory"); }
 
-/* all consumers of all blocks: the target-th arrival of every block (the counter is zeroed by the
- * last block to leave the kernel). The consumer barrier orders the block's writes before thread
- * 0's release; its acquire and the second barrier order the reads after. */
 /* one thread for its block: the arrival at a grid barrier (release), then the wait until ctr
  * reaches target (acquire); a wait of over 10 s traps (a block that never arrives) */
 __device__ __forceinline__ void fd_grid_arrive_wait(unsigned *ctr, unsigned target) {
@@ -146,6 +143,9 @@ __device__ __forceinline__ void fd_grid_arrive_wait(unsigned *ctr, unsigned targ
             if (!t0) t0 = t; else if (t - t0 > 10000000000ull) __trap();
         }
 }
+/* all consumers of all blocks: the target-th arrival of every block (the counter is zeroed by the
+ * last block to leave the kernel). The consumer barrier orders the block's writes before thread
+ * 0's release; its acquire and the second barrier order the reads after. */
 __device__ __forceinline__ void fd_grid_sync(unsigned *ctr, unsigned target, int ctid) {
     fd_cbar();
     if (ctid == 0) fd_grid_arrive_wait(ctr, target);
@@ -646,7 +646,7 @@ __global__ void __launch_bounds__(FD_THREADS, 1) k_fused_decode(const fd_args a)
             for (int u = 0; u < FD_LDN; u++) {
                 const int i = i0 + u * FD_CT;
                 r[u] = i < H ? __ldcg(rin + i) + (din ? __ldcg(din + i) : 0.f) : 0.f;
-                gv[u] = i < H ? g[i] : 0.f;
+                gv[u] = FMT == FD_BF16 && i < H ? g[i] : 0.f;   /* (q4/q8: read in the second pass) */
             }
 #pragma unroll
             for (int u = 0; u < FD_LDN; u++) {
