@@ -28,7 +28,7 @@
 static void usage(FILE *f) {
     fprintf(f,
         "usage: mlxcel bench (-m MODEL | --config CONFIG.json --random [--q-bits B --q-group-size G | --dtype D])\n"
-        "                    [-p N] [-n N] [-b B] [-d D] [-t THREADS] [-r REPS] [--json]\n\n"
+        "                    [-p N] [-n N] [-b B] [-d D] [-c N] [-t THREADS] [-r REPS] [--json]\n\n"
         "  -m, --model MODEL      model directory\n"
         "      --config FILE      config.json of the shape to time (with --random)\n"
         "      --random           random weights built in memory (no checkpoint needed)\n"
@@ -39,6 +39,9 @@ static void usage(FILE *f) {
         "  -n, --n-gen N          generated tokens for the tg test (default 128; 0 skips it)\n"
         "  -b, --batch B          sequences decoded together in the tg test (default 1)\n"
         "  -d, --depth D          tokens already in each sequence's cache before each test (default 0)\n"
+        "  -c, --ctx N            positions the KV cache holds for each sequence (default, and at\n"
+        "                         least: D + the larger of -p and -n); a larger cache times decode\n"
+        "                         as a server's pool would hold it\n"
         "  -t, --threads N        CPU threads (default: all cores)\n"
         "  -r, --repetitions N    repetitions (default 3)\n"
         "      --full-logits      copy whole logit rows to the host each step (default: top-1 only)\n"
@@ -75,7 +78,7 @@ static void stats(const double *v, int n, double *mean, double *sd) {
 int cmd_bench(int argc, char **argv) {
     const char *model_arg = NULL, *config_path = NULL, *dtype_s = "bf16";
     bool random = false, json = false, full_logits = false, bandwidth = false, split = false;
-    long long q_bits = 0, q_group = 64, n_prompt = 512, n_gen = 128, batch = 1, threads = 0, reps = 3, depth = 0;
+    long long q_bits = 0, q_group = 64, n_prompt = 512, n_gen = 128, batch = 1, threads = 0, reps = 3, depth = 0, ctx_arg = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 #define NEED() do { if (!v) { fprintf(stderr, "mlxcel bench: %s needs a value\n", a); return 2; } i++; } while (0)
@@ -89,6 +92,7 @@ int cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "-p") || !strcmp(a, "--n-prompt")) { NEED(); if (!cli_parse_int(a, v, 0, 65536, &n_prompt)) return 2; }
         else if (!strcmp(a, "-n") || !strcmp(a, "--n-gen")) { NEED(); if (!cli_parse_int(a, v, 0, 65536, &n_gen)) return 2; }
         else if (!strcmp(a, "-d") || !strcmp(a, "--depth")) { NEED(); if (!cli_parse_int(a, v, 0, 65536, &depth)) return 2; }
+        else if (!strcmp(a, "-c") || !strcmp(a, "--ctx")) { NEED(); if (!cli_parse_int(a, v, 1, 1048576, &ctx_arg)) return 2; }
         else if (!strcmp(a, "-b") || !strcmp(a, "--batch")) { NEED(); if (!cli_parse_int(a, v, 1, 4096, &batch)) return 2; }
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { NEED(); if (!cli_parse_int(a, v, 1, 1024, &threads)) return 2; }
         else if (!strcmp(a, "-r") || !strcmp(a, "--repetitions")) { NEED(); if (!cli_parse_int(a, v, 1, 1000, &reps)) return 2; }
@@ -145,8 +149,10 @@ int cmd_bench(int argc, char **argv) {
     int B = (int)batch;
     int ctx = (int)depth + (int)(n_prompt > n_gen ? n_prompt : n_gen);
     if (ctx < 1) ctx = 1;
+    if (ctx_arg > ctx) ctx = (int)ctx_arg;
     if (c->max_position_embeddings > 0 && ctx > c->max_position_embeddings) {
-        fprintf(stderr, "mlxcel bench: depth + tokens = %d is past the model's %d positions\n", ctx, c->max_position_embeddings);
+        fprintf(stderr, "mlxcel bench: %s = %d is past the model's %d positions\n", ctx_arg >= ctx ? "--ctx" : "depth + tokens", ctx,
+                c->max_position_embeddings);
         rc = 2;
         goto done;
     }
@@ -192,6 +198,7 @@ int cmd_bench(int argc, char **argv) {
             } } while (0)
     char at[32] = "";
     if (depth > 0) snprintf(at, sizeof at, " @ d%lld", depth);
+    if (ctx_arg > 0) snprintf(at + strlen(at), sizeof at - strlen(at), " c%d", ctx);
     if (n_prompt > 0) {
         FILL_DEPTH(1);
         for (int r = 0; r < reps; r++) {
@@ -321,8 +328,8 @@ int cmd_bench(int argc, char **argv) {
             }
             json_array_append_new(arr, r);
         }
-        json_t *o = json_pack("{s:s, s:f, s:s, s:i, s:i, s:i, s:i, s:o}", "model", label, "size_mib", mib,
-                              "backend", be.i->name, "threads", nthreads, "batch", B, "depth", (int)depth,
+        json_t *o = json_pack("{s:s, s:f, s:s, s:i, s:i, s:i, s:i, s:i, s:o}", "model", label, "size_mib", mib,
+                              "backend", be.i->name, "threads", nthreads, "batch", B, "depth", (int)depth, "ctx", ctx,
                               "repetitions", (int)reps, "results", arr);
         char *s = json_dumps(o, JSON_INDENT(2));
         printf("%s\n", s);

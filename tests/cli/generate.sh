@@ -77,6 +77,11 @@ assert tg['test']=='tg4' and tg['tps']>0 and not any(k.startswith('step') for k 
 # -d: tests after D tokens already in each sequence's cache (llama-bench -d)
 out=$("$M" bench -m "$DEMO" -p 8 -n 4 -b 2 -d 20 -r 1 --json 2>&1) && echo "$out" | python3 -c "import json,sys; o=json.load(sys.stdin); assert o['depth']==20 and [r['test'] for r in o['results']]==['pp8 @ d20','tg4 x2 @ d20'] and all(r['tps']>0 for r in o['results'])" && pass bench_depth || fail bench_depth "$out"
 expect_fail bad_bench_depth "past the model" "$M" bench -m "$DEMO" -p 8 -n 4 -d 65536
+# -c: the cache sized for more positions than the tests need (a server's pool); the label says so
+out=$("$M" bench -m "$DEMO" -p 8 -n 4 -c 200 -r 1 --json 2>&1) && echo "$out" | python3 -c "import json,sys; o=json.load(sys.stdin); assert o['ctx']==200 and [r['test'] for r in o['results']]==['pp8 c200','tg4 c200'] and all(r['tps']>0 for r in o['results'])" && pass bench_ctx || fail bench_ctx "$out"
+out=$("$M" bench -m "$DEMO" -p 8 -n 4 -r 1 --json 2>&1) && echo "$out" | python3 -c "import json,sys; o=json.load(sys.stdin); assert o['ctx']==8" && pass bench_ctx_default || fail bench_ctx_default "$out"
+expect_fail bad_bench_ctx "past the model" "$M" bench -m "$DEMO" -p 8 -n 4 -c 1000000
+expect_fail bad_bench_ctx_zero "out of range" "$M" bench -m "$DEMO" -p 8 -n 4 -c 0
 
 out=$("$M" arch) && echo "$out" | grep -q qwen3 && echo "$out" | grep -q mistral && pass arch || fail arch "$out"
 "$M" arch --json | python3 -c "import json,sys; a=json.load(sys.stdin); assert {x['model_type'] for x in a} >= {'llama','qwen2','qwen3','mistral'}" && pass arch_json || fail arch_json
