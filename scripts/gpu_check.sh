@@ -34,6 +34,10 @@
 #           batch-1 step as launched, and two plain shapes) handed over in plain stream order,
 #           through PDL (griddepcontrol.wait) and through counters polled by the next kernel; eager
 #           and as graph replays; us a kernel
+#   tlbprobe  tools/cuda_probe/tlb_probe.cu: a dependent load into a KV pool after each "layer" of
+#           streamed weights, where the layers' rows lie 0 / 256 KB / 1 MB / 8 MB / 64 MB apart, against
+#           a second load in the same page (what the address translation costs the attention's first
+#           K/V load; MLXCEL_CUDA_KV_LAYOUT)
 #   mvprobe tools/cuda_probe/mv_probe.cu: the batch-1 matvecs' weight reads alone (Llama-8B's q4
 #           matrix sizes), loaded into registers as k_mv_i8 does or streamed through shared memory
 #   sweep   bench rows listed in the file GPU_CHECK_SWEEP ("LABEL [VAR=VALUE...] -- bench args" a line)
@@ -300,7 +304,7 @@ if has models && [ $full = 1 ]; then
   # the same goldens through them
   # (GPU_CHECK_MODEL_VARIANTS adds variants; GPU_CHECK_MODEL_VARIANTS_ONLY replaces the list: words,
   # the switches of one variant joined by commas)
-  variants=(MLXCEL_CUDA_ATTN=tiled "MLXCEL_CUDA_ATTN=pertoken MLXCEL_CUDA_PDL=0" MLXCEL_CUDA_GEMM=mma MLXCEL_CUDA_GEMM=wgmma MLXCEL_CUDA_GEMM=cublas MLXCEL_CUDA_PDL=1 MLXCEL_CUDA_ATTN_DEC=lanes MLXCEL_CUDA_GEMM_PAIR=1 MLXCEL_CUDA_SUM_NORM=0 MLXCEL_CUDA_SUM_QKV=0 MLXCEL_CUDA_ATT_GQ=0 MLXCEL_CUDA_GRAPHS=auto MLXCEL_CUDA_FUSED=1 MLXCEL_CUDA_MV_RING=0 MLXCEL_CUDA_RING_NORM=0 MLXCEL_CUDA_RING_NORM=1 MLXCEL_CUDA_MV_RING_BF16=1 MLXCEL_CUDA_MV_RING_BF16=norm MLXCEL_CUDA_ATTN_PREP=0 MLXCEL_CUDA_ATTN_PREP=1 MLXCEL_CUDA_RING_PAIR=0 MLXCEL_CUDA_RING_ACT=1 MLXCEL_CUDA_ATTN_EARLY=0 MLXCEL_CUDA_ATTN_L2PF=16 MLXCEL_CUDA_MV_DENSE_SHORT=1 "MLXCEL_CUDA_FAST_REPLAY=0 MLXCEL_CUDA_TOPK_ONE=0 MLXCEL_CUDA_GRAPHS=auto" MLXCEL_CUDA_FAST_REPLAY=0 MLXCEL_CUDA_TOPK_ONE=0 MLXCEL_CUDA_RING_EPI=0 "MLXCEL_CUDA_RING_NORM=1 MLXCEL_CUDA_ATTN_PREP=1" MLXCEL_CUDA_EPI_BLOCKS=160 MLXCEL_CUDA_PAIR_HALF=1 MLXCEL_CUDA_PAIR_HALF=0 MLXCEL_CUDA_RING_LONG=0 MLXCEL_CUDA_CHAIN=0 MLXCEL_CUDA_MV_MMA=0 MLXCEL_CUDA_MV_MMA_WIDE=1 MLXCEL_CUDA_GEMM_TMA=1 MLXCEL_CUDA_GEMM_TMA=0 MLXCEL_CUDA_GEMM_TMA=3 ${GPU_CHECK_MODEL_VARIANTS:-})
+  variants=(MLXCEL_CUDA_ATTN=tiled "MLXCEL_CUDA_ATTN=pertoken MLXCEL_CUDA_PDL=0" MLXCEL_CUDA_GEMM=mma MLXCEL_CUDA_GEMM=wgmma MLXCEL_CUDA_GEMM=cublas MLXCEL_CUDA_PDL=1 MLXCEL_CUDA_ATTN_DEC=lanes MLXCEL_CUDA_GEMM_PAIR=1 MLXCEL_CUDA_SUM_NORM=0 MLXCEL_CUDA_SUM_QKV=0 MLXCEL_CUDA_ATT_GQ=0 MLXCEL_CUDA_GRAPHS=auto MLXCEL_CUDA_FUSED=1 MLXCEL_CUDA_MV_RING=0 MLXCEL_CUDA_RING_NORM=0 MLXCEL_CUDA_RING_NORM=1 MLXCEL_CUDA_MV_RING_BF16=1 MLXCEL_CUDA_MV_RING_BF16=norm MLXCEL_CUDA_ATTN_PREP=0 MLXCEL_CUDA_ATTN_PREP=1 MLXCEL_CUDA_RING_PAIR=0 MLXCEL_CUDA_RING_ACT=1 MLXCEL_CUDA_ATTN_EARLY=0 MLXCEL_CUDA_ATTN_L2PF=16 MLXCEL_CUDA_MV_DENSE_SHORT=1 "MLXCEL_CUDA_FAST_REPLAY=0 MLXCEL_CUDA_TOPK_ONE=0 MLXCEL_CUDA_GRAPHS=auto" MLXCEL_CUDA_FAST_REPLAY=0 MLXCEL_CUDA_TOPK_ONE=0 MLXCEL_CUDA_RING_EPI=0 "MLXCEL_CUDA_RING_NORM=1 MLXCEL_CUDA_ATTN_PREP=1" MLXCEL_CUDA_EPI_BLOCKS=160 MLXCEL_CUDA_PAIR_HALF=1 MLXCEL_CUDA_PAIR_HALF=0 MLXCEL_CUDA_RING_LONG=0 MLXCEL_CUDA_CHAIN=0 MLXCEL_CUDA_MV_MMA=0 MLXCEL_CUDA_MV_MMA_WIDE=1 MLXCEL_CUDA_GEMM_TMA=1 MLXCEL_CUDA_GEMM_TMA=0 MLXCEL_CUDA_GEMM_TMA=3 MLXCEL_CUDA_KV_LAYOUT=block "MLXCEL_CUDA_KV_LAYOUT=block MLXCEL_CUDA_FUSED=1" ${GPU_CHECK_MODEL_VARIANTS:-})
   # shellcheck disable=SC2206
   [ -n "${GPU_CHECK_MODEL_VARIANTS_ONLY:-}" ] && variants=($GPU_CHECK_MODEL_VARIANTS_ONLY)
   for v in "${variants[@]}"; do
@@ -545,6 +549,10 @@ fi
 if has mvprobe; then   # the batch-1 matvecs' weight reads alone, into registers or through shared memory
   echo "== matvec read probe"
   probe_run mvprobe tools/cuda_probe/mv_probe.cu mvprobe.log 120 '^(PROBE|FAIL)'
+fi
+if has tlbprobe; then   # a dependent load's cost where the KV pool puts a layer's rows (tools/cuda_probe/tlb_probe.cu)
+  echo "== address translation probe"
+  probe_run tlbprobe tools/cuda_probe/tlb_probe.cu tlbprobe.log 120 '^(PROBE|FAIL)'
 fi
 if has probe; then   # layout facts for a wgmma GEMM (tools/cuda_probe/wgmma_probe.cu)
   echo "== wgmma layout probe"

@@ -10,6 +10,7 @@
 /* each case's random inputs come from a seed of its name (t_seed), not from the cases before it */
 static void t_seed(const char *name);
 #define T_CASE_BEGIN(name) t_seed(name)
+#define KV_LAY_OTHER "block"   /* MLXCEL_CUDA_KV_LAYOUT: the value other than the default, run again */
 #include "test.h"
 #include "mlxcel/backend_cuda.h"
 
@@ -52,7 +53,7 @@ static void test_select(void) {
      * the automatic choice (not a silent fall back to the CPU) */
     static const char *const bad[][2] = {{"MLXCEL_CUDA_ATTN", "flash"}, {"MLXCEL_CUDA_PDL", "4"},
                                          {"MLXCEL_CUDA_GEMM", "fast"}, {"MLXCEL_CUDA_DQ_MB", "0"},
-                                         {"MLXCEL_CUDA_DQ_MB", "12x"}, {"MLXCEL_CUDA_KV", "fp8"},
+                                         {"MLXCEL_CUDA_DQ_MB", "12x"}, {"MLXCEL_CUDA_KV", "fp8"}, {"MLXCEL_CUDA_KV_LAYOUT", "slot"},
                                          {"MLXCEL_CUDA_GRAPHS", "off"}, {"MLXCEL_CUDA_ATTN_GQA", "yes"},
                                          {"MLXCEL_CUDA_ATTN_DEC", "flash"}, {"MLXCEL_CUDA_GEMM_ROT", "on"},
                                          {"MLXCEL_CUDA_GEMM_PAIR", "yes"}, {"MLXCEL_CUDA_SUM_NORM", "2"},
@@ -107,12 +108,13 @@ static void test_select(void) {
     setenv("MLXCEL_CUDA_I8_EPI", "0", 1); setenv("MLXCEL_CUDA_MV_PF", "8", 1); setenv("MLXCEL_CUDA_RING_LONG", "0", 1);
     setenv("MLXCEL_CUDA_MV_MMA", "16", 1); setenv("MLXCEL_CUDA_MV_MMA_WIDE", "1", 1); setenv("MLXCEL_CUDA_MV_MMA_PFX", "0", 1);
     setenv("MLXCEL_CUDA_MV_MMA_FORM", "2", 1); setenv("MLXCEL_CUDA_MV_MMA_STAGES", "3", 1);
+    setenv("MLXCEL_CUDA_KV_LAYOUT", "block", 1);
     TCHECK(mx_backend_cuda_check_env() == MX_OK, "good switches refused: %s", mx_last_error());
     setenv("MLXCEL_CUDA_PAIR_HALF", "auto", 1);
     TCHECK(mx_backend_cuda_check_env() == MX_OK, "MLXCEL_CUDA_PAIR_HALF=auto refused: %s", mx_last_error());
     unsetenv("MLXCEL_CUDA_I8_EPI"); unsetenv("MLXCEL_CUDA_MV_PF"); unsetenv("MLXCEL_CUDA_RING_LONG");
     unsetenv("MLXCEL_CUDA_MV_MMA"); unsetenv("MLXCEL_CUDA_MV_MMA_WIDE"); unsetenv("MLXCEL_CUDA_MV_MMA_PFX"); unsetenv("MLXCEL_CUDA_MV_MMA_FORM"); unsetenv("MLXCEL_CUDA_MV_MMA_STAGES");
-    unsetenv("MLXCEL_CUDA_FAST_REPLAY"); unsetenv("MLXCEL_CUDA_TOPK_ONE");
+    unsetenv("MLXCEL_CUDA_KV_LAYOUT"); unsetenv("MLXCEL_CUDA_FAST_REPLAY"); unsetenv("MLXCEL_CUDA_TOPK_ONE");
     unsetenv("MLXCEL_CUDA_RING_EPI"); unsetenv("MLXCEL_CUDA_TRACE_MAX"); unsetenv("MLXCEL_CUDA_EPI_BLOCKS"); unsetenv("MLXCEL_CUDA_PAIR_HALF");
     unsetenv("MLXCEL_CUDA_CHAIN"); unsetenv("MLXCEL_CUDA_ATT_O");
     unsetenv("MLXCEL_CUDA_ATTN_PREP"); unsetenv("MLXCEL_CUDA_RING_PAIR"); unsetenv("MLXCEL_CUDA_RING_ACT");
@@ -448,6 +450,12 @@ static void check_attention(const att_case *a) {
         fill(q, (int64_t)n * qd, 2.f); fill(k, (int64_t)n * kvd, 2.f); fill(v, (int64_t)n * kvd, 1.f);
         float *dq = gup(q, (int64_t)n * qd), *dk = gup(k, (int64_t)n * kvd), *dv = gup(v, (int64_t)n * kvd);
         for (int layer = 0; layer < L; layer++) {
+            if (layer > 0) {   /* other data for each layer: a layer that wrote into another's rows shows */
+                fill(q, (int64_t)n * qd, 2.f); fill(k, (int64_t)n * kvd, 2.f); fill(v, (int64_t)n * kvd, 1.f);
+                G.i->write(G.ctx, dq, q, (size_t)n * qd * 4);
+                G.i->write(G.ctx, dk, k, (size_t)n * kvd * 4);
+                G.i->write(G.ctx, dv, v, (size_t)n * kvd * 4);
+            }
             float *dout = gnan((int64_t)n * qd);
             if (a->prep) {   /* per-head q/k norms (prep 2) and rope before the attention, as Qwen3 / Llama
                               * call them: the CUDA backend runs them in one kernel with the cache write */
@@ -3318,6 +3326,25 @@ int main(int argc, char **argv) {
     mx_backend_cuda_set_tiled_attention(&G, false);
     run_att_cases("_pertoken");
     mx_backend_cuda_set_tiled_attention(&G, true);
+    /* the KV pools' other layout (MLXCEL_CUDA_KV_LAYOUT, read by kv_init): the short cases, the
+     * preparation inside the one-token attention and the persistent kernel again, each over 2-3
+     * layers (the graph step tests have one layer, where the two layouts are the same; the model
+     * tests' variant takes graphs and chained steps through it) */
+    {
+        setenv("MLXCEL_CUDA_KV_LAYOUT", KV_LAY_OTHER, 1);
+        char sfx[32], nm[96];
+        snprintf(sfx, sizeof sfx, "_kv%s", KV_LAY_OTHER);
+        run_att_cases(sfx);
+        for (size_t i = 0; i < sizeof g_ap / sizeof g_ap[0]; i++) {
+            snprintf(nm, sizeof nm, "%s%s", g_ap[i].name, sfx);
+            RUN_NAMED(nm, check_attn_prep, &g_ap[i]);
+        }
+        for (size_t i = 0; i < sizeof g_dl / sizeof g_dl[0]; i++) {
+            snprintf(nm, sizeof nm, "%s%s", g_dl[i].name, sfx);
+            RUN_NAMED(nm, check_decode_layers, &g_dl[i]);
+        }
+        unsetenv("MLXCEL_CUDA_KV_LAYOUT");
+    }
     RUN(test_elementwise);
     for (size_t i = 0; i < sizeof g_dl / sizeof g_dl[0]; i++) RUN_NAMED(g_dl[i].name, check_decode_layers, &g_dl[i]);
     RUN(test_graph_steps);

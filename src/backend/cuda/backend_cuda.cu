@@ -118,7 +118,14 @@ struct cu_ctx {
     cublasHandle_t blas;
     mx_status err;
     mx_kv_desc kv;
-    void *kpool, *vpool;   /* [n_layers][n_blocks*block_size][n_kv_heads*head_dim] */
+    void *kpool, *vpool;   /* [n_layers][n_blocks*block_size][n_kv_heads*head_dim] (kv_lay 0), or
+                              [n_blocks][n_layers][block_size][n_kv_heads*head_dim] (kv_lay 1) */
+    int kv_lay;            /* the pools' layout (MLXCEL_CUDA_KV_LAYOUT, read by kv_init): 1, a block's
+                              rows of every layer side by side, so the attention of every layer
+                              reads the same pages; 0, a layer's rows together. The kernels see
+                              kv_lay 1 as layer 0's pool at block ids b * n_layers, each layer's
+                              pool one block further: the block tables and slots are mapped on
+                              upload (kv_blk, kv_slot) and nothing else changes. */
     cu_stage meta, ids, rows, tiles;
     bool attn_tiled;                       /* k_attn_tiled for prompts (MLXCEL_CUDA_ATTN=pertoken: off) */
     int attn_gqa;                          /* decode attention: a block per KV head's query heads when
@@ -424,7 +431,10 @@ static pdl_launch<KArgs...> PL(cu_ctx *c, void (*k)(KArgs...), dim3 g, dim3 b, s
  * the default; anything else is an error naming the variable and what it takes. */
 enum { GM_AUTO, GM_CUBLAS, GM_MMA, GM_WG, GM_NMODES };   /* MLXCEL_CUDA_GEMM, in k_gemm_modes' order */
 static const char *const k_gemm_modes[] = {"auto", "cublas", "mma", "wgmma"};
-struct cu_switches { int att_o, attn, attn_dec, attn_prep, gqa, gemm, gemm_rot, gemm_sk, gemm_n32, gemm_tma, n32_wg, gemm_pair, sum_norm, sum_qkv, att_gq, pdl, mv, profile, kv, graphs, fused, mv_ring, ring_norm, ring_bf, ring_pair, ring_act, ring_epi, i8_epi, ring_long, attn_early, dense_short, fast_replay, topk_one, chain, mv_mma_wide, mm_pfx, mm_form; long dq_mb, fused_pf, fused_pmin, fused_slot, mr_kb, mr_slot, mr_warps, attn_l2pf, trace_max, epi_blocks, mv_pf, mv_mma, mm_nst; int pair_half; };   /* kv: checked here, read by kv_init */
+struct cu_switches { int att_o, attn, attn_dec, attn_prep, gqa, gemm, gemm_rot, gemm_sk, gemm_n32, gemm_tma, n32_wg, gemm_pair, sum_norm, sum_qkv, att_gq, pdl, mv, profile, kv, kv_lay, graphs, fused, mv_ring, ring_norm, ring_bf, ring_pair, ring_act, ring_epi, i8_epi, ring_long, attn_early, dense_short, fast_replay, topk_one, chain, mv_mma_wide, mm_pfx, mm_form; long dq_mb, fused_pf, fused_pmin, fused_slot, mr_kb, mr_slot, mr_warps, attn_l2pf, trace_max, epi_blocks, mv_pf, mv_mma, mm_nst; int pair_half; };   /* kv, kv_lay: checked here, read by kv_init */
+/* MLXCEL_CUDA_KV_LAYOUT's values (cu_ctx::kv_lay) and its default */
+static const char *const k_kv_lays[] = {"layer", "block"};
+#define KV_LAY_DEFAULT 0
 static mx_status env_choice(const char *name, const char *const *vals, int n, int def, int *out) {
     const char *e = getenv(name);
     *out = def;
@@ -483,6 +493,7 @@ static mx_status read_switches(cu_switches *sw) {
         (st = env_choice("MLXCEL_CUDA_MV", mv, 2, 0, &sw->mv)) ||
         (st = env_choice("MLXCEL_CUDA_PROFILE", onoff, 2, 0, &sw->profile)) ||
         (st = env_choice("MLXCEL_CUDA_KV", kv, 2, 0, &sw->kv)) ||
+        (st = env_choice("MLXCEL_CUDA_KV_LAYOUT", k_kv_lays, 2, KV_LAY_DEFAULT, &sw->kv_lay)) ||
         (st = env_choice("MLXCEL_CUDA_GRAPHS", off_on_auto, 3, 1, &sw->graphs)) ||
         (st = env_choice("MLXCEL_CUDA_FUSED", onoff, 2, 0, &sw->fused)) ||
         (st = env_choice("MLXCEL_CUDA_MV_RING", onoff, 2, 1, &sw->mv_ring)) ||
@@ -3876,9 +3887,10 @@ static const float *get_v(cu_ctx *c, const mx_vec *v) {
 static mx_status c_kv_init(void *ctx, mx_kv_desc *d) {
     cu_ctx *c = (cu_ctx *)ctx;
     static const char *const kvs[] = {"bf16", "f32"};
-    int kv;   /* read here, not at init: tests switch it between caches */
+    int kv, lay;   /* read here, not at init: tests switch them between caches */
     mx_status kst = env_choice("MLXCEL_CUDA_KV", kvs, 2, 0, &kv);
     if (kst != MX_OK) return kst;
+    if ((kst = env_choice("MLXCEL_CUDA_KV_LAYOUT", k_kv_lays, 2, KV_LAY_DEFAULT, &lay)) != MX_OK) return kst;
     mx_dtype t = (kv == 1 || c->precise) ? MX_DTYPE_F32 : MX_DTYPE_BF16;
     if (d->n_layers <= 0 || d->n_kv_heads <= 0 || d->head_dim <= 0 || d->head_dim > 32 * ATT_MAXI ||
         d->block_size <= 0 || d->n_blocks <= 0)
@@ -3900,6 +3912,8 @@ static mx_status c_kv_init(void *ctx, mx_kv_desc *d) {
     cudaStreamSynchronize(c->st);
     d->dtype = t;
     c->kv = *d;
+    /* (block ids as mapped must stay int32: else the layer-major layout) */
+    c->kv_lay = lay == 1 && (int64_t)d->n_blocks * d->n_layers * d->block_size <= INT32_MAX;
     /* the L2 prefetch's table (a layer's product after its attention): learned anew */
     free(c->apf);
     c->apf = (cu_ctx::cu_apf *)calloc((size_t)d->n_layers, sizeof *c->apf);
@@ -5213,16 +5227,38 @@ static void c_layernorm(void *ctx, const float *x, const mx_vec *g, const mx_vec
 
 /* The meta arrays on the device: pos | slot | seq | block_tables (int32). */
 struct dmeta { const int32_t *pos, *slot, *seq, *bt; };
+/* the engine's block ids and slots as the kernels address the pools (kv_lay): under layout 1 a
+ * block id b is b * n_layers and a slot s is its block's so mapped plus s % block_size; ids and
+ * slots outside the pool become -1, which every kernel skips, as it skips them unmapped */
+static inline int32_t kv_blk(const cu_ctx *c, int32_t b) {
+    if (!c->kv_lay) return b;
+    return b >= 0 && b < c->kv.n_blocks ? b * c->kv.n_layers : -1;
+}
+static inline int32_t kv_slot(const cu_ctx *c, int32_t s) {
+    if (!c->kv_lay) return s;
+    const int bs = c->kv.block_size;
+    if (s < 0 || (int64_t)s >= (int64_t)c->kv.n_blocks * bs) return -1;
+    return (s / bs) * c->kv.n_layers * bs + s % bs;
+}
+/* slots between one layer's pool and the next's, slots in all, block ids in all (as mapped) */
+static inline int64_t kv_lstride(const cu_ctx *c) { return c->kv_lay ? c->kv.block_size : (int64_t)c->kv.n_blocks * c->kv.block_size; }
+static inline int64_t kv_nslots(const cu_ctx *c) { return (int64_t)c->kv.n_blocks * c->kv.block_size * (c->kv_lay ? c->kv.n_layers : 1); }
+static inline int kv_nblocks(const cu_ctx *c) { return c->kv.n_blocks * (c->kv_lay ? c->kv.n_layers : 1); }
 /* the attention metadata as one upload: pos, slot, seq (n each; slot and seq 0 when absent), the
  * block tables */
 static size_t meta_bytes(const mx_attn_meta *m) { return ((size_t)3 * m->n_tokens + (size_t)m->n_seqs * m->max_blocks) * 4; }
-static void meta_compose(const mx_attn_meta *m, int32_t *tmp) {
+/* the slots (what = 1) or block tables (2) as the kernels take them (kv_slot, kv_blk) */
+static void ints_map(const cu_ctx *c, int what, int32_t *h, const int32_t *v, size_t k) {
+    if (!c->kv_lay) { memcpy(h, v, k * 4); return; }
+    for (size_t i = 0; i < k; i++) h[i] = what == 1 ? kv_slot(c, v[i]) : kv_blk(c, v[i]);
+}
+static void meta_compose(const cu_ctx *c, const mx_attn_meta *m, int32_t *tmp) {
     const int n = m->n_tokens;
     const size_t nbt = (size_t)m->n_seqs * m->max_blocks;
     memcpy(tmp, m->pos, (size_t)n * 4);
-    if (m->slot) memcpy(tmp + n, m->slot, (size_t)n * 4); else memset(tmp + n, 0, (size_t)n * 4);
+    if (m->slot) ints_map(c, 1, tmp + n, m->slot, (size_t)n); else memset(tmp + n, 0, (size_t)n * 4);
     if (m->seq) memcpy(tmp + 2 * n, m->seq, (size_t)n * 4); else memset(tmp + 2 * n, 0, (size_t)n * 4);
-    if (nbt) memcpy(tmp + 3 * n, m->block_tables, nbt * 4);
+    if (nbt) ints_map(c, 2, tmp + 3 * n, m->block_tables, nbt);
 }
 /* whether h holds k ints equal to v (to zeros when v is absent, as meta_compose writes them) */
 static bool ints_same(const int32_t *h, const int32_t *v, size_t k) {
@@ -5230,11 +5266,18 @@ static bool ints_same(const int32_t *h, const int32_t *v, size_t k) {
     for (size_t i = 0; i < k; i++) if (h[i]) return false;
     return true;
 }
-/* whether h (meta_bytes(m) bytes) is meta_compose(m), compared piece by piece */
-static bool meta_same(const int32_t *h, const mx_attn_meta *m) {
+/* the same for slots (what = 1) or block tables (2), as ints_map writes them */
+static bool ints_same_map(const cu_ctx *c, int what, const int32_t *h, const int32_t *v, size_t k) {
+    if (!c->kv_lay || !v) return ints_same(h, v, k);
+    for (size_t i = 0; i < k; i++)
+        if (h[i] != (what == 1 ? kv_slot(c, v[i]) : kv_blk(c, v[i]))) return false;
+    return true;
+}
+/* whether h (meta_bytes(m) bytes) is meta_compose(c, m), compared piece by piece */
+static bool meta_same(const cu_ctx *c, const int32_t *h, const mx_attn_meta *m) {
     const size_t n = (size_t)m->n_tokens, nbt = (size_t)m->n_seqs * m->max_blocks;
-    return ints_same(h, m->pos, n) && ints_same(h + n, m->slot, n) && ints_same(h + 2 * n, m->seq, n) &&
-           (!nbt || ints_same(h + 3 * n, m->block_tables, nbt));
+    return ints_same(h, m->pos, n) && ints_same_map(c, 1, h + n, m->slot, n) && ints_same(h + 2 * n, m->seq, n) &&
+           (!nbt || ints_same_map(c, 2, h + 3 * n, m->block_tables, nbt));
 }
 static bool meta_up(cu_ctx *c, const mx_attn_meta *m, dmeta *out) {
     int n = m->n_tokens;
@@ -5243,11 +5286,11 @@ static bool meta_up(cu_ctx *c, const mx_attn_meta *m, dmeta *out) {
     cu_stage *s = &c->meta;
     /* in a captured or replayed step every call goes through stage_up (the copy node) */
     const bool same = s->d && s->len == bytes && c->gmode != G_CAPTURE && c->gmode != G_REPLAY &&
-                      meta_same((const int32_t *)s->h, m);
+                      meta_same(c, (const int32_t *)s->h, m);
     if (!same) {
         int32_t *tmp = (int32_t *)malloc(bytes);
         if (!tmp) { cu_fail(c, MX_ERR_NOMEM, "meta", cudaSuccess); return false; }
-        meta_compose(m, tmp);
+        meta_compose(c, m, tmp);
         void *d = stage_up(c, s, tmp, bytes);
         free(tmp);
         if (!d) return false;
@@ -5415,7 +5458,7 @@ static bool launch_attn_tiled(cu_ctx *c, const float *q, float *out, const mx_at
     if (c->attn_mma && sizeof(T) == 2 && !xq && (D == 32 || D == 64 || D == 128)) {   /* tensor cores */
         const dim3 grid((unsigned)nt, (unsigned)p->n_heads);
         const __nv_bfloat16 *kb = reinterpret_cast<const __nv_bfloat16 *>(kp), *vb = reinterpret_cast<const __nv_bfloat16 *>(vp);
-#define MARGS (q, kb, vb, out, dm.pos, dm.seq, dm.bt, td, meta->max_blocks, c->kv.block_size, c->kv.n_blocks, p->n_heads, \
+#define MARGS (q, kb, vb, out, dm.pos, dm.seq, dm.bt, td, meta->max_blocks, c->kv.block_size, kv_nblocks(c), p->n_heads, \
                p->n_kv_heads, p->scale, p->sliding_window, p->softcap, sk)
         if (D == 32) PL(c, k_attn_mma<32>, grid, 128, 0)MARGS;
         else if (D == 64) PL(c, k_attn_mma<64>, grid, 128, 0)MARGS;
@@ -5436,7 +5479,7 @@ static bool launch_attn_tiled(cu_ctx *c, const float *q, float *out, const mx_at
         c->tiled_attr[ti][ni] = true;
     }
     dim3 grid((unsigned)nt, (unsigned)p->n_heads);
-#define TARGS (q, kp, vp, out, dm.pos, dm.seq, dm.bt, td, meta->max_blocks, c->kv.block_size, c->kv.n_blocks, p->n_heads, \
+#define TARGS (q, kp, vp, out, dm.pos, dm.seq, dm.bt, td, meta->max_blocks, c->kv.block_size, kv_nblocks(c), p->n_heads, \
                p->n_kv_heads, D, p->scale, p->sliding_window, p->softcap, sk, xq, xds)
     if (ni == 0) PL(c, k_attn_tiled<T, 2>, grid, 256, shm)TARGS;
     else if (ni == 1) PL(c, k_attn_tiled<T, 4>, grid, 256, shm)TARGS;
@@ -5462,7 +5505,7 @@ static void launch_attn_vec_d(cu_ctx *c, dim3 grid, int G, bool wide, bool early
     memset(&nopf, 0, sizeof nopf);
     ao_args noao;
     memset(&noao, 0, sizeof noao);
-#define VEC_ARGS (q, kp, vp, out, dm.pos, dm.seq, dm.bt, meta->n_seqs, meta->max_blocks, bshift, c->kv.n_blocks, \
+#define VEC_ARGS (q, kp, vp, out, dm.pos, dm.seq, dm.bt, meta->n_seqs, meta->max_blocks, bshift, kv_nblocks(c), \
                   p->n_heads, p->n_kv_heads, p->scale, p->sliding_window, p->softcap, sk, xq, xds, xg, sbt_n, \
                   pa ? *pa : none, dm.slot, nslots, c->att_cnt, pf ? *pf : nopf, ao ? *ao : noao)
     const int bshift = log2_exact(c->kv.block_size);
@@ -5578,7 +5621,7 @@ static bool launch_attn(cu_ctx *c, int layer, const float *q, const float *k, co
         cu_fail(c, MX_ERR_INTERNAL, "attention with the o projection: no such form", cudaSuccess);
         return false;
     }
-#define ATT_ARGS (q, kp, vp, out, dm.pos, dm.seq, dm.bt, meta->n_seqs, meta->max_blocks, c->kv.block_size, c->kv.n_blocks, \
+#define ATT_ARGS (q, kp, vp, out, dm.pos, dm.seq, dm.bt, meta->n_seqs, meta->max_blocks, c->kv.block_size, kv_nblocks(c), \
                   p->n_heads, p->n_kv_heads, p->head_dim, p->scale, p->sliding_window, p->softcap, sk, xq, xds, xg, sbt_n)
 #define ATT_NI(W, P, G) \
     if (p->head_dim <= 64) PL(c, k_attn<T, W, P, 2, G>, grid, W * 32, shm)ATT_ARGS; \
@@ -5700,8 +5743,8 @@ static void c_attention(void *ctx, int layer, const float *q, const float *k, co
     REPLAY_STOP(c);
     c->n_hq = 0;
     const int kvdim = p->n_kv_heads * p->head_dim;
-    const size_t per = (size_t)c->kv.n_blocks * c->kv.block_size * kvdim;
-    const int64_t nslots = (int64_t)c->kv.n_blocks * c->kv.block_size;
+    const size_t per = (size_t)kv_lstride(c) * kvdim;   /* a layer's pool from the last one's */
+    const int64_t nslots = kv_nslots(c);
     int8_t *xq = NULL; float2 *xds = NULL;   /* the int8 form of the output, for the o projection */
     if (!c->mv_f32 && n <= MV_I8_MAX && p->head_dim % 32 == 0 && !xq_buf(c, (int64_t)n * p->n_heads * p->head_dim, &xq, &xds)) return;
     /* and the gq-order form, for the GEMM on packed weights (the decode kernels write it) */
@@ -6174,7 +6217,7 @@ static void fd_build(cu_ctx *c, const mx_dstack *s, cu_fd *f) {
     }
     a.L = f->dl; a.nl = nl;
     a.kp = c->kpool; a.vp = c->vpool; a.kv_f32 = c->kv.dtype == MX_DTYPE_F32;
-    a.nslots = (int64_t)c->kv.n_blocks * c->kv.block_size; a.bs = c->kv.block_size; a.nblocks = c->kv.n_blocks;
+    a.nslots = kv_nslots(c); a.lstr = kv_lstride(c); a.bs = c->kv.block_size; a.nblocks = kv_nblocks(c);
     a.rope_af = s->rope_factor; a.scale = s->attn_scale;
     a.H = H; a.nh = nh; a.nkv = nkv; a.D = D; a.I = I; a.act_kind = (int)s->act;
     a.eps = s->eps; a.a1 = s->add_one;
@@ -7260,7 +7303,7 @@ static bool sr_check(cu_ctx *c, const mx_step_inputs *in, unsigned *stages, size
     if (c->meta.stamp == c->g_step) {
         used |= FS_META;
         const size_t mb = in->meta ? meta_bytes(in->meta) : 0;
-        if (!mb || c->meta.len != mb || !meta_same((const int32_t *)c->meta.h, in->meta)) return false;
+        if (!mb || c->meta.len != mb || !meta_same(c, (const int32_t *)c->meta.h, in->meta)) return false;
         len[0] = mb;
     }
     if (c->ids.stamp == c->g_step) {
@@ -7337,7 +7380,7 @@ static mx_status c_step_replay(void *ctx, uint64_t key, const mx_step_inputs *in
     cu_stage *st[] = {&c->meta, &c->ids, &c->rows};
     for (int i = 0; i < 3; i++)   /* the last copy out of each (recorded after every graph launch and upload) */
         if (((fs >> i) & 1) && st[i]->ev) cudaEventSynchronize(st[i]->ev);
-    if (fs & FS_META) meta_compose(in->meta, (int32_t *)c->meta.h);
+    if (fs & FS_META) meta_compose(c, in->meta, (int32_t *)c->meta.h);
     if (fs & FS_IDS) memcpy(c->ids.h, in->tokens, ib);
     if (fs & FS_ROWS) memcpy(c->rows.h, in->rows, rb);
     fast_launch(c, g, "step (graph, step_replay)");
@@ -7413,7 +7456,7 @@ static mx_status c_step_chain(void *ctx, uint64_t key, const mx_step_inputs *in)
     const mx_attn_meta *m = in->meta;
     const int32_t *mh = (const int32_t *)c->meta.h;
     if (c->meta.len != meta_bytes(m) || !ints_same(mh + 2 * n, m->seq, (size_t)n) ||
-        !ints_same(mh + 3 * n, m->block_tables, (size_t)m->n_seqs * m->max_blocks) ||
+        !ints_same_map(c, 2, mh + 3 * n, m->block_tables, (size_t)m->n_seqs * m->max_blocks) ||
         ((fs & FS_ROWS) && (c->rows.len != (size_t)n * 4 || memcmp(c->rows.h, in->rows, (size_t)n * 4))))
         return MX_ERR_UNSUPPORTED;
     int32_t *md = NULL, *idd = NULL, *res = NULL;
@@ -7427,7 +7470,7 @@ static mx_status c_step_chain(void *ctx, uint64_t key, const mx_step_inputs *in)
     if (c->stt.on) c->stt.t_begin = stt_now();
     chain_args a;
     a.n = n; a.vocab = c->ch.vocab;
-    for (int i = 0; i < n; i++) { a.pos[i] = m->pos[i]; a.slot[i] = m->slot[i]; }
+    for (int i = 0; i < n; i++) { a.pos[i] = m->pos[i]; a.slot[i] = kv_slot(c, m->slot[i]); }
     k_chain_feed<<<1, 32, 0, c->st>>>(a, res + n, md, idd);   /* (the ids follow the n values) */
     CK(c, cudaGetLastError(), "chain feed");
     fast_launch(c, g, "step (graph, chained)");

@@ -70,8 +70,8 @@ struct fd_args {
     float *apart;                      /* attention partials [nkv][FD_NCMAX][G][D + 2] */
     unsigned *ctr;                     /* [0] grid barrier, [1] exits, [2 + j] KV head j's chunks done */
     unsigned long long *prof;          /* null, or [grid][FD_NPROF] cycle counts (MLXCEL_CUDA_PROFILE) */
-    void *kp, *vp; int kv_f32;         /* the cache pools [layer][nslots][nkv * D] */
-    int64_t nslots; int bs, nblocks, maxb;
+    void *kp, *vp; int kv_f32;         /* the cache pools: layer l's at l * lstr slots (kv_lay) */
+    int64_t nslots, lstr; int bs, nblocks, maxb;
     const int32_t *pos, *slot, *seq, *bt;   /* the token's position and slot; block tables [n_seqs][maxb] */
     const float *inv_freq; float rope_af, scale;
     int H, nh, nkv, D, I, act_kind;
@@ -345,7 +345,7 @@ __device__ __forceinline__ void fd_att_prefetch(const fd_args &a, int layer, int
     const fd_att_plan tp = fd_att_tasks(a);
     const int kvdim = a.nkv * a.D, esz = a.kv_f32 ? 4 : 2, lines = (a.D * esz + 127) / 128, pos = tp.L - 1;
     const int32_t *btr = a.bt + (size_t)a.seq[0] * a.maxb;
-    const size_t lofs = (size_t)layer * a.nslots * kvdim;
+    const size_t lofs = (size_t)layer * a.lstr * kvdim;
     for (int t = blockIdx.x; t < a.nkv * tp.NC; t += gridDim.x) {
         const int j = t % a.nkv, c = t / a.nkv, p0 = c * tp.P, p1 = min(tp.L, p0 + tp.P);
         for (int e = ctid; e < (p1 - p0) * 2 * lines; e += FD_CT) {
@@ -376,7 +376,7 @@ __device__ void fd_attention(const fd_args &a, int layer, float *U, int *flag, b
     float *qs = U, *ks = qs + G * D, *vs = ks + D, *wm = vs + D, *wl = wm + FD_CW * G, *wacc = wl + FD_CW * G;
     float *sml = wacc + (size_t)FD_CW * G * D;   /* [NC][G][2] the chunks' maxima and sums (merge) */
     int *sbt = (int *)(sml + FD_NCMAX * G * 2);  /* [FD_BTMAX] the task's block-table entries */
-    const size_t lofs = (size_t)layer * a.nslots * kvdim;
+    const size_t lofs = (size_t)layer * a.lstr * kvdim;
     for (int t = blockIdx.x; t < a.nkv * NC; t += gridDim.x) {
         const int j = t % a.nkv, c = t / a.nkv;
         const int p0 = c * P, p1 = min(L, p0 + P);
