@@ -97,6 +97,11 @@ void mx_backend_cuda_graph_census(mx_backend *b, int *nodes, int *edges3);
  * against their values without opening a device: MX_ERR_INVALID_ARG naming the variable and what
  * it takes. mx_backend_cuda_init checks the same; mx_backend_auto_init checks them first. */
 mx_status mx_backend_cuda_check_env(void);
+/* Tests (no GPU needed): where the cache row of `slot` in `layer` lies in a KV pool of geometry d,
+ * in rows from the pool's start, under MLXCEL_CUDA_KV_LAYOUT's value lay (0 layer, 1 block), as the
+ * kernels address it: through the slot (by_table 0, the cache writes) or through the block table
+ * (by_table 1, the attention's reads). -1 where the kernels skip it. */
+int64_t mx_backend_cuda_kv_row(int lay, const mx_kv_desc *d, int layer, int32_t slot, int by_table);
 /* Benchmark helper: device-to-device copy rate in GB/s (bytes read + bytes written, median of
  * 9 copies of `bytes`), the memory-bandwidth ceiling that kernel figures are compared with. */
 double mx_backend_cuda_bench_copy(const mx_backend *b, size_t bytes);

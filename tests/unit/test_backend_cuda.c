@@ -409,6 +409,46 @@ static void test_rope(void) {
     }
 }
 
+/* The KV pools' two layouts (MLXCEL_CUDA_KV_LAYOUT) as the kernels address them, without a GPU
+ * (mx_backend_cuda_kv_row): every (layer, slot) of a pool gets its own row inside the pool, the
+ * cache writes (through the slot) and the attention's reads (through the block table) reach the
+ * same row, slots and blocks outside the pool are skipped, the layer layout is the old arithmetic
+ * (layer * n_blocks * block_size + slot), and under the block layout all layers' rows of a cache
+ * block lie in one run of n_layers * block_size rows, the layers in order. */
+static void test_kv_rows(void) {
+    static const mx_kv_desc geo[] = {{3, 2, 64, 16, 5, MX_DTYPE_BF16}, {1, 8, 128, 16, 7, MX_DTYPE_BF16},
+                                     {4, 1, 32, 8, 1, MX_DTYPE_F32}, {2, 4, 128, 32, 3, MX_DTYPE_BF16}};
+    for (size_t g = 0; g < sizeof geo / sizeof geo[0]; g++) {
+        const mx_kv_desc *d = &geo[g];
+        const int L = d->n_layers, bs = d->block_size, nb = d->n_blocks;
+        const int64_t rows = (int64_t)L * nb * bs;
+        for (int lay = 0; lay <= 1; lay++) {
+            unsigned char *seen = calloc((size_t)rows, 1);
+            TREQUIRE(seen, "alloc");
+            int bad = 0;
+            for (int l = 0; l < L; l++)
+                for (int sl = 0; sl < nb * bs; sl++) {
+                    const int64_t r = mx_backend_cuda_kv_row(lay, d, l, sl, 0), rt = mx_backend_cuda_kv_row(lay, d, l, sl, 1);
+                    if (r < 0 || r >= rows || rt != r) { bad++; continue; }
+                    if (seen[r]++) bad++;
+                    const int64_t want = lay ? ((int64_t)(sl / bs) * L + l) * bs + sl % bs : (int64_t)l * nb * bs + sl;
+                    if (r != want) bad++;
+                }
+            for (int64_t i = 0; i < rows; i++) if (!seen[i]) bad++;
+            const int32_t outside[] = {-1, -bs, nb * bs, nb * bs + 1, nb * bs * L, INT32_MAX};
+            for (size_t i = 0; i < sizeof outside / sizeof outside[0]; i++)
+                for (int l = 0; l < L; l++)
+                    if (mx_backend_cuda_kv_row(lay, d, l, outside[i], 0) != -1 || mx_backend_cuda_kv_row(lay, d, l, outside[i], 1) != -1) bad++;
+            TCHECK(bad == 0, "geometry %zu (%d layers, %d blocks of %d), layout %d: %d rows misplaced", g, L, nb, bs, lay, bad);
+            free(seen);
+        }
+    }
+    /* a pool whose mapped block ids would pass INT32_MAX keeps the layer layout */
+    const mx_kv_desc big = {64, 8, 128, 16, 1 << 22, MX_DTYPE_BF16};
+    TCHECK(mx_backend_cuda_kv_row(1, &big, 1, 17, 0) == (int64_t)(1 << 22) * 16 + 17, "a pool past int32 ids: row %lld",
+           (long long)mx_backend_cuda_kv_row(1, &big, 1, 17, 0));
+}
+
 typedef struct { const char *name; int n_heads, n_kv, hd, window; float softcap; bool f32kv, sinks; int prep; } att_case;
 
 static void check_attention(const att_case *a) {
@@ -3201,6 +3241,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (!bench) RUN(test_select);
+    if (!bench) RUN(test_kv_rows);
     /* small bf16 weight slices for the dequantize + cuBLAS products, so that a test matrix takes two */
     if (!bench) setenv("MLXCEL_CUDA_DQ_MB", "8", 0);
     if (mx_backend_cuda_init(&G) != MX_OK) {

@@ -3884,6 +3884,32 @@ static const float *get_v(cu_ctx *c, const mx_vec *v) {
     return (const float *)v->dev;
 }
 
+/* the engine's block ids and slots as the kernels address the pools (kv_lay): under layout 1 a
+ * block id b is b * n_layers and a slot s is its block's so mapped plus s % block_size; ids and
+ * slots outside the pool become -1, which every kernel skips, as it skips them unmapped */
+static inline int32_t kv_blk_of(int lay, const mx_kv_desc &k, int32_t b) {
+    if (!lay) return b;
+    return b >= 0 && b < k.n_blocks ? b * k.n_layers : -1;
+}
+static inline int32_t kv_slot_of(int lay, const mx_kv_desc &k, int32_t s) {
+    if (!lay) return s;
+    const int bs = k.block_size;
+    if (s < 0 || (int64_t)s >= (int64_t)k.n_blocks * bs) return -1;
+    return (s / bs) * k.n_layers * bs + s % bs;
+}
+/* slots between one layer's pool and the next's */
+static inline int64_t kv_lstride_of(int lay, const mx_kv_desc &k) { return lay ? k.block_size : (int64_t)k.n_blocks * k.block_size; }
+/* the layout kv_init takes for MLXCEL_CUDA_KV_LAYOUT's value lay: block ids as mapped must stay
+ * int32, else the layer-major one */
+static inline int kv_lay_for(int lay, const mx_kv_desc &k) {
+    return lay == 1 && (int64_t)k.n_blocks * k.n_layers * k.block_size <= INT32_MAX;
+}
+static inline int32_t kv_blk(const cu_ctx *c, int32_t b) { return kv_blk_of(c->kv_lay, c->kv, b); }
+static inline int32_t kv_slot(const cu_ctx *c, int32_t s) { return kv_slot_of(c->kv_lay, c->kv, s); }
+/* slots between layers, slots in all, block ids in all (as mapped) */
+static inline int64_t kv_lstride(const cu_ctx *c) { return kv_lstride_of(c->kv_lay, c->kv); }
+static inline int64_t kv_nslots(const cu_ctx *c) { return (int64_t)c->kv.n_blocks * c->kv.block_size * (c->kv_lay ? c->kv.n_layers : 1); }
+static inline int kv_nblocks(const cu_ctx *c) { return c->kv.n_blocks * (c->kv_lay ? c->kv.n_layers : 1); }
 static mx_status c_kv_init(void *ctx, mx_kv_desc *d) {
     cu_ctx *c = (cu_ctx *)ctx;
     static const char *const kvs[] = {"bf16", "f32"};
@@ -3912,8 +3938,7 @@ static mx_status c_kv_init(void *ctx, mx_kv_desc *d) {
     cudaStreamSynchronize(c->st);
     d->dtype = t;
     c->kv = *d;
-    /* (block ids as mapped must stay int32: else the layer-major layout) */
-    c->kv_lay = lay == 1 && (int64_t)d->n_blocks * d->n_layers * d->block_size <= INT32_MAX;
+    c->kv_lay = kv_lay_for(lay, *d);
     /* the L2 prefetch's table (a layer's product after its attention): learned anew */
     free(c->apf);
     c->apf = (cu_ctx::cu_apf *)calloc((size_t)d->n_layers, sizeof *c->apf);
@@ -5227,23 +5252,6 @@ static void c_layernorm(void *ctx, const float *x, const mx_vec *g, const mx_vec
 
 /* The meta arrays on the device: pos | slot | seq | block_tables (int32). */
 struct dmeta { const int32_t *pos, *slot, *seq, *bt; };
-/* the engine's block ids and slots as the kernels address the pools (kv_lay): under layout 1 a
- * block id b is b * n_layers and a slot s is its block's so mapped plus s % block_size; ids and
- * slots outside the pool become -1, which every kernel skips, as it skips them unmapped */
-static inline int32_t kv_blk(const cu_ctx *c, int32_t b) {
-    if (!c->kv_lay) return b;
-    return b >= 0 && b < c->kv.n_blocks ? b * c->kv.n_layers : -1;
-}
-static inline int32_t kv_slot(const cu_ctx *c, int32_t s) {
-    if (!c->kv_lay) return s;
-    const int bs = c->kv.block_size;
-    if (s < 0 || (int64_t)s >= (int64_t)c->kv.n_blocks * bs) return -1;
-    return (s / bs) * c->kv.n_layers * bs + s % bs;
-}
-/* slots between one layer's pool and the next's, slots in all, block ids in all (as mapped) */
-static inline int64_t kv_lstride(const cu_ctx *c) { return c->kv_lay ? c->kv.block_size : (int64_t)c->kv.n_blocks * c->kv.block_size; }
-static inline int64_t kv_nslots(const cu_ctx *c) { return (int64_t)c->kv.n_blocks * c->kv.block_size * (c->kv_lay ? c->kv.n_layers : 1); }
-static inline int kv_nblocks(const cu_ctx *c) { return c->kv.n_blocks * (c->kv_lay ? c->kv.n_layers : 1); }
 /* the attention metadata as one upload: pos, slot, seq (n each; slot and seq 0 when absent), the
  * block tables */
 static size_t meta_bytes(const mx_attn_meta *m) { return ((size_t)3 * m->n_tokens + (size_t)m->n_seqs * m->max_blocks) * 4; }
@@ -6302,6 +6310,23 @@ static const mx_backend_i g_cuda_i = {
 
 extern "C" const char *mx_backend_cuda_archs(void) { return MX_CUDA_ARCHS; }
 
+/* where a cache row lies in a pool (rows from its start) under MLXCEL_CUDA_KV_LAYOUT's value lay, as
+ * the kernels address it: a layer's base (kv_lstride) plus the mapped slot (by_table 0: kv_slot of
+ * slot) or the mapped block id of slot / block_size, times block_size, plus the offset (by_table 1:
+ * the attention's reads through the block table). -1 where the kernels skip it. No GPU needed. */
+extern "C" int64_t mx_backend_cuda_kv_row(int lay, const mx_kv_desc *d, int layer, int32_t slot, int by_table) {
+    const int l = kv_lay_for(lay, *d), bs = d->block_size;
+    int64_t m;
+    if (by_table) {
+        const int32_t b = slot < 0 ? -1 : kv_blk_of(l, *d, slot / bs);
+        if (b < 0 || (l ? b >= d->n_blocks * d->n_layers : b >= d->n_blocks)) return -1;   /* (k_attn's bound) */
+        m = (int64_t)b * bs + slot % bs;
+    } else {
+        m = kv_slot_of(l, *d, slot);
+        if (m < 0 || m >= (int64_t)d->n_blocks * bs * (l ? d->n_layers : 1)) return -1;   /* (k_kv_write's bound) */
+    }
+    return (int64_t)layer * kv_lstride_of(l, *d) + m;
+}
 extern "C" mx_status mx_backend_cuda_check_env(void) {
     cu_switches sw;
     return read_switches(&sw);
