@@ -3897,8 +3897,11 @@ static inline int32_t kv_slot_of(int lay, const mx_kv_desc &k, int32_t s) {
     if (s < 0 || (int64_t)s >= (int64_t)k.n_blocks * bs) return -1;
     return (s / bs) * k.n_layers * bs + s % bs;
 }
-/* slots between one layer's pool and the next's */
+/* slots between one layer's pool and the next's; block ids and slots in all, as mapped (the
+ * kernels' bounds) */
 static inline int64_t kv_lstride_of(int lay, const mx_kv_desc &k) { return lay ? k.block_size : (int64_t)k.n_blocks * k.block_size; }
+static inline int kv_nblocks_of(int lay, const mx_kv_desc &k) { return k.n_blocks * (lay ? k.n_layers : 1); }
+static inline int64_t kv_nslots_of(int lay, const mx_kv_desc &k) { return (int64_t)kv_nblocks_of(lay, k) * k.block_size; }
 /* the layout kv_init takes for MLXCEL_CUDA_KV_LAYOUT's value lay: block ids as mapped must stay
  * int32, else the layer-major one */
 static inline int kv_lay_for(int lay, const mx_kv_desc &k) {
@@ -3908,8 +3911,8 @@ static inline int32_t kv_blk(const cu_ctx *c, int32_t b) { return kv_blk_of(c->k
 static inline int32_t kv_slot(const cu_ctx *c, int32_t s) { return kv_slot_of(c->kv_lay, c->kv, s); }
 /* slots between layers, slots in all, block ids in all (as mapped) */
 static inline int64_t kv_lstride(const cu_ctx *c) { return kv_lstride_of(c->kv_lay, c->kv); }
-static inline int64_t kv_nslots(const cu_ctx *c) { return (int64_t)c->kv.n_blocks * c->kv.block_size * (c->kv_lay ? c->kv.n_layers : 1); }
-static inline int kv_nblocks(const cu_ctx *c) { return c->kv.n_blocks * (c->kv_lay ? c->kv.n_layers : 1); }
+static inline int64_t kv_nslots(const cu_ctx *c) { return kv_nslots_of(c->kv_lay, c->kv); }
+static inline int kv_nblocks(const cu_ctx *c) { return kv_nblocks_of(c->kv_lay, c->kv); }
 static mx_status c_kv_init(void *ctx, mx_kv_desc *d) {
     cu_ctx *c = (cu_ctx *)ctx;
     static const char *const kvs[] = {"bf16", "f32"};
@@ -5255,10 +5258,11 @@ struct dmeta { const int32_t *pos, *slot, *seq, *bt; };
 /* the attention metadata as one upload: pos, slot, seq (n each; slot and seq 0 when absent), the
  * block tables */
 static size_t meta_bytes(const mx_attn_meta *m) { return ((size_t)3 * m->n_tokens + (size_t)m->n_seqs * m->max_blocks) * 4; }
-/* the slots (what = 1) or block tables (2) as the kernels take them (kv_slot, kv_blk) */
+/* a slot (what = 1) or a block table's entry (2) as the kernels take it (kv_slot, kv_blk) */
+static inline int32_t kv_map(const cu_ctx *c, int what, int32_t v) { return what == 1 ? kv_slot(c, v) : kv_blk(c, v); }
 static void ints_map(const cu_ctx *c, int what, int32_t *h, const int32_t *v, size_t k) {
     if (!c->kv_lay) { memcpy(h, v, k * 4); return; }
-    for (size_t i = 0; i < k; i++) h[i] = what == 1 ? kv_slot(c, v[i]) : kv_blk(c, v[i]);
+    for (size_t i = 0; i < k; i++) h[i] = kv_map(c, what, v[i]);
 }
 static void meta_compose(const cu_ctx *c, const mx_attn_meta *m, int32_t *tmp) {
     const int n = m->n_tokens;
@@ -5278,7 +5282,7 @@ static bool ints_same(const int32_t *h, const int32_t *v, size_t k) {
 static bool ints_same_map(const cu_ctx *c, int what, const int32_t *h, const int32_t *v, size_t k) {
     if (!c->kv_lay || !v) return ints_same(h, v, k);
     for (size_t i = 0; i < k; i++)
-        if (h[i] != (what == 1 ? kv_slot(c, v[i]) : kv_blk(c, v[i]))) return false;
+        if (h[i] != kv_map(c, what, v[i])) return false;
     return true;
 }
 /* whether h (meta_bytes(m) bytes) is meta_compose(c, m), compared piece by piece */
@@ -6319,11 +6323,11 @@ extern "C" int64_t mx_backend_cuda_kv_row(int lay, const mx_kv_desc *d, int laye
     int64_t m;
     if (by_table) {
         const int32_t b = slot < 0 ? -1 : kv_blk_of(l, *d, slot / bs);
-        if (b < 0 || (l ? b >= d->n_blocks * d->n_layers : b >= d->n_blocks)) return -1;   /* (k_attn's bound) */
+        if (b < 0 || b >= kv_nblocks_of(l, *d)) return -1;   /* (k_attn's bound) */
         m = (int64_t)b * bs + slot % bs;
     } else {
         m = kv_slot_of(l, *d, slot);
-        if (m < 0 || m >= (int64_t)d->n_blocks * bs * (l ? d->n_layers : 1)) return -1;   /* (k_kv_write's bound) */
+        if (m < 0 || m >= kv_nslots_of(l, *d)) return -1;   /* (k_kv_write's bound) */
     }
     return (int64_t)layer * kv_lstride_of(l, *d) + m;
 }
