@@ -146,6 +146,15 @@ int mx_backend_cuda_attn_prep_launches(mx_backend *b);
  * init turns it off. Returns the previous setting; the count is of attentions that did it. */
 bool mx_backend_cuda_set_attn_early(mx_backend *b, bool on);
 int mx_backend_cuda_attn_early_launches(mx_backend *b);
+/* Decode attention over long contexts with few (token, head) blocks (batch 1..few): each head's
+ * positions split over up to SPLITS blocks, runs of at least MIN_SPAN positions, merged by the
+ * last block of the head (the same output up to float rounding). SPLITS 0: as many as fill two
+ * blocks a multiprocessor (the default; MLXCEL_CUDA_ATT_SPLIT at init), 1: off; MIN_SPAN 256 by
+ * default (MLXCEL_CUDA_ATT_SPLIT_MIN); a negative argument leaves that setting. Returns the
+ * previous SPLITS; the count is of attentions launched split (each of their tokens cuts its own
+ * runs, one where it has few positions). */
+int mx_backend_cuda_set_attn_split(mx_backend *b, int splits, int min_span);
+int mx_backend_cuda_attn_split_launches(mx_backend *b);
 /* One-token decode with the early loads above: extra blocks of the attention's grid prefetch into
  * L2 up to MIB MiB of the weights of the product that followed the same layer's attention in the
  * previous step (a hint: no result changes). Off (0) by default until measured on a GPU;

@@ -11,6 +11,7 @@
 static void t_seed(const char *name);
 #define T_CASE_BEGIN(name) t_seed(name)
 #define KV_LAY_OTHER "block"   /* MLXCEL_CUDA_KV_LAYOUT: the value other than the default, run again */
+#define ASP_MIN_TEST 256   /* the default fewest positions a run of the split attention (MLXCEL_CUDA_ATT_SPLIT_MIN) */
 #include "test.h"
 #include "mlxcel/backend_cuda.h"
 
@@ -84,7 +85,9 @@ static void test_select(void) {
                                          {"MLXCEL_CUDA_MV_MMA_WIDE", "yes"}, {"MLXCEL_CUDA_MV_MMA_PFX", "2"},
                                          {"MLXCEL_CUDA_MV_MMA_FORM", "3"}, {"MLXCEL_CUDA_MV_MMA_FORM", "0"}, {"MLXCEL_CUDA_MV_MMA_FORM", "Auto"},
                                          {"MLXCEL_CUDA_MV_MMA_STAGES", "1"}, {"MLXCEL_CUDA_MV_MMA_STAGES", "5"},
-                                         {"MLXCEL_CUDA_PAIR_HALF", "AUTO"}};
+                                         {"MLXCEL_CUDA_PAIR_HALF", "AUTO"}, {"MLXCEL_CUDA_ATT_SPLIT", "33"},
+                                         {"MLXCEL_CUDA_ATT_SPLIT", "-1"}, {"MLXCEL_CUDA_ATT_SPLIT", "auto"},
+                                         {"MLXCEL_CUDA_ATT_SPLIT_MIN", "15"}, {"MLXCEL_CUDA_ATT_SPLIT_MIN", "256p"}};
     unsetenv("MLXCEL_DEVICE");
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         setenv(bad[i][0], bad[i][1], 1);
@@ -108,8 +111,9 @@ static void test_select(void) {
     setenv("MLXCEL_CUDA_I8_EPI", "0", 1); setenv("MLXCEL_CUDA_MV_PF", "8", 1); setenv("MLXCEL_CUDA_RING_LONG", "0", 1);
     setenv("MLXCEL_CUDA_MV_MMA", "16", 1); setenv("MLXCEL_CUDA_MV_MMA_WIDE", "1", 1); setenv("MLXCEL_CUDA_MV_MMA_PFX", "0", 1);
     setenv("MLXCEL_CUDA_MV_MMA_FORM", "2", 1); setenv("MLXCEL_CUDA_MV_MMA_STAGES", "3", 1);
-    setenv("MLXCEL_CUDA_KV_LAYOUT", "block", 1);
+    setenv("MLXCEL_CUDA_KV_LAYOUT", "block", 1); setenv("MLXCEL_CUDA_ATT_SPLIT", "32", 1); setenv("MLXCEL_CUDA_ATT_SPLIT_MIN", "16", 1);
     TCHECK(mx_backend_cuda_check_env() == MX_OK, "good switches refused: %s", mx_last_error());
+    unsetenv("MLXCEL_CUDA_ATT_SPLIT"); unsetenv("MLXCEL_CUDA_ATT_SPLIT_MIN");
     setenv("MLXCEL_CUDA_PAIR_HALF", "auto", 1);
     TCHECK(mx_backend_cuda_check_env() == MX_OK, "MLXCEL_CUDA_PAIR_HALF=auto refused: %s", mx_last_error());
     unsetenv("MLXCEL_CUDA_I8_EPI"); unsetenv("MLXCEL_CUDA_MV_PF"); unsetenv("MLXCEL_CUDA_RING_LONG");
@@ -717,6 +721,17 @@ static const ap_case g_ap[] = {
     {"cuda_attn_prep_mha_hd256_qknorm", 4, 4, 256, false, true, true},
     {"cuda_attn_prep_norm_no_rope_f32kv", 8, 4, 128, true, true, false},
 };
+/* The same with the split attention forced (up to 8 runs of 16 positions or more: the decode
+ * steps' 22..41 positions cut 2 or 3): every mode splits alike, so the modes still agree bit for
+ * bit, mode 1 against the CPU; the prepared q is stored by each head's last run, the cache write
+ * by the first. */
+static void check_attn_prep_split(const ap_case *a) {
+    const int was = mx_backend_cuda_set_attn_split(&G, 8, 16), before = mx_backend_cuda_attn_split_launches(&G);
+    check_attn_prep(a);
+    const int got = mx_backend_cuda_attn_split_launches(&G) - before;
+    TCHECK(got == 7 * 2 * 20 * 2, "%d attentions launched split (expected %d: 7 modes, 2 passes, 20 steps, 2 layers)", got, 7 * 2 * 20 * 2);
+    mx_backend_cuda_set_attn_split(&G, was, ASP_MIN_TEST);
+}
 
 /* Decode over long contexts (up to 323 positions in shuffled blocks of 16): several chunks per warp
  * in every decode kernel, so the online softmax is updated many times; the sequences' lengths
@@ -779,6 +794,17 @@ static const attl_case g_attl[] = {
     {"cuda_attention_long_hd256_sinks_window", 8, 2, 256, 150, 0.f, false, true},
     {"cuda_attention_long_hd80", 6, 3, 80, 0, 0.f, false, false},   /* k_attn: no 16-byte split of 80 */
 };
+/* The same with each head's positions split over up to 8 blocks of at least 16 positions
+ * (mx_backend_cuda_set_attn_split): the decode steps' tokens of 2..323 positions cut 1..8 runs,
+ * merged by the head's last block; both decode steps launch split where k_attn_vec takes the
+ * head size (not 80: k_attn). */
+static void check_attention_long_split(const attl_case *a) {
+    const int was = mx_backend_cuda_set_attn_split(&G, 8, 16), before = mx_backend_cuda_attn_split_launches(&G);
+    check_attention_long(a);
+    const int got = mx_backend_cuda_attn_split_launches(&G) - before, want = a->hd == 80 ? 0 : 2;
+    TCHECK(got == want, "%d attentions launched split (expected %d)", got, want);
+    mx_backend_cuda_set_attn_split(&G, was, ASP_MIN_TEST);
+}
 
 static void test_elementwise(void) {
     int n = 3, d = 1000;
@@ -3358,6 +3384,20 @@ int main(int argc, char **argv) {
         }
     }
     mx_backend_cuda_set_gqa_attention(&G, 1);
+    /* long contexts with the split attention forced, through k_attn_vec's 16-warp form and its
+     * grouped form, and the one-token preparation inside it */
+    for (int gqa = 1; gqa <= 2; gqa++) {
+        mx_backend_cuda_set_gqa_attention(&G, gqa);
+        for (size_t i = 0; i < sizeof g_attl / sizeof g_attl[0]; i++) {
+            char nm[96]; snprintf(nm, sizeof nm, "%s_split%s", g_attl[i].name, gqa == 2 ? "_gqa" : "");
+            RUN_NAMED(nm, check_attention_long_split, &g_attl[i]);
+        }
+    }
+    mx_backend_cuda_set_gqa_attention(&G, 1);
+    for (size_t i = 0; i < sizeof g_ap / sizeof g_ap[0]; i++) {
+        char nm[96]; snprintf(nm, sizeof nm, "%s_split", g_ap[i].name);
+        RUN_NAMED(nm, check_attn_prep_split, &g_ap[i]);
+    }
     /* the short cases through k_attn (lanes split a head's values), forced to group heads */
     mx_backend_cuda_set_vec_attention(&G, false);
     mx_backend_cuda_set_gqa_attention(&G, 2);

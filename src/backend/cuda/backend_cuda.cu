@@ -147,6 +147,12 @@ struct cu_ctx {
                                               at batch 1 as the session that made it the
                                               default measured it; its log was lost, NOTES.md) */
     int n_attn_early;                      /* attentions that did (tests) */
+    int asp_split, asp_min;                /* k_attn_vec's split of long contexts (asp_args): the most
+                                              runs a head (MLXCEL_CUDA_ATT_SPLIT; 0 auto, 1 off) and
+                                              the fewest positions a run (MLXCEL_CUDA_ATT_SPLIT_MIN) */
+    float *asp_acc; float2 *asp_ml;        /* its scratch (ASP_ENT entries) */
+    unsigned *asp_cnt;                     /* its counters (ASP_CNT, zero between launches) */
+    int n_attn_split;                      /* attentions that split (tests) */
     int fast_replay;                       /* step_replay launches a key's graph without the walk of its
                                               ops (MLXCEL_CUDA_FAST_REPLAY, on by default since
                                               the twenty-second session: Qwen3-0.6B q4 batch 1
@@ -431,7 +437,7 @@ static pdl_launch<KArgs...> PL(cu_ctx *c, void (*k)(KArgs...), dim3 g, dim3 b, s
  * the default; anything else is an error naming the variable and what it takes. */
 enum { GM_AUTO, GM_CUBLAS, GM_MMA, GM_WG, GM_NMODES };   /* MLXCEL_CUDA_GEMM, in k_gemm_modes' order */
 static const char *const k_gemm_modes[] = {"auto", "cublas", "mma", "wgmma"};
-struct cu_switches { int att_o, attn, attn_dec, attn_prep, gqa, gemm, gemm_rot, gemm_sk, gemm_n32, gemm_tma, n32_wg, gemm_pair, sum_norm, sum_qkv, att_gq, pdl, mv, profile, kv, kv_lay, graphs, fused, mv_ring, ring_norm, ring_bf, ring_pair, ring_act, ring_epi, i8_epi, ring_long, attn_early, dense_short, fast_replay, topk_one, chain, mv_mma_wide, mm_pfx, mm_form; long dq_mb, fused_pf, fused_pmin, fused_slot, mr_kb, mr_slot, mr_warps, attn_l2pf, trace_max, epi_blocks, mv_pf, mv_mma, mm_nst; int pair_half; };   /* kv, kv_lay: checked here, read by kv_init */
+struct cu_switches { int att_o, attn, attn_dec, attn_prep, gqa, gemm, gemm_rot, gemm_sk, gemm_n32, gemm_tma, n32_wg, gemm_pair, sum_norm, sum_qkv, att_gq, pdl, mv, profile, kv, kv_lay, graphs, fused, mv_ring, ring_norm, ring_bf, ring_pair, ring_act, ring_epi, i8_epi, ring_long, attn_early, dense_short, fast_replay, topk_one, chain, mv_mma_wide, mm_pfx, mm_form; long dq_mb, fused_pf, fused_pmin, fused_slot, mr_kb, mr_slot, mr_warps, attn_l2pf, trace_max, epi_blocks, mv_pf, mv_mma, mm_nst, att_split, att_split_min; int pair_half; };   /* kv, kv_lay: checked here, read by kv_init */
 /* MLXCEL_CUDA_KV_LAYOUT's values (cu_ctx::kv_lay) and its default */
 static const char *const k_kv_lays[] = {"layer", "block"};
 #define KV_LAY_DEFAULT 0
@@ -459,6 +465,11 @@ static mx_status env_long(const char *name, long lo, long hi, long def, const ch
     *out = v;
     return MX_OK;
 }
+/* k_attn_vec's split of long contexts (asp_args) */
+#define ASP_SMAX 32          /* the most runs a head (MLXCEL_CUDA_ATT_SPLIT's most) */
+#define ASP_MIN_DEFAULT 256  /* the fewest positions a run (MLXCEL_CUDA_ATT_SPLIT_MIN) */
+#define ASP_ENT 16384        /* scratch entries (token, query head, run) of up to 256 values */
+#define ASP_CNT 4096         /* counters (token, first query head of a block) */
 #define MV_PF_MAX 8          /* MLXCEL_CUDA_MV_PF's most (k_mv_i8's L2 prefetch, c_mv_pf) */
 #define MV_I8_MAX_SW 16      /* MLXCEL_CUDA_MV_MMA's most: MV_I8_MAX (checked there) */
 #define MV_MMA_DEFAULT 8     /* k_mv_mma from 8 rows of x (NOTES.md, thirty-sixth session) */
@@ -526,7 +537,9 @@ static mx_status read_switches(cu_switches *sw) {
         (st = env_long("MLXCEL_CUDA_EPI_BLOCKS", 0, EPI_BLOCKS_MAX, 0, "blocks (0: 3/4 of the multiprocessors)", &sw->epi_blocks)) ||
         (st = env_long("MLXCEL_CUDA_MV_PF", 0, MV_PF_MAX, 1, "steps ahead", &sw->mv_pf)) ||
         (st = env_long("MLXCEL_CUDA_MV_MMA", 0, MV_I8_MAX_SW, MV_MMA_DEFAULT, "rows of x (0: off)", &sw->mv_mma)) ||
-        (st = env_long("MLXCEL_CUDA_MV_MMA_STAGES", 2, 4, MV_MMA_STAGES_DEFAULT, "stages a warp", &sw->mm_nst)))
+        (st = env_long("MLXCEL_CUDA_MV_MMA_STAGES", 2, 4, MV_MMA_STAGES_DEFAULT, "stages a warp", &sw->mm_nst)) ||
+        (st = env_long("MLXCEL_CUDA_ATT_SPLIT", 0, ASP_SMAX, 0, "runs a head (0: auto, 1: off)", &sw->att_split)) ||
+        (st = env_long("MLXCEL_CUDA_ATT_SPLIT_MIN", 16, 1 << 20, ASP_MIN_DEFAULT, "positions a run", &sw->att_split_min)))
         return st;
     return MX_OK;
 }
@@ -2881,15 +2894,85 @@ static bool apf_args(cu_ctx *c, int layer, l2pf_args *a) {
  * (bshift). On the H200, Qwen3-0.6B with 128 sequences of 128-256 positions: 27 us a layer at 55%
  * of the DRAM peak, against 58 us (26%) for k_attn, which reads 2-4 bytes a lane and reduces over
  * the warp for every key and head. */
+/* A (token, query heads) pair's positions split over gridDim.z blocks (MLXCEL_CUDA_ATT_SPLIT; host
+ * asp_splits): with few (token, head) blocks and long contexts one block a head streams its K/V
+ * from a few multiprocessors (Llama-8B q4 batch 1 on an H100: 490 tok/s at 0-128 positions, 313
+ * at 2048, the attention ~17 ns a position a layer). Each block takes one run of the positions,
+ * merges its warps into (maximum, sum, unnormalized output) and stores them in its slot of the
+ * scratch; the last block of the pair to finish (a counter, reset by it) merges the runs in order
+ * into the output. The runs are cut on the device from the token's own positions (the graph
+ * replays one grid for every step): np positions make min(S, ceil(np / minspan)) runs of whole
+ * chunks of a warp; blocks past the last run exit at once. One run: the kernel as
+ * without the split. */
+struct asp_args {
+    float *acc;            /* [ASP_ENT][D]: a run's unnormalized output */
+    float2 *ml;            /* [ASP_ENT]: its maximum and sum */
+    unsigned *cnt;         /* [ASP_CNT]: runs done (zero between launches) */
+    int S, minspan;        /* gridDim.z (1: no split); the fewest positions a run */
+};
+/* the runs of np positions (whole chunks of a warp, pass positions): how many (1: none) and their length */
+__device__ __forceinline__ int asp_runs(const asp_args &sp, int np, int pass, int *span) {
+    *span = np;
+    if (sp.S <= 1 || np <= sp.minspan) return 1;
+    int ns = min(sp.S, (np + sp.minspan - 1) / sp.minspan);
+    int len = (np + ns - 1) / ns;
+    len = (len + pass - 1) / pass * pass;
+    ns = (np + len - 1) / len;
+    *span = len;
+    return ns;
+}
+/* (k_attn_vec, a split head: the last run's block) the runs' results merged into out as
+ * att_merge stores a head's output, with the sink in the denominator */
+template <int G>
+__device__ __forceinline__ void asp_merge(const asp_args &sp, int nsp, size_t e0, int D, const float *sinks, int h0, float *out,
+                                          size_t ob, int8_t *xq, float2 *xds, __nv_bfloat16 *xg) {
+    __shared__ float cz[G][ASP_SMAX], lz[G];
+    if ((int)threadIdx.x < G) {
+        const int g = threadIdx.x;
+        const size_t e = e0 + (size_t)g * sp.S;
+        float M = -INFINITY;
+        for (int z = 0; z < nsp; z++) M = fmaxf(M, __ldcg(&sp.ml[e + z]).x);
+        float L = 0.f;
+        for (int z = 0; z < nsp; z++) {
+            const float2 ml = __ldcg(&sp.ml[e + z]);
+            const float c = ml.x == -INFINITY ? 0.f : __expf(ml.x - M);
+            cz[g][z] = c;
+            L += ml.y * c;
+        }
+        if (sinks && M != -INFINITY) L += __expf(sinks[h0 + g] - M);
+        lz[g] = L;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+        const size_t og = ob + (size_t)g * D, e = e0 + (size_t)g * sp.S;
+        const float L = lz[g];
+        for (int d0 = 0; d0 < D; d0 += blockDim.x) {
+            const int d = d0 + threadIdx.x;
+            if (xq && d0 + (int)(threadIdx.x & ~31) >= D) break;
+            float a = 0.f;
+            if (d < D) {
+                for (int z = 0; z < nsp; z++) a += __ldcg(&sp.acc[(e + z) * D + d]) * cz[g][z];
+                a = L > 0.f ? a / L : 0.f;
+                out[og + d] = a;
+                if (xg) st_gq(xg, og + d, a);
+            }
+            if (xq) quant_group(a, xq, xds, og + d);
+        }
+    }
+}
+
 template <typename T, int D, int G, int W, int U, bool PREP = false, bool EARLY = false, bool PF = false, bool OP = false>
 __global__ void __launch_bounds__(W * 32)
 k_attn_vec(const float *q, T *kp, T *vp, float *out, const int32_t *pos, const int32_t *seq,
            const int32_t *bt, int n_seqs, int max_blocks, int bshift, int n_blocks, int n_heads, int n_kv, float scale,
            int window, float softcap, const float *sinks, int8_t *xq, float2 *xds, __nv_bfloat16 *xg, int sbt_n,
-           const qk_prep_args pa, const int32_t *slot, int64_t nslots, unsigned *cnt, const l2pf_args pf, const ao_args ao) {
-    /* PF (one token, with EARLY): blocks past the query heads prefetch the next product's weights */
+           const qk_prep_args pa, const int32_t *slot, int64_t nslots, unsigned *cnt, const l2pf_args pf, const ao_args ao,
+           const asp_args sp) {
+    /* PF (one token, with EARLY): blocks past the query heads prefetch the next product's weights
+     * (those of the first run) */
     if constexpr (PF)
-        if ((int)blockIdx.y * G >= n_heads) { l2pf_run(pf, (int)blockIdx.y - n_heads / G); return; }
+        if ((int)blockIdx.y * G >= n_heads) { if (blockIdx.z == 0) l2pf_run(pf, (int)blockIdx.y - n_heads / G); return; }
     constexpr int VPL = 16 / (int)sizeof(T), LPK = D / VPL, KPL = 32 / LPK, CH = KPL * U;
     constexpr int NV = G * U, REM = NV >= LPK ? NV / LPK : 1, E = G * CH, NJ = (E + 31) / 32, SEG = CH < 32 ? CH : 32;
     static_assert(D % VPL == 0 && LPK >= 1 && LPK <= 32 && 32 % LPK == 0, "a K row is 1..32 lanes' 16-byte vectors");
@@ -2910,13 +2993,28 @@ k_attn_vec(const float *q, T *kp, T *vp, float *out, const int32_t *pos, const i
     /* the token's keys p0..p_end and its block table btr (in shared memory when it fits) */
     int p_end = -1, p0 = 0;
     const int32_t *btr = bt;
+    /* the split (sp.S > 1): this block's run of the token's positions, the runs (nsp; 1: no split)
+     * and whether this block has none (a token outside the sequences: one run, block 0's) */
+    int nsp = 1, sp0 = 0, sp_end = -1;
+    bool sp_none = false;
+    const auto att_split = [&]() {
+        if (sp.S <= 1) return;
+        if (seq[t] < 0 || seq[t] >= n_seqs || pos[t] < 0) { sp_none = blockIdx.z > 0; return; }
+        const int e = min(pos[t], (max_blocks << bshift) - 1), b = window > 0 ? max(0, pos[t] - window + 1) : 0;
+        int span;
+        nsp = asp_runs(sp, e - b + 1, CH, &span);
+        sp0 = b + (int)blockIdx.z * span;
+        sp_end = min(e, sp0 + span - 1);
+        sp_none = (int)blockIdx.z >= nsp;
+    };
     const auto att_span = [&]() {
         p_end = min(pos[t], (max_blocks << bshift) - 1);
         p0 = window > 0 ? max(0, pos[t] - window + 1) : 0;
+        if (nsp > 1) { p0 = sp0; p_end = sp_end; }
         btr = bt + (size_t)seq[t] * max_blocks;
         if (sbt_n > 0) {
             const int nb = min((p_end >> bshift) + 1, sbt_n);
-            for (int i = threadIdx.x; i < nb; i += blockDim.x) sbt[i] = btr[i];
+            for (int i = (nsp > 1 ? p0 >> bshift : 0) + threadIdx.x; i < nb; i += blockDim.x) sbt[i] = btr[i];
             __syncthreads();
             btr = sbt;
         }
@@ -3043,6 +3141,8 @@ k_attn_vec(const float *q, T *kp, T *vp, float *out, const int32_t *pos, const i
         if (prole < 2) ppre = qk_begin(pa, prole == 0, t, pi, true, pos);
     if constexpr (EARLY) {
         pdl_release_at_entry();
+        att_split();
+        if (sp_none) return;
         if (!(seq[t] < 0 || seq[t] >= n_seqs || pos[t] < 0)) {
             att_span();
             const int64_t cur = slot[t];
@@ -3065,6 +3165,8 @@ k_attn_vec(const float *q, T *kp, T *vp, float *out, const int32_t *pos, const i
         pdl_release_after_wait();
     } else {
         pdl_entry();
+        att_split();
+        if (sp_none) return;
     }
     /* PREP (one token, G = 1, MLXCEL_CUDA_ATTN_PREP): the deferred q/k norms and ropes and the cache
      * write of k_qk_prep done here, by three groups of D/2 threads side by side: the block's query
@@ -3101,13 +3203,15 @@ k_attn_vec(const float *q, T *kp, T *vp, float *out, const int32_t *pos, const i
         }
         if (prole < 2) qk_finish(pa, prole == 0, true, ppre, ss, px0, px1);
         if (prole == 0) {
-            float *xr = pa.q + ((int64_t)t * n_heads + h0) * D;
-            xr[pi] = px0; xr[pi + PH] = px1;
+            if (nsp == 1) {   /* (split: the last run's block, once every run has read q) */
+                float *xr = pa.q + ((int64_t)t * n_heads + h0) * D;
+                xr[pi] = px0; xr[pi + PH] = px1;
+            }
             qnew[pi] = px0; qnew[pi + PH] = px1;
         } else if (prole <= 2) {
             T *sn = prole == 1 ? knew : vnew;
             st_kv(&sn[pi], px0); st_kv(&sn[pi + PH], px1);
-            if (pslot >= 0 && h0 % (n_heads / n_kv) == 0) {
+            if (pslot >= 0 && h0 % (n_heads / n_kv) == 0 && blockIdx.z == 0) {
                 T *cd = (prole == 1 ? kp : vp) + pslot * kvdim + (size_t)kvh * D;
                 st_kv(cd + pi, px0); st_kv(cd + pi + PH, px1);
             }
@@ -3121,7 +3225,7 @@ k_attn_vec(const float *q, T *kp, T *vp, float *out, const int32_t *pos, const i
     const auto prep_end = [&]() {
         if constexpr (PREP) {
             if (threadIdx.x == 0) {
-                plast = pold == (unsigned)(n_heads / n_kv) - 1;
+                plast = pold == (unsigned)((n_heads / n_kv) * nsp) - 1;   /* (every run of every query head) */
                 if (plast) cnt[kvh] = 0;
             }
             __syncthreads();
@@ -3295,6 +3399,48 @@ k_attn_vec(const float *q, T *kp, T *vp, float *out, const int32_t *pos, const i
         if (lane == 0) { sm[w][g] = mg; sl[w][g] = lg; }
     }
     __syncthreads();
+    if (nsp > 1) {   /* (never with OP: the host does not split it) */
+        /* this run's (maximum, sum, output) over the warps into its scratch slot; the last run's
+         * block merges them */
+        const size_t e0 = ((size_t)t * n_heads + h0) * sp.S;
+        float cj[W];
+#pragma unroll
+        for (int g = 0; g < G; g++) {
+            float M = -INFINITY, L = 0.f;
+#pragma unroll
+            for (int j = 0; j < W; j++) M = fmaxf(M, sm[j][g]);
+#pragma unroll
+            for (int j = 0; j < W; j++) { cj[j] = sm[j][g] == -INFINITY ? 0.f : __expf(sm[j][g] - M); L += sl[j][g] * cj[j]; }
+            const size_t e = e0 + (size_t)g * sp.S + blockIdx.z;
+            for (int d = threadIdx.x; d < D; d += blockDim.x) {
+                float a = 0.f;
+#pragma unroll
+                for (int j = 0; j < W; j++) a += sacc[j][g][d] * cj[j];
+                sp.acc[e * D + d] = a;
+            }
+            if (threadIdx.x == 0) sp.ml[e] = make_float2(M, L);
+        }
+        __threadfence();
+        __syncthreads();
+        __shared__ bool slast;
+        if (threadIdx.x == 0) {
+            unsigned *sc = &sp.cnt[(size_t)t * n_heads + h0];
+            slast = atomicAdd(sc, 1u) == (unsigned)nsp - 1;
+            if (slast) *sc = 0;
+        }
+        __syncthreads();
+        if (slast) {
+            __threadfence();
+            asp_merge<G>(sp, nsp, e0, D, sinks, h0, out, ((size_t)t * n_heads + h0) * D, xq, xds, xg);
+            if constexpr (PREP)
+                if (prole == 0) {   /* every run has read the raw q (before counting itself) */
+                    float *xr = pa.q + ((int64_t)t * n_heads + h0) * D;
+                    xr[pi] = px0; xr[pi + PH] = px1;
+                }
+        }
+        prep_end();
+        return;
+    }
     att_merge<W, G>(sm, sl, &sacc[0][0][0], D, D, sinks, h0, out, ((size_t)t * n_heads + h0) * D, xq, xds, xg, OP ? ao_so : nullptr);
     prep_end();
     ao_end();
@@ -5509,7 +5655,7 @@ template <typename T, int D>
 static void launch_attn_vec_d(cu_ctx *c, dim3 grid, int G, bool wide, bool early, size_t shm, const float *q, T *kp, T *vp,
                               float *out, const dmeta &dm, const mx_attn_meta *meta, const mx_attn_params *p, const float *sk,
                               int8_t *xq, float2 *xds, __nv_bfloat16 *xg, int sbt_n, const qk_prep_args *pa, int64_t nslots,
-                              const l2pf_args *pf, const ao_args *ao) {
+                              const l2pf_args *pf, const ao_args *ao, const asp_args &sp) {
     constexpr int U = D * (int)sizeof(T) <= 256 ? 8 : 4, U4 = 4;   /* G = 4: 4 loads a chunk (registers) */
     qk_prep_args none;
     memset(&none, 0, sizeof none);
@@ -5519,7 +5665,7 @@ static void launch_attn_vec_d(cu_ctx *c, dim3 grid, int G, bool wide, bool early
     memset(&noao, 0, sizeof noao);
 #define VEC_ARGS (q, kp, vp, out, dm.pos, dm.seq, dm.bt, meta->n_seqs, meta->max_blocks, bshift, kv_nblocks(c), \
                   p->n_heads, p->n_kv_heads, p->scale, p->sliding_window, p->softcap, sk, xq, xds, xg, sbt_n, \
-                  pa ? *pa : none, dm.slot, nslots, c->att_cnt, pf ? *pf : nopf, ao ? *ao : noao)
+                  pa ? *pa : none, dm.slot, nslots, c->att_cnt, pf ? *pf : nopf, ao ? *ao : noao, sp)
     const int bshift = log2_exact(c->kv.block_size);
     /* OP (MLXCEL_CUDA_ATT_O; ao_form checked the rest): the o projection in the epilogue, its slice after the table */
     if constexpr (sizeof(T) == 2 && (D == 64 || D == 128)) {
@@ -5540,7 +5686,7 @@ static void launch_attn_vec_d(cu_ctx *c, dim3 grid, int G, bool wide, bool early
             return;
         }
     }
-    const dim3 gpf(grid.x, grid.y + (pf ? (unsigned)pf->nblk : 0u));   /* (PF: the prefetch blocks after the heads) */
+    const dim3 gpf(grid.x, grid.y + (pf ? (unsigned)pf->nblk : 0u), grid.z);   /* (PF: the prefetch blocks after the heads) */
     if (wide && early && pf && pa) PL(c, (k_attn_vec<T, D, 1, 16, 2, true, true, true>), gpf, 512, shm)VEC_ARGS;
     else if (wide && early && pf) PL(c, (k_attn_vec<T, D, 1, 16, 2, false, true, true>), gpf, 512, shm)VEC_ARGS;
     else if (wide && early && pa) PL(c, (k_attn_vec<T, D, 1, 16, 2, true, true>), grid, 512, shm)VEC_ARGS;
@@ -5561,7 +5707,7 @@ template <typename T>
 static bool launch_attn_vec(cu_ctx *c, int layer, const float *q, float *out, const mx_attn_params *p, const mx_attn_meta *meta,
                             const dmeta &dm, T *kp, T *vp, const float *sk, int8_t *xq, float2 *xds,
                             __nv_bfloat16 *xg, dim3 grid, int G, bool wide, int sbt_n, size_t shm,
-                            const qk_prep_args *pa, int64_t nslots, const ao_args *ao) {
+                            const qk_prep_args *pa, int64_t nslots, const ao_args *ao, const asp_args &sp) {
     const int hd = p->head_dim;
     if (!attn_vec_takes(c, hd, sizeof(T))) return false;
     /* one token: the early K/V loads (EARLY), only in the 16-warp form; with them, the L2
@@ -5570,7 +5716,7 @@ static bool launch_attn_vec(cu_ctx *c, int layer, const float *q, float *out, co
     l2pf_args pfa;
     const bool pf = !ao && early && G == 1 && apf_args(c, layer, &pfa);
 #define VEC_D(D) launch_attn_vec_d<T, D>(c, grid, G, wide, early, shm, q, kp, vp, out, dm, meta, p, sk, xq, xds, xg, sbt_n, pa, nslots, \
-                                         pf ? &pfa : NULL, ao)
+                                         pf ? &pfa : NULL, ao, sp)
     if (hd == 64) VEC_D(64);
     else if (hd == 128) VEC_D(128);
     else if constexpr (sizeof(T) == 2) VEC_D(256);
@@ -5579,8 +5725,31 @@ static bool launch_attn_vec(cu_ctx *c, int layer, const float *q, float *out, co
     if (early) c->n_attn_early++;
     if (pf) c->n_apf++;
     if (ao) c->n_att_o++;
-    LAUNCHED(c, ao ? "attention (vec) + o" : pa ? "attention (vec) + q/k prep" : "attention (vec)");
+    if (sp.S > 1) c->n_attn_split++;
+    LAUNCHED(c, ao ? "attention (vec) + o" : sp.S > 1 ? (pa ? "attention (vec, split) + q/k prep" : "attention (vec, split)")
+                : pa ? "attention (vec) + q/k prep" : "attention (vec)");
     return true;
+}
+
+/* The split of each (token, query heads) block's positions over runs (asp_args): the most runs a
+ * head, from the blocks there are without it (n tokens x n_heads / G) against two a multiprocessor,
+ * or MLXCEL_CUDA_ATT_SPLIT's count; S = 1 (none) where the scratch is missing or too small, or the
+ * switch is 1. The device cuts the runs from each token's positions. */
+static asp_args asp_plan(cu_ctx *c, int n, int n_heads, int G, bool ok) {
+    asp_args a;
+    memset(&a, 0, sizeof a);
+    a.S = 1;
+    a.minspan = c->asp_min;
+    if (!ok || !c->asp_acc || c->asp_split == 1 || (int64_t)n * n_heads > ASP_CNT) return a;
+    const int64_t base = (int64_t)n * (n_heads / G), want = 2 * (int64_t)c->prop.multiProcessorCount;
+    int64_t S = c->asp_split > 1 ? c->asp_split : (want + base - 1) / base;
+    const int64_t cap = ASP_ENT / ((int64_t)n * n_heads);
+    if (S > ASP_SMAX) S = ASP_SMAX;
+    if (S > cap) S = cap;
+    if (S < 2) return a;
+    a.S = (int)S;
+    a.acc = c->asp_acc; a.ml = c->asp_ml; a.cnt = c->asp_cnt;
+    return a;
 }
 
 template <typename T>
@@ -5626,9 +5795,12 @@ static bool launch_attn(cu_ctx *c, int layer, const float *q, const float *k, co
         aov.sofs = (int)((shm + 15) & ~(size_t)15);
         shm = (size_t)aov.sofs + ao_slice_bytes(aov.rows, p->head_dim, aov.gs_shift);
     }
+    asp_args sp = asp_plan(c, n, p->n_heads, G, !ao && attn_vec_takes(c, p->head_dim, sizeof(T)));
+    grid.z = (unsigned)sp.S;
     if (launch_attn_vec<T>(c, layer, q, out, p, meta, dm, kp, vp, sk, xq, xds, xg, grid, G, wide, sbt_n, shm, prep_in ? pa : NULL,
-                           nslots, ao ? &aov : NULL))
+                           nslots, ao ? &aov : NULL, sp))
         return true;
+    grid.z = 1;
     if (ao) {   /* (at_deferrable said k_attn_vec takes it: not expected) */
         cu_fail(c, MX_ERR_INTERNAL, "attention with the o projection: no such form", cudaSuccess);
         return false;
@@ -6503,6 +6675,8 @@ extern "C" mx_status mx_backend_cuda_init(mx_backend *out) {
         c->mm_nst = (int)sw.mm_nst;
         c->pair_half = sw.pair_half;
         c->trace_cap = sw.trace_max;
+        c->asp_split = (int)sw.att_split;
+        c->asp_min = (int)sw.att_split_min;
     }
     if ((e = cudaStreamCreateWithFlags(&c->st, cudaStreamNonBlocking)) != cudaSuccess) {
         free(c->at); free(c);
@@ -6645,6 +6819,17 @@ extern "C" mx_status mx_backend_cuda_init(mx_backend *out) {
         cudaGetLastError();
         if (c->att_cnt) cudaFree(c->att_cnt);
         c->att_cnt = NULL;
+    }
+    /* the attention's split scratch (without it: no split) */
+    if (cudaMalloc((void **)&c->asp_acc, (size_t)ASP_ENT * 256 * sizeof(float)) != cudaSuccess ||
+        cudaMalloc((void **)&c->asp_ml, (size_t)ASP_ENT * sizeof(float2)) != cudaSuccess ||
+        cudaMalloc((void **)&c->asp_cnt, (size_t)ASP_CNT * sizeof(unsigned)) != cudaSuccess ||
+        cudaMemsetAsync(c->asp_cnt, 0, (size_t)ASP_CNT * sizeof(unsigned), c->st) != cudaSuccess) {
+        cudaGetLastError();
+        if (c->asp_acc) cudaFree(c->asp_acc);
+        if (c->asp_ml) cudaFree(c->asp_ml);
+        if (c->asp_cnt) cudaFree(c->asp_cnt);
+        c->asp_acc = NULL; c->asp_ml = NULL; c->asp_cnt = NULL;
     }
     if (cudaMalloc((void **)&c->rn_count, sizeof(unsigned)) != cudaSuccess ||
         cudaMemsetAsync(c->rn_count, 0, sizeof(unsigned), c->st) != cudaSuccess) {   /* (without it: no norm in the rings) */
@@ -6821,6 +7006,14 @@ extern "C" int mx_backend_cuda_set_attn_prep(mx_backend *b, int mode) { return s
 extern "C" int mx_backend_cuda_attn_prep_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_attn_prep; }
 extern "C" bool mx_backend_cuda_set_attn_early(mx_backend *b, bool on) { return set_flag(&switch_ctx(b)->attn_early, on); }
 extern "C" int mx_backend_cuda_attn_early_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_attn_early; }
+extern "C" int mx_backend_cuda_set_attn_split(mx_backend *b, int splits, int min_span) {
+    cu_ctx *c = switch_ctx(b);
+    const int was = c->asp_split;
+    if (splits >= 0) c->asp_split = splits > ASP_SMAX ? ASP_SMAX : splits;
+    if (min_span >= 0) c->asp_min = min_span < 16 ? 16 : min_span;
+    return was;
+}
+extern "C" int mx_backend_cuda_attn_split_launches(mx_backend *b) { return ((const cu_ctx *)b->ctx)->n_attn_split; }
 extern "C" int mx_backend_cuda_set_attn_l2pf(mx_backend *b, int mib) {
     cu_ctx *c = switch_ctx(b);
     const int was = (int)(c->apf_cap >> 20);
@@ -7592,6 +7785,9 @@ extern "C" void mx_backend_cuda_free(mx_backend *b) {
     if (c->epi_part) cudaFree(c->epi_part);
     if (c->i8e_cnt) cudaFree(c->i8e_cnt);
     if (c->att_cnt) cudaFree(c->att_cnt);
+    if (c->asp_acc) cudaFree(c->asp_acc);
+    if (c->asp_ml) cudaFree(c->asp_ml);
+    if (c->asp_cnt) cudaFree(c->asp_cnt);
     if (c->ao_part) cudaFree(c->ao_part);
     free(c->at);
     if (c->xq) cudaFree(c->xq);
