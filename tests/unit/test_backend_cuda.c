@@ -722,9 +722,9 @@ static const ap_case g_ap[] = {
     {"cuda_attn_prep_norm_no_rope_f32kv", 8, 4, 128, true, true, false},
 };
 /* The same with the split attention forced (up to 8 runs of 16 positions or more: the decode
- * steps' 22..41 positions cut 2 or 3): every mode splits alike, so the modes still agree bit for
- * bit, mode 1 against the CPU; the prepared q is stored by each head's last run, the cache write
- * by the first. */
+ * steps' 22..41 positions make one run up to 31, then two): every mode splits alike, so the modes
+ * still agree bit for bit, mode 1 against the CPU; the prepared q is stored by each head's last
+ * run, the cache write by the first. */
 static void check_attn_prep_split(const ap_case *a) {
     const int was = mx_backend_cuda_set_attn_split(&G, 8, 16), before = mx_backend_cuda_attn_split_launches(&G);
     check_attn_prep(a);

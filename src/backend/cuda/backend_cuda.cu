@@ -2895,13 +2895,13 @@ static bool apf_args(cu_ctx *c, int layer, l2pf_args *a) {
  * of the DRAM peak, against 58 us (26%) for k_attn, which reads 2-4 bytes a lane and reduces over
  * the warp for every key and head. */
 /* A (token, query heads) pair's positions split over gridDim.z blocks (MLXCEL_CUDA_ATT_SPLIT; host
- * asp_splits): with few (token, head) blocks and long contexts one block a head streams its K/V
+ * asp_plan): with few (token, head) blocks and long contexts one block a head streams its K/V
  * from a few multiprocessors (Llama-8B q4 batch 1 on an H100: 490 tok/s at 0-128 positions, 313
  * at 2048, the attention ~17 ns a position a layer). Each block takes one run of the positions,
  * merges its warps into (maximum, sum, unnormalized output) and stores them in its slot of the
  * scratch; the last block of the pair to finish (a counter, reset by it) merges the runs in order
  * into the output. The runs are cut on the device from the token's own positions (the graph
- * replays one grid for every step): np positions make min(S, ceil(np / minspan)) runs of whole
+ * replays one grid for every step): np positions make min(S, floor(np / minspan)) runs of whole
  * chunks of a warp; blocks past the last run exit at once. One run: the kernel as
  * without the split. */
 struct asp_args {
@@ -2914,7 +2914,7 @@ struct asp_args {
 __device__ __forceinline__ int asp_runs(const asp_args &sp, int np, int pass, int *span) {
     *span = np;
     if (sp.S <= 1 || np <= sp.minspan) return 1;
-    int ns = min(sp.S, (np + sp.minspan - 1) / sp.minspan);
+    int ns = min(sp.S, np / sp.minspan);
     int len = (np + ns - 1) / ns;
     len = (len + pass - 1) / pass * pass;
     ns = (np + len - 1) / len;
