@@ -158,7 +158,10 @@ int cmd_bench(int argc, char **argv) {
     }
     const int bs = 16;
     int blocks_per_seq = (ctx + bs - 1) / bs;
+    /* (a forward's most tokens: the prompt test's, the batch's, and -d's fill in chunks of up to 512) */
     int max_tokens = (int)(n_prompt > B ? n_prompt : B);
+    const long long fill = depth < 512 ? depth : 512;
+    if (fill > max_tokens) max_tokens = (int)fill;
     if (max_tokens > 2048) max_tokens = 2048;
     if (mx_model_prepare(m, blocks_per_seq * B, bs, max_tokens)) { rc = cli_fail("bench", NULL); goto done; }
     tok = malloc((size_t)max_tokens * sizeof *tok);
