@@ -3386,6 +3386,7 @@ int main(int argc, char **argv) {
     mx_backend_cuda_set_gqa_attention(&G, 1);
     /* long contexts with the split attention forced, through k_attn_vec's 16-warp form and its
      * grouped form, and the one-token preparation inside it */
+    mx_backend_cuda_set_vec_attention(&G, true);   /* (the loop above ends on k_attn) */
     for (int gqa = 1; gqa <= 2; gqa++) {
         mx_backend_cuda_set_gqa_attention(&G, gqa);
         for (size_t i = 0; i < sizeof g_attl / sizeof g_attl[0]; i++) {
@@ -3398,6 +3399,7 @@ int main(int argc, char **argv) {
         char nm[96]; snprintf(nm, sizeof nm, "%s_split", g_ap[i].name);
         RUN_NAMED(nm, check_attn_prep_split, &g_ap[i]);
     }
+    mx_backend_cuda_set_vec_attention(&G, false);
     /* the short cases through k_attn (lanes split a head's values), forced to group heads */
     mx_backend_cuda_set_vec_attention(&G, false);
     mx_backend_cuda_set_gqa_attention(&G, 2);

@@ -5733,9 +5733,10 @@ static bool launch_attn_vec(cu_ctx *c, int layer, const float *q, float *out, co
 
 /* The split of each (token, query heads) block's positions over runs (asp_args): the most runs a
  * head, from the blocks there are without it (n tokens x n_heads / G) against two a multiprocessor,
- * or MLXCEL_CUDA_ATT_SPLIT's count; S = 1 (none) where the scratch is missing or too small, or the
- * switch is 1. The device cuts the runs from each token's positions. */
-static asp_args asp_plan(cu_ctx *c, int n, int n_heads, int G, bool ok) {
+ * or MLXCEL_CUDA_ATT_SPLIT's count, and no more than the block tables' max_pos positions make runs
+ * of the minimum; S = 1 (none) where the scratch is missing or too small, or the switch is 1. The
+ * device cuts the runs from each token's positions. */
+static asp_args asp_plan(cu_ctx *c, int n, int n_heads, int G, int64_t max_pos, bool ok) {
     asp_args a;
     memset(&a, 0, sizeof a);
     a.S = 1;
@@ -5743,7 +5744,10 @@ static asp_args asp_plan(cu_ctx *c, int n, int n_heads, int G, bool ok) {
     if (!ok || !c->asp_acc || c->asp_split == 1 || (int64_t)n * n_heads > ASP_CNT) return a;
     const int64_t base = (int64_t)n * (n_heads / G), want = 2 * (int64_t)c->prop.multiProcessorCount;
     int64_t S = c->asp_split > 1 ? c->asp_split : (want + base - 1) / base;
-    const int64_t cap = ASP_ENT / ((int64_t)n * n_heads);
+    /* no more runs than the block tables' positions allow (a cache sized for fewer than two runs:
+     * none, so the short benchmarks and sequences launch what they did without the split) */
+    const int64_t cap = ASP_ENT / ((int64_t)n * n_heads), fit = max_pos / a.minspan;
+    if (S > fit) S = fit;
     if (S > ASP_SMAX) S = ASP_SMAX;
     if (S > cap) S = cap;
     if (S < 2) return a;
@@ -5795,7 +5799,8 @@ static bool launch_attn(cu_ctx *c, int layer, const float *q, const float *k, co
         aov.sofs = (int)((shm + 15) & ~(size_t)15);
         shm = (size_t)aov.sofs + ao_slice_bytes(aov.rows, p->head_dim, aov.gs_shift);
     }
-    asp_args sp = asp_plan(c, n, p->n_heads, G, !ao && attn_vec_takes(c, p->head_dim, sizeof(T)));
+    asp_args sp = asp_plan(c, n, p->n_heads, G, (int64_t)meta->max_blocks * c->kv.block_size,
+                           !ao && attn_vec_takes(c, p->head_dim, sizeof(T)));
     grid.z = (unsigned)sp.S;
     if (launch_attn_vec<T>(c, layer, q, out, p, meta, dm, kp, vp, sk, xq, xds, xg, grid, G, wide, sbt_n, shm, prep_in ? pa : NULL,
                            nslots, ao ? &aov : NULL, sp))
