@@ -55,7 +55,7 @@ static void test_select(void) {
     static const char *const bad[][2] = {{"MLXCEL_CUDA_ATTN", "flash"}, {"MLXCEL_CUDA_PDL", "4"},
                                          {"MLXCEL_CUDA_GEMM", "fast"}, {"MLXCEL_CUDA_DQ_MB", "0"},
                                          {"MLXCEL_CUDA_DQ_MB", "12x"}, {"MLXCEL_CUDA_KV", "fp8"}, {"MLXCEL_CUDA_KV_LAYOUT", "slot"},
-                                         {"MLXCEL_CUDA_GRAPHS", "off"}, {"MLXCEL_CUDA_ATTN_GQA", "yes"},
+                                         {"MLXCEL_CUDA_GRAPHS", "off"}, {"MLXCEL_CUDA_ATTN_GQA", "yes"}, {"MLXCEL_CUDA_ATTN_GQA", "3"},
                                          {"MLXCEL_CUDA_ATTN_DEC", "flash"}, {"MLXCEL_CUDA_GEMM_ROT", "on"},
                                          {"MLXCEL_CUDA_GEMM_PAIR", "yes"}, {"MLXCEL_CUDA_SUM_NORM", "2"},
                                          {"MLXCEL_CUDA_SUM_QKV", "on"}, {"MLXCEL_CUDA_GRAPHS", "2"},
@@ -111,9 +111,9 @@ static void test_select(void) {
     setenv("MLXCEL_CUDA_I8_EPI", "0", 1); setenv("MLXCEL_CUDA_MV_PF", "8", 1); setenv("MLXCEL_CUDA_RING_LONG", "0", 1);
     setenv("MLXCEL_CUDA_MV_MMA", "16", 1); setenv("MLXCEL_CUDA_MV_MMA_WIDE", "1", 1); setenv("MLXCEL_CUDA_MV_MMA_PFX", "0", 1);
     setenv("MLXCEL_CUDA_MV_MMA_FORM", "2", 1); setenv("MLXCEL_CUDA_MV_MMA_STAGES", "3", 1);
-    setenv("MLXCEL_CUDA_KV_LAYOUT", "block", 1); setenv("MLXCEL_CUDA_ATT_SPLIT", "32", 1); setenv("MLXCEL_CUDA_ATT_SPLIT_MIN", "16", 1);
+    setenv("MLXCEL_CUDA_KV_LAYOUT", "block", 1); setenv("MLXCEL_CUDA_ATT_SPLIT", "32", 1); setenv("MLXCEL_CUDA_ATTN_GQA", "2", 1); setenv("MLXCEL_CUDA_ATT_SPLIT_MIN", "16", 1);
     TCHECK(mx_backend_cuda_check_env() == MX_OK, "good switches refused: %s", mx_last_error());
-    unsetenv("MLXCEL_CUDA_ATT_SPLIT"); unsetenv("MLXCEL_CUDA_ATT_SPLIT_MIN");
+    unsetenv("MLXCEL_CUDA_ATT_SPLIT"); unsetenv("MLXCEL_CUDA_ATT_SPLIT_MIN"); unsetenv("MLXCEL_CUDA_ATTN_GQA");
     setenv("MLXCEL_CUDA_PAIR_HALF", "auto", 1);
     TCHECK(mx_backend_cuda_check_env() == MX_OK, "MLXCEL_CUDA_PAIR_HALF=auto refused: %s", mx_last_error());
     unsetenv("MLXCEL_CUDA_I8_EPI"); unsetenv("MLXCEL_CUDA_MV_PF"); unsetenv("MLXCEL_CUDA_RING_LONG");

@@ -479,7 +479,7 @@ static mx_status env_long(const char *name, long lo, long hi, long def, const ch
 #define PAIR_HALF_KB 76      /* MLXCEL_CUDA_PAIR_HALF: a block's ring (two 4.6 KB slots a warp of 8) */
 static mx_status read_switches(cu_switches *sw) {
     static const char *const attn[] = {"mma", "tiled", "pertoken"}, *const attn_dec[] = {"vec", "lanes"},
-                             *const onoff[] = {"0", "1"}, *const tma_modes[] = {"0", "1", "2", "3"},
+                             *const onoff[] = {"0", "1"}, *const gqa[] = {"0", "1", "2"}, *const tma_modes[] = {"0", "1", "2", "3"},
                              *const pdl[] = {"0", "1", "2", "3"},
                              *const mv[] = {"i8", "f32"}, *const kv[] = {"bf16", "f32"},
                              *const off_on_auto[] = {"0", "1", "auto"}, *const ring_bf[] = {"0", "norm", "1", "long"},
@@ -487,7 +487,7 @@ static mx_status read_switches(cu_switches *sw) {
     mx_status st;
     if ((st = env_choice("MLXCEL_CUDA_ATTN", attn, 3, 0, &sw->attn)) ||
         (st = env_choice("MLXCEL_CUDA_ATTN_DEC", attn_dec, 2, 0, &sw->attn_dec)) ||
-        (st = env_choice("MLXCEL_CUDA_ATTN_GQA", onoff, 2, 1, &sw->gqa)) ||
+        (st = env_choice("MLXCEL_CUDA_ATTN_GQA", gqa, 3, 1, &sw->gqa)) ||
         (st = env_choice("MLXCEL_CUDA_ATTN_PREP", ring_norm, 3, 1, &sw->attn_prep)) ||
         (st = env_choice("MLXCEL_CUDA_ATTN_EARLY", onoff, 2, 1, &sw->attn_early)) ||
         (st = env_choice("MLXCEL_CUDA_GEMM", k_gemm_modes, GM_NMODES, GM_AUTO, &sw->gemm)) ||
