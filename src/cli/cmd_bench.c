@@ -179,8 +179,9 @@ int cmd_bench(int argc, char **argv) {
     uint64_t rng = 42;
 #define RAND_TOK() ((int32_t)((rng = rng * 6364136223846793005ull + 1442695040888963407ull) >> 33) % V)
 #define FORWARD(b) (full_logits ? mx_model_forward(m, &(b), logits) : mx_model_forward_topk(m, &(b), 1, top_v, top_id, top_lse))
-    /* warm-up: one prefill of the pp test's chunk size (at least 16 tokens), so that first-use
-     * costs (library kernels loaded for a new shape) stay out of the timings */
+    /* warm-up: one prefill of the pp test's chunk size (16 tokens without a prompt test, but no
+     * more than a forward's most tokens: a single token for `-p 0` at batch 1 without -d), so that
+     * first-use costs (library kernels loaded for a new shape) stay out of the timings */
     for (int w = 0; w < 1; w++) {
         int k = n_prompt > 16 ? (int)n_prompt : 16;
         if (k > max_tokens) k = max_tokens;

@@ -2910,13 +2910,13 @@ struct asp_args {
     unsigned *cnt;         /* [ASP_CNT]: runs done (zero between launches) */
     int S, minspan;        /* gridDim.z (1: no split); the fewest positions a run */
 };
-/* the runs of np positions (whole chunks of a warp, pass positions): how many (1: none) and their length */
-__device__ __forceinline__ int asp_runs(const asp_args &sp, int np, int pass, int *span) {
+/* the runs of np positions (whole warp chunks of ch positions): how many (1: none) and their length */
+__device__ __forceinline__ int asp_runs(const asp_args &sp, int np, int ch, int *span) {
     *span = np;
     if (sp.S <= 1 || np <= sp.minspan) return 1;
     int ns = min(sp.S, np / sp.minspan);
     int len = (np + ns - 1) / ns;
-    len = (len + pass - 1) / pass * pass;
+    len = (len + ch - 1) / ch * ch;
     ns = (np + len - 1) / len;
     *span = len;
     return ns;
